@@ -1,0 +1,188 @@
+// A small command-line driver for the Java Kafka client, used by compat_tests.
+// Records travel as tab-separated lines with hex-encoded bytes, so Python can compare exactly:
+//   produce input:  key_hex \t value_hex \t timestamp_ms \t headers   ("-" for null)
+//   consume output: partition \t offset \t timestamp_ms \t key_hex \t value_hex \t headers
+//   headers:        name=hex,name=hex  ("" for none; name is plain ASCII in our tests)
+import java.io.*;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.*;
+import java.util.concurrent.*;
+import org.apache.kafka.clients.admin.*;
+import org.apache.kafka.clients.consumer.*;
+import org.apache.kafka.clients.producer.*;
+import org.apache.kafka.common.*;
+import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.internals.RecordHeader;
+import org.apache.kafka.common.serialization.*;
+
+public class KafkaTool {
+    static final HexFormat HEX = HexFormat.of();
+
+    static byte[] unhex(String s) { return s.equals("-") ? null : HEX.parseHex(s); }
+    static String hex(byte[] b) { return b == null ? "-" : HEX.formatHex(b); }
+
+    static Properties props(String bootstrap, String[] extra) {
+        Properties p = new Properties();
+        p.put("bootstrap.servers", bootstrap);
+        for (String kv : extra) {
+            int i = kv.indexOf('=');
+            p.put(kv.substring(0, i), kv.substring(i + 1));
+        }
+        return p;
+    }
+
+    public static void main(String[] args) throws Exception {
+        String cmd = args[0], bootstrap = args[1];
+        String[] rest = Arrays.copyOfRange(args, 2, args.length);
+        switch (cmd) {
+            case "produce" -> produce(bootstrap, rest);
+            case "consume" -> consume(bootstrap, rest);
+            case "group-consume" -> groupConsume(bootstrap, rest);
+            case "create-topic" -> createTopic(bootstrap, rest);
+            case "delete-topic" -> deleteTopic(bootstrap, rest);
+            case "list-topics" -> listTopics(bootstrap);
+            case "describe-configs" -> describeConfigs(bootstrap, rest);
+            case "alter-config" -> alterConfig(bootstrap, rest);
+            case "latest-offsets" -> latestOffsets(bootstrap, rest);
+            default -> throw new IllegalArgumentException("unknown command " + cmd);
+        }
+    }
+
+    // produce TOPIC [prop=value ...] < records.tsv ; prints "partition \t offset" per record, in input order
+    static void produce(String bootstrap, String[] a) throws Exception {
+        Properties p = props(bootstrap, Arrays.copyOfRange(a, 1, a.length));
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        List<Future<RecordMetadata>> acks = new ArrayList<>();
+        try (Producer<byte[], byte[]> producer =
+                 new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer())) {
+            String line;
+            while ((line = in.readLine()) != null) {
+                if (line.isEmpty()) continue;
+                String[] f = line.split("\t", -1);
+                List<Header> headers = new ArrayList<>();
+                if (!f[3].isEmpty()) {
+                    for (String h : f[3].split(",")) {
+                        int i = h.indexOf('=');
+                        headers.add(new RecordHeader(h.substring(0, i), unhex(h.substring(i + 1))));
+                    }
+                }
+                acks.add(producer.send(new ProducerRecord<>(a[0], null, Long.parseLong(f[2]),
+                    unhex(f[0]), unhex(f[1]), headers)));
+            }
+            producer.flush();
+            for (Future<RecordMetadata> f : acks) {
+                RecordMetadata m = f.get();
+                System.out.println(m.partition() + "\t" + m.offset());
+            }
+        }
+    }
+
+    static void printRecord(ConsumerRecord<byte[], byte[]> r) {
+        StringBuilder h = new StringBuilder();
+        for (Header x : r.headers()) {
+            if (h.length() > 0) h.append(',');
+            h.append(x.key()).append('=').append(hex(x.value()));
+        }
+        System.out.println(r.partition() + "\t" + r.offset() + "\t" + r.timestamp() + "\t"
+            + hex(r.key()) + "\t" + hex(r.value()) + "\t" + h);
+    }
+
+    // consume TOPIC COUNT [prop=value ...] : assign every partition, read COUNT records from the start
+    static void consume(String bootstrap, String[] a) throws Exception {
+        Properties p = props(bootstrap, Arrays.copyOfRange(a, 2, a.length));
+        p.putIfAbsent("auto.offset.reset", "earliest");
+        p.putIfAbsent("enable.auto.commit", "false");
+        long want = Long.parseLong(a[1]);
+        try (Consumer<byte[], byte[]> c =
+                 new KafkaConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
+            List<TopicPartition> tps = new ArrayList<>();
+            for (PartitionInfo pi : c.partitionsFor(a[0])) tps.add(new TopicPartition(a[0], pi.partition()));
+            c.assign(tps);
+            c.seekToBeginning(tps);
+            long got = 0, deadline = System.currentTimeMillis() + 60_000;
+            while (got < want && System.currentTimeMillis() < deadline) {
+                for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(500))) { printRecord(r); got++; }
+            }
+        }
+    }
+
+    // group-consume TOPIC GROUP COUNT [prop=value ...] : subscribe in a group, commit after processing
+    static void groupConsume(String bootstrap, String[] a) throws Exception {
+        Properties p = props(bootstrap, Arrays.copyOfRange(a, 3, a.length));
+        p.put("group.id", a[1]);
+        p.putIfAbsent("auto.offset.reset", "earliest");
+        p.putIfAbsent("enable.auto.commit", "false");
+        long want = Long.parseLong(a[2]);
+        try (Consumer<byte[], byte[]> c =
+                 new KafkaConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
+            c.subscribe(List.of(a[0]));
+            long got = 0, deadline = System.currentTimeMillis() + 90_000;
+            while (got < want && System.currentTimeMillis() < deadline) {
+                ConsumerRecords<byte[], byte[]> rs = c.poll(Duration.ofMillis(500));
+                for (ConsumerRecord<byte[], byte[]> r : rs) { printRecord(r); got++; }
+                if (!rs.isEmpty()) c.commitSync();
+            }
+        }
+    }
+
+    static Admin admin(String bootstrap) { return Admin.create(props(bootstrap, new String[0])); }
+
+    // create-topic TOPIC PARTITIONS [config=value ...]
+    static void createTopic(String bootstrap, String[] a) throws Exception {
+        Map<String, String> configs = new HashMap<>();
+        for (int i = 2; i < a.length; i++) { String[] kv = a[i].split("=", 2); configs.put(kv[0], kv[1]); }
+        try (Admin admin = admin(bootstrap)) {
+            NewTopic t = new NewTopic(a[0], Integer.parseInt(a[1]), (short) 1).configs(configs);
+            admin.createTopics(List.of(t)).all().get(30, TimeUnit.SECONDS);
+            System.out.println("created\t" + a[0]);
+        }
+    }
+
+    static void deleteTopic(String bootstrap, String[] a) throws Exception {
+        try (Admin admin = admin(bootstrap)) {
+            admin.deleteTopics(List.of(a[0])).all().get(30, TimeUnit.SECONDS);
+            System.out.println("deleted\t" + a[0]);
+        }
+    }
+
+    static void listTopics(String bootstrap) throws Exception {
+        try (Admin admin = admin(bootstrap)) {
+            for (String t : new TreeSet<>(admin.listTopics().names().get(30, TimeUnit.SECONDS))) System.out.println(t);
+        }
+    }
+
+    // describe-configs TOPIC : "name \t value \t source" per entry
+    static void describeConfigs(String bootstrap, String[] a) throws Exception {
+        try (Admin admin = admin(bootstrap)) {
+            ConfigResource r = new ConfigResource(ConfigResource.Type.TOPIC, a[0]);
+            Config cfg = admin.describeConfigs(List.of(r)).all().get(30, TimeUnit.SECONDS).get(r);
+            for (ConfigEntry e : cfg.entries()) System.out.println(e.name() + "\t" + e.value() + "\t" + e.source());
+        }
+    }
+
+    // alter-config TOPIC name=value : incremental SET
+    static void alterConfig(String bootstrap, String[] a) throws Exception {
+        String[] kv = a[1].split("=", 2);
+        try (Admin admin = admin(bootstrap)) {
+            ConfigResource r = new ConfigResource(ConfigResource.Type.TOPIC, a[0]);
+            AlterConfigOp op = new AlterConfigOp(new ConfigEntry(kv[0], kv[1]), AlterConfigOp.OpType.SET);
+            admin.incrementalAlterConfigs(Map.of(r, List.of(op))).all().get(30, TimeUnit.SECONDS);
+            System.out.println("altered\t" + a[0]);
+        }
+    }
+
+    // latest-offsets TOPIC : "partition \t offset" via ListOffsets(latest)
+    static void latestOffsets(String bootstrap, String[] a) throws Exception {
+        try (Admin admin = admin(bootstrap)) {
+            TopicDescription d = admin.describeTopics(List.of(a[0])).allTopicNames().get(30, TimeUnit.SECONDS).get(a[0]);
+            Map<TopicPartition, OffsetSpec> q = new HashMap<>();
+            for (TopicPartitionInfo pi : d.partitions()) q.put(new TopicPartition(a[0], pi.partition()), OffsetSpec.latest());
+            var res = admin.listOffsets(q).all().get(30, TimeUnit.SECONDS);
+            for (var e : new TreeMap<Integer, Long>(res.entrySet().stream().collect(
+                    java.util.stream.Collectors.toMap(x -> x.getKey().partition(), x -> x.getValue().offset()))).entrySet())
+                System.out.println(e.getKey() + "\t" + e.getValue());
+        }
+    }
+}
