@@ -1,0 +1,347 @@
+"""One client connection: read frames, dispatch them, release responses in request order.
+
+Why not an asyncio Transport: fetch responses are written with ``os.sendfile`` straight from
+segment files, interleaved with ordinary buffers, on a non-blocking socket. asyncio's
+transports own their socket's writer registration (``loop.add_writer`` refuses an fd that a
+transport owns) and ``loop.sendfile`` pauses reading, waits for an empty buffer and moves the
+file position for every region. So the connection drives its non-blocking socket itself with
+``loop.add_reader`` / ``loop.add_writer`` (public API for sockets no transport owns): one
+``recv`` per readable event, ``os.writev`` for runs of buffers (no joining of header and record
+bytes), ``os.sendfile`` with an explicit offset for file regions (no seek, partial sends
+resumed where they stopped).
+
+Per connection:
+
+* Frames are decoded by ``kbroker.wire.frame.FrameDecoder`` (``socket.request.max.bytes``);
+  a frame that is too large or malformed closes this connection with one log line, and no other
+  connection is affected.
+* Each frame goes to ``dispatcher.dispatch(conn, frame)`` which returns
+  - ``None``: no response (``acks=0`` produce),
+  - a list of chunks: a complete response frame (``bytes``/``memoryview`` buffers and file
+    regions, anything with ``size`` and a ``file``/``fd`` and ``position``),
+  - an awaitable that resolves to one of the above (long-poll fetch, controller writes...),
+  or raises :class:`CloseConnection`.
+* Handlers may overlap; the outbox releases responses strictly in request order.
+* Backpressure: reading pauses while more than ``write_high_water`` bytes are queued for the
+  socket or ``max_in_flight`` responses are outstanding, and resumes below the low marks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import errno
+import logging
+import os
+import socket
+from typing import Any, Callable
+
+log = logging.getLogger("kbroker.net")
+
+RECV_SIZE = 256 * 1024
+IOV_MAX = 512
+WRITE_HIGH_WATER = 16 * 1024 * 1024
+WRITE_LOW_WATER = 4 * 1024 * 1024
+MAX_IN_FLIGHT = 256
+
+
+class CloseConnection(Exception):
+    """Raised by a dispatcher to close the connection (with the message logged)."""
+
+
+class _Region:
+    """A file region being sent: mutable position/remaining for partial sendfile."""
+
+    __slots__ = ("fd", "pos", "left", "owner")
+
+    def __init__(self, region: Any) -> None:
+        f = getattr(region, "fd", None)
+        if f is None:
+            f = region.file
+        self.fd = f if isinstance(f, int) else f.fileno()
+        self.pos = region.position
+        self.left = region.size
+        self.owner = region  # keeps the file object open while queued
+
+
+def chunk_size(chunk: Any) -> int:
+    if isinstance(chunk, (bytes, bytearray)):
+        return len(chunk)
+    if isinstance(chunk, memoryview):
+        return chunk.nbytes
+    return chunk.size
+
+
+class Connection:
+    __slots__ = (
+        "loop", "sock", "fd", "peer", "listener_name", "dispatcher", "_decoder", "_on_closed",
+        "_outbox", "_wq", "_wq_bytes", "_writing", "_reading", "_closed", "_closing",
+        "_drained", "conn_id", "state",
+    )
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        sock: socket.socket,
+        peer: Any,
+        dispatcher: Any,
+        decoder: Any,
+        *,
+        listener_name: str = "PLAINTEXT",
+        on_closed: Callable[["Connection"], None] | None = None,
+        conn_id: str = "",
+    ) -> None:
+        self.loop = loop
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.peer = peer
+        self.listener_name = listener_name
+        self.dispatcher = dispatcher
+        self._decoder = decoder
+        self._on_closed = on_closed
+        self._outbox: collections.deque = collections.deque()   # futures / ready chunk lists
+        self._wq: collections.deque = collections.deque()       # chunks queued for the socket
+        self._wq_bytes = 0
+        self._writing = False     # writer registered with the loop
+        self._reading = False
+        self._closed = False
+        self._closing = False     # graceful: no more reads, close when outbox drains
+        self._drained: asyncio.Future | None = None
+        self.conn_id = conn_id
+        self.state: dict = {}     # per-connection state for handlers (e.g. SASL, client info)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._resume_reading()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self, reason: str | None = None) -> None:
+        """Close now: queued and pending responses are dropped."""
+        if self._closed:
+            return
+        self._closed = True
+        if reason:
+            log.info("closing connection %s from %s: %s", self.conn_id, self.peer, reason)
+        self._pause_reading()
+        if self._writing:
+            self.loop.remove_writer(self.fd)
+            self._writing = False
+        for item in self._outbox:
+            if isinstance(item, asyncio.Future) and not item.done():
+                item.cancel()
+        self._outbox.clear()
+        self._wq.clear()
+        self._wq_bytes = 0
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+        if self._on_closed is not None:
+            self._on_closed(self)
+
+    async def shutdown(self, timeout: float) -> None:
+        """Graceful close: read no more requests, finish in-flight ones, write their
+        responses, then close."""
+        if self._closed:
+            return
+        self._closing = True
+        self._pause_reading()
+        if self._outbox or self._wq:
+            self._drained = self.loop.create_future()
+            try:
+                await asyncio.wait_for(asyncio.shield(self._drained), timeout)
+            except asyncio.TimeoutError:
+                log.warning("connection %s: in-flight requests did not finish within %.1fs", self.conn_id, timeout)
+        self.close()
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def _resume_reading(self) -> None:
+        if not self._reading and not self._closed and not self._closing:
+            self._reading = True
+            self.loop.add_reader(self.fd, self._on_readable)
+
+    def _pause_reading(self) -> None:
+        if self._reading:
+            self._reading = False
+            self.loop.remove_reader(self.fd)
+
+    def _on_readable(self) -> None:
+        try:
+            data = self.sock.recv(RECV_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self.close(f"read error: {e}")
+            return
+        if not data:
+            # The client closed its side. Kafka drops the connection (and pending responses).
+            self.close()
+            return
+        try:
+            frames = self._decoder.feed(data)
+        except Exception as e:  # FrameTooLarge, CodecError: this connection only
+            log.warning("closing connection %s from %s: %s: %s", self.conn_id, self.peer, type(e).__name__, e)
+            self.close()
+            return
+        for frame in frames:
+            self._handle_frame(frame)
+            if self._closed:
+                return
+        if len(self._outbox) >= MAX_IN_FLIGHT:
+            self._pause_reading()
+
+    def _handle_frame(self, frame: memoryview) -> None:
+        try:
+            result = self.dispatcher.dispatch(self, frame)
+        except CloseConnection as e:
+            log.warning("closing connection %s from %s: %s", self.conn_id, self.peer, e)
+            self.close()
+            return
+        except Exception:
+            log.exception("closing connection %s from %s: unexpected error handling a request", self.conn_id, self.peer)
+            self.close()
+            return
+        if result is None:
+            return
+        if isinstance(result, list):
+            if self._outbox:
+                self._outbox.append(result)
+            else:
+                self._send(result)
+            return
+        fut = asyncio.ensure_future(result, loop=self.loop)
+        self._outbox.append(fut)
+        fut.add_done_callback(self._on_future_done)
+
+    # -- the in-order outbox -----------------------------------------------------------------
+
+    def _on_future_done(self, fut: asyncio.Future) -> None:
+        if self._closed:
+            if not fut.cancelled():
+                fut.exception()  # retrieve, so asyncio does not log "never retrieved"
+            return
+        outbox = self._outbox
+        while outbox:
+            head = outbox[0]
+            if isinstance(head, asyncio.Future):
+                if not head.done():
+                    break
+                outbox.popleft()
+                if head.cancelled():
+                    self.close("a request was cancelled")
+                    return
+                exc = head.exception()
+                if exc is not None:
+                    if isinstance(exc, CloseConnection):
+                        log.warning("closing connection %s from %s: %s", self.conn_id, self.peer, exc)
+                        self.close()
+                    else:
+                        log.error("closing connection %s from %s: request failed", self.conn_id, self.peer,
+                                  exc_info=(type(exc), exc, exc.__traceback__))
+                        self.close()
+                    return
+                chunks = head.result()
+                if chunks is not None:
+                    self._send(chunks)
+            else:
+                outbox.popleft()
+                self._send(head)
+            if self._closed:
+                return
+        self._after_progress()
+
+    def _after_progress(self) -> None:
+        if self._closing:
+            if not self._outbox and not self._wq:
+                if self._drained is not None and not self._drained.done():
+                    self._drained.set_result(None)
+            return
+        if (not self._reading and len(self._outbox) < MAX_IN_FLIGHT // 2
+                and self._wq_bytes <= WRITE_LOW_WATER):
+            self._resume_reading()
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def _send(self, chunks: list) -> None:
+        wq = self._wq
+        for c in chunks:
+            if isinstance(c, (bytes, bytearray, memoryview)):
+                n = len(c) if not isinstance(c, memoryview) else c.nbytes
+                if n:
+                    wq.append(c)
+                    self._wq_bytes += n
+            else:
+                r = _Region(c)
+                if r.left:
+                    wq.append(r)
+                    self._wq_bytes += r.left
+        if not self._writing:
+            self._flush()
+            if self._wq_bytes > WRITE_HIGH_WATER:
+                self._pause_reading()
+
+    def _flush(self) -> None:
+        """Write as much as the socket takes; register for writability if it stops."""
+        wq = self._wq
+        fd = self.fd
+        try:
+            while wq:
+                head = wq[0]
+                if type(head) is _Region:
+                    n = os.sendfile(fd, head.fd, head.pos, head.left)
+                    if n == 0:
+                        # The file is shorter than the region (truncated under us).
+                        raise OSError(errno.EIO, "file region shorter than expected")
+                    self._wq_bytes -= n
+                    if n < head.left:
+                        head.pos += n
+                        head.left -= n
+                        break  # socket buffer full
+                    wq.popleft()
+                    continue
+                # A run of buffers: one writev.
+                bufs = []
+                for item in wq:
+                    if type(item) is _Region or len(bufs) >= IOV_MAX:
+                        break
+                    bufs.append(item)
+                n = os.writev(fd, bufs) if len(bufs) > 1 else os.write(fd, bufs[0])
+                self._wq_bytes -= n
+                full = True
+                for b in bufs:
+                    size = len(b) if not isinstance(b, memoryview) else b.nbytes
+                    if n >= size:
+                        n -= size
+                        wq.popleft()
+                    else:
+                        if n:
+                            wq[0] = memoryview(b)[n:]
+                        break
+                else:
+                    full = False
+                if full:
+                    break
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError as e:
+            self.close(f"write error: {e}")
+            return
+        if wq:
+            if not self._writing:
+                self._writing = True
+                self.loop.add_writer(fd, self._on_writable)
+        elif self._writing:
+            self._writing = False
+            self.loop.remove_writer(fd)
+
+    def _on_writable(self) -> None:
+        self._flush()
+        if not self._closed and not self._wq:
+            self._after_progress()
