@@ -27,8 +27,8 @@ PARTITIONS = 3
 
 
 def create(bootstrap, topic):
-    AdminClient({"bootstrap.servers": bootstrap}).create_topics(
-        [NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+    admin = AdminClient({"bootstrap.servers": bootstrap})   # must outlive the future
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
 
 
 def produce(bootstrap, topic, count, size, acks, codec):
