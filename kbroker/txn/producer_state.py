@@ -35,12 +35,11 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 from collections import deque
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable
 
 from kbroker.txn.producer_snapshot import (
     CorruptSnapshotError,
@@ -684,14 +683,12 @@ class ProducerStateManager:
 def _read_end_txn_marker(batch) -> tuple[bool, int, int] | None:
     """(is_abort, coordinator_epoch, timestamp) of a control batch's marker, or None if it
     is empty (cleaned) or not a COMMIT/ABORT marker."""
-    records: Iterator = iter(batch.records())
-    record = next(records, None)
-    if record is None or record.key is None or len(record.key) < 4:
+    from kbroker.wire.records import ControlRecordType, control_record_type, end_txn_marker
+
+    record = next(iter(batch.records()), None)
+    if record is None:
         return None
-    _key_version, control_type = struct.unpack_from(">hh", record.key, 0)
-    if control_type not in (0, 1):  # 0 ABORT, 1 COMMIT; others are not txn markers
+    ctype = control_record_type(record.key)
+    if ctype not in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
         return None
-    coordinator_epoch = -1
-    if record.value is not None and len(record.value) >= 6:
-        _value_version, coordinator_epoch = struct.unpack_from(">hi", record.value, 0)
-    return control_type == 0, coordinator_epoch, record.timestamp
+    return ctype == ControlRecordType.ABORT, end_txn_marker(record.value), record.timestamp
