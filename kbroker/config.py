@@ -538,7 +538,13 @@ class BrokerConfig:
 
     @property
     def controller_listener_names(self) -> list[str]:
-        return [n.upper() for n in self.values["controller.listener.names"]]
+        """controller.listener.names; when unset on a controller, a listener literally named
+        CONTROLLER is taken as the controller listener (Kafka's sample configs' name)."""
+        names = [n.upper() for n in self.values["controller.listener.names"]]
+        if not names and self.is_controller:
+            if any(item.strip().upper().startswith("CONTROLLER://") for item in self.values["listeners"]):
+                names = ["CONTROLLER"]
+        return names
 
     @property
     def broker_listeners(self) -> list[Endpoint]:

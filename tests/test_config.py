@@ -65,3 +65,10 @@ def test_endpoints():
     eps = parse_endpoints(["PLAINTEXT://[::1]:9092", "SSL://host:9093"], {"PLAINTEXT": "PLAINTEXT", "SSL": "SSL"})
     assert eps[0].host == "::1" and eps[0].port == 9092
     assert eps[1].security_protocol == "SSL"
+
+
+def test_controller_listener_inferred():
+    cfg = BrokerConfig.load(None, ["listeners=PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093"])
+    assert cfg.controller_listener_names == ["CONTROLLER"]
+    assert [e.port for e in cfg.broker_listeners] == [9092]
+    assert [e.port for e in cfg.advertised_listeners] == [9092]
