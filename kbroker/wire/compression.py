@@ -228,18 +228,70 @@ def lz4_decompress(data, max_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE) -> bytes
 
 _ZSTD_C = zstandard.ZstdCompressor(level=3)
 _ZSTD_D = zstandard.ZstdDecompressor()
+_ZSTD_MAGIC = 0xFD2FB528
+_U32LE = struct.Struct("<I")
 
 
 def zstd_compress(data) -> bytes:
     return _ZSTD_C.compress(bytes(data))
 
 
+def _zstd_check_frames(mv: memoryview) -> None:
+    """Walk the frame and block headers (no decompression): raise unless ``mv`` is a
+    sequence of complete zstd (or skippable) frames. The streaming decoder silently stops
+    at a cut, so a torn payload would otherwise decode to a prefix."""
+    pos, end = 0, len(mv)
+    if end == 0:
+        raise CorruptRecordError("empty zstd payload")
+    while pos < end:
+        if end - pos < 5:
+            raise CorruptRecordError("truncated zstd frame header")
+        magic = _U32LE.unpack_from(mv, pos)[0]
+        if magic & 0xFFFFFFF0 == 0x184D2A50:  # skippable frame
+            if end - pos < 8:
+                raise CorruptRecordError("truncated zstd skippable frame")
+            pos += 8 + _U32LE.unpack_from(mv, pos + 4)[0]
+            if pos > end:
+                raise CorruptRecordError("truncated zstd skippable frame")
+            continue
+        if magic != _ZSTD_MAGIC:
+            raise CorruptRecordError("bad zstd frame magic")
+        fhd = mv[pos + 4]
+        if fhd & 0x08:
+            raise CorruptRecordError("reserved bit set in zstd frame header")
+        single_segment = fhd & 0x20
+        pos += (
+            5
+            + (0 if single_segment else 1)
+            + (0, 1, 2, 4)[fhd & 0x03]
+            + ((1 if single_segment else 0), 2, 4, 8)[fhd >> 6]
+        )
+        while True:
+            if end - pos < 3:
+                raise CorruptRecordError("truncated zstd block header")
+            bh = mv[pos] | (mv[pos + 1] << 8) | (mv[pos + 2] << 16)
+            btype = (bh >> 1) & 3
+            if btype == 3:
+                raise CorruptRecordError("reserved zstd block type")
+            pos += 3 + (1 if btype == 1 else bh >> 3)
+            if pos > end:
+                raise CorruptRecordError("truncated zstd block")
+            if bh & 1:
+                break
+        if fhd & 0x04:  # content checksum
+            pos += 4
+            if pos > end:
+                raise CorruptRecordError("truncated zstd frame checksum")
+
+
 def zstd_decompress(data, max_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE) -> bytes:
     # Streaming: works for frames without a content size (Java's ZstdOutputStream,
     # librdkafka) and never trusts a frame's declared size for an allocation.
+    data = bytes(data)
+    _zstd_check_frames(memoryview(data))
     out = bytearray()
     try:
-        with _ZSTD_D.stream_reader(io.BytesIO(bytes(data)), read_across_frames=True) as r:
+        with _ZSTD_D.stream_reader(io.BytesIO(data), read_across_frames=True) as r:
             while True:
                 chunk = r.read(min(_CHUNK, max_size - len(out) + 1))
                 if not chunk:

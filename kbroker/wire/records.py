@@ -263,8 +263,8 @@ class RecordBatch:
         return self.producer_id >= 0
 
     @property
-    def offset(self) -> int:
-        """Position of this batch in the buffer it was read from."""
+    def position(self) -> int:
+        """Where this batch starts in the buffer it was read from."""
         return self._off
 
     # -- bytes -----------------------------------------------------------------------
@@ -331,6 +331,8 @@ class RecordBatch:
     def records(self, max_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE) -> Iterator[Record]:
         """Yield the records with absolute offsets and timestamps (LogAppendTime batches
         report maxTimestamp for every record, as Kafka does)."""
+        if self.records_count == 0 and self.attributes & _CODEC_MASK:
+            return iter(())  # as Kafka: an empty compressed batch is not decompressed
         data = self.records_bytes(max_size)
         base_ts = self.base_timestamp
         lat = self.max_timestamp if self.attributes & _TIMESTAMP_TYPE_BIT else None

@@ -70,7 +70,7 @@ def test_view_over_offset_and_memoryview():
     mv = memoryview(buf)
     first = RecordBatch(mv, 4)
     second = RecordBatch(mv, 4 + first.size)
-    assert first.offset == 4 and second.offset == 4 + len(a)
+    assert first.position == 4 and second.position == 4 + len(a)
     assert bytes(second.buffer()) == b
     assert [r.offset for r in second.records()] == [2, 3, 4]
     # the view does not copy: a write through the buffer shows through
@@ -144,7 +144,7 @@ def test_iter_batches_walks_to_exact_end():
     buf = b"".join(parts)
     batches = list(iter_batches(buf))
     assert [b.base_offset for b in batches] == [0, 2, 3]
-    assert [b.offset for b in batches] == [0, len(parts[0]), len(parts[0]) + len(parts[1])]
+    assert [b.position for b in batches] == [0, len(parts[0]), len(parts[0]) + len(parts[1])]
     assert list(iter_batches(b"")) == []
     assert list(iter_batches(buf, len(buf))) == []
     assert [b.base_offset for b in iter_batches(buf, len(parts[0]))] == [2, 3]
