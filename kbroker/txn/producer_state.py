@@ -5,17 +5,28 @@ One ``ProducerStateManager`` per partition log. It maps producer id -> ``Produce
 transaction in progress, last timestamp) and decides, before an append, whether each batch of
 a produce request is new, a retried duplicate, or an error.
 
-The produce path is two steps around the log append, with no ``await`` in between (or the
-partition's append lock held across all three calls)::
+The produce path is check, log append, commit, with no ``await`` in between (or the
+partition's append lock held across the three); commit() raises StaleAppendError if the
+state changed after the check::
 
     res = psm.check_batches(batches, now_ms)          # RecordBatch views of one partition's records
     if res.is_duplicate:   # retried batch: answer NONE with the ORIGINAL offsets, append nothing
-        respond(NONE, base_offset=res.duplicate.first_offset, log_append_time=res.duplicate.timestamp)
+        respond(NONE, base_offset=res.duplicate.first_offset,
+                log_append_time=res.duplicate.timestamp if LogAppendTime topic else -1)
     elif res.error:        # OUT_OF_ORDER_SEQUENCE_NUMBER / INVALID_PRODUCER_EPOCH / INVALID_TXN_STATE / INVALID_RECORD
         respond(res.error)
     else:
         info = log.append(buf, now_ms)                 # assigns offsets
         psm.commit(res.pending, info.first_offset, log_append_time_ms=...)
+
+The partition log drives the rest::
+
+    psm = ProducerStateManager(partition_dir, producer_id_expiration_ms=...)
+    start = psm.truncate_and_reload(log_start_offset, log_end_offset, now_ms)  # open / truncation
+    psm.load_from_batches(batches from offset <= start up to the log end)    # replay
+    psm.take_snapshot(new_segment_base_offset)    # at each segment roll, and at close
+    psm.delete_snapshots_before(offset)           # with segments deleted by retention
+    psm.remove_expired(now_ms)                    # periodically (Kafka: every 10 minutes)
 
 Kafka semantics kept (storage/.../ProducerAppendInfo.java, ProducerStateEntry.java):
 
@@ -512,11 +523,30 @@ class ProducerStateManager:
     def load_from_batches(self, batches: Iterable) -> list[CompletedTxn]:
         """Apply batches already in the log, in offset order (Kafka's REPLICATION origin: no
         sequence or epoch validation). Each needs base_offset/last_offset_delta/producer
-        fields; control batches need records() to read the marker."""
+        fields; control batches need records() to read the marker.
+
+        Batches wholly below ``map_end_offset`` (already reflected by the loaded snapshot)
+        are not applied again; they only serve as history: each loaded producer's cache of
+        recent batches is filled back up to five with its same-epoch batches that precede
+        the ones it knows. Kafka's snapshot keeps only a producer's last batch, so replaying
+        from, say, the start of the segment holding the snapshot offset (instead of from
+        the snapshot offset) lets a restarted broker still recognise retries of the last
+        five batches."""
         completed: list[CompletedTxn] = []
+        history: dict[int, list] | None = {}
         for batch in batches:
             last_offset = batch.base_offset + batch.last_offset_delta
             pid = batch.producer_id
+            if last_offset < self.map_end_offset:
+                if (history is not None and pid >= 0 and not batch.is_control
+                        and batch.base_sequence >= 0):
+                    history.setdefault(pid, []).append(
+                        (batch.producer_epoch, batch.base_sequence, batch.last_offset_delta,
+                         last_offset, batch.max_timestamp))
+                continue
+            if history:
+                self._prefill(history)
+            history = None
             if pid >= 0:
                 if batch.is_control:
                     marker = _read_end_txn_marker(batch)
@@ -539,9 +569,26 @@ class ProducerStateManager:
                     self._append_data(pid, batch.producer_epoch, last_seq, batch.base_offset,
                                       last_offset, batch.max_timestamp,
                                       batch.is_transactional)
-            self.map_end_offset = max(self.map_end_offset, last_offset + 1)
+            self.map_end_offset = last_offset + 1
+        if history:
+            self._prefill(history)
         self._generation += 1
         return completed
+
+    def _prefill(self, history: dict[int, list]) -> None:
+        for pid, rows in history.items():
+            entry = self._producers.get(pid)
+            if entry is None or entry.is_empty:
+                continue  # expired, or nothing to anchor the history to
+            room = NUM_BATCHES_TO_RETAIN - len(entry.batch_metadata)
+            if room <= 0:
+                continue
+            earliest = entry.first_data_offset
+            older = [BatchMetadata(increment_sequence(seq, delta), last_offset, delta, ts)
+                     for epoch, seq, delta, last_offset, ts in rows
+                     if epoch == entry.producer_epoch and last_offset < earliest]
+            if older:
+                entry.batch_metadata.extendleft(reversed(older[-room:]))
 
     # ---- expiration ---------------------------------------------------------------------------
 

@@ -358,3 +358,49 @@ def test_replay_of_transaction_markers(tmp_path):
     assert e.coordinator_epoch == 5 and e.current_txn_first_offset == 3
     assert psm2.ongoing_txns == {3: PID}
     assert_duplicate(psm2, (2, 1, 3, 3))
+
+
+def test_replaying_history_below_snapshot_restores_last_five(tmp_path):
+    """Better than Kafka: batches below the snapshot offset, when replayed too, refill each
+    producer's cache of recent batches without being applied twice."""
+    psm, log = ProducerStateManager(tmp_path), Log()
+    sent = produce_sequence(psm, log, [1, 2, 1, 3, 1, 2, 1])
+    produce_sequence(psm, log, [2], pid=99)
+    psm.take_snapshot(log.end)  # clean shutdown
+    psm2 = ProducerStateManager(tmp_path)
+    start = psm2.truncate_and_reload(0, log.end, NOW)
+    assert start == log.end
+    psm2.load_from_batches(log.batches(0))  # e.g. from the last segment's base offset
+    e = psm2.last_entry(PID)
+    assert list(e.batch_metadata) == list(psm.last_entry(PID).batch_metadata)
+    for s in sent[-5:]:
+        assert_duplicate(psm2, s)
+    assert psm2.snapshot_entries() == psm.snapshot_entries()
+    assert psm2.map_end_offset == log.end
+
+
+def test_history_then_replay_after_crash(tmp_path):
+    psm, log = ProducerStateManager(tmp_path), Log()
+    sent = produce_sequence(psm, log, [1, 1, 1])
+    psm.take_snapshot(log.end)
+    sent += produce_sequence(psm, log, [1, 1], start_seq=3)
+    psm2 = ProducerStateManager(tmp_path)
+    assert psm2.truncate_and_reload(0, log.end, NOW) == 3
+    psm2.load_from_batches(log.batches(0))
+    for s in sent:
+        assert_duplicate(psm2, s)
+    assert [b.first_offset for b in psm2.last_entry(PID).batch_metadata] == [0, 1, 2, 3, 4]
+
+
+def test_history_ignores_other_epochs_and_expired_producers(tmp_path):
+    psm, log = ProducerStateManager(tmp_path, producer_id_expiration_ms=1000), Log()
+    produce_sequence(psm, log, [1, 1])  # epoch 0
+    res, first = produce(psm, log, batch(epoch=1, seq=0, count=1, ts=NOW + 900))
+    psm.commit(res.pending, first)
+    produce_sequence(psm, log, [1], pid=5, ts=NOW)  # will be expired at load
+    psm.take_snapshot(log.end)
+    psm2 = ProducerStateManager(tmp_path, producer_id_expiration_ms=1000)
+    psm2.truncate_and_reload(0, log.end, NOW + 1000)
+    psm2.load_from_batches(log.batches(0))
+    assert [b.last_offset for b in psm2.last_entry(PID).batch_metadata] == [2]
+    assert psm2.last_entry(5) is None
