@@ -461,7 +461,8 @@ class ProducerStateManager:
         """Record the batches of ``pending`` after the log appended them from ``first_offset``
         (batches occupy consecutive offsets in the order they were checked). With
         ``log_append_time_ms`` (LogAppendTime topics) it replaces each batch's max timestamp.
-        Returns the started transactions' first offsets."""
+        Call it for every OK result that was appended, even one with no idempotent batch (it
+        advances map_end_offset). Returns the started transactions' first offsets."""
         if pending._manager is not self:
             raise ValueError("pending append belongs to another manager")
         if pending._done:
@@ -662,6 +663,21 @@ class ProducerStateManager:
             self._delete_snapshot(off)
         latest = self.latest_snapshot_offset()
         self._last_snap_offset = latest if latest is not None else 0
+
+    def remove_stray_snapshots(self, segment_base_offsets: Iterable[int]) -> None:
+        """At log load: delete snapshots with no segment of the same base offset, except the
+        largest such stray when it lies above every segment's base offset (the one written
+        at clean shutdown). Also removes leftover ``.snapshot.tmp`` files."""
+        d = self._require_dir()
+        for tmp in d.glob("*.snapshot.tmp"):
+            tmp.unlink(missing_ok=True)
+        self._snapshots = list_snapshots(d)
+        bases = set(segment_base_offsets)
+        strays = [o for o in self._snapshots if o not in bases]
+        keep = strays[-1] if strays and (not bases or strays[-1] > max(bases)) else None
+        for off in strays:
+            if off != keep:
+                self._delete_snapshot(off)
 
     def _clear(self) -> None:
         self._producers.clear()

@@ -404,3 +404,18 @@ def test_history_ignores_other_epochs_and_expired_producers(tmp_path):
     psm2.load_from_batches(log.batches(0))
     assert [b.last_offset for b in psm2.last_entry(PID).batch_metadata] == [2]
     assert psm2.last_entry(5) is None
+
+
+def test_remove_stray_snapshots(tmp_path):
+    for off in (0, 5, 7, 10, 12, 20):
+        write_snapshot_file(snapshot_path(tmp_path, off), [])
+    (tmp_path / "00000000000000000030.snapshot.tmp").write_bytes(b"partial")
+    psm = ProducerStateManager(tmp_path)
+    psm.remove_stray_snapshots([0, 10, 15])
+    # 5, 7, 12 have no segment; 20 is the clean-shutdown snapshot above every segment
+    assert psm.snapshot_offsets() == [0, 10, 20]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "00000000000000000000.snapshot", "00000000000000000010.snapshot",
+        "00000000000000000020.snapshot"]
+    psm.remove_stray_snapshots([0, 10, 25])
+    assert psm.snapshot_offsets() == [0, 10]
