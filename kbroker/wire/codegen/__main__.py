@@ -1,0 +1,5 @@
+import sys
+
+from kbroker.wire.codegen.cli import main
+
+sys.exit(main())
