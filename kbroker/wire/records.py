@@ -134,12 +134,14 @@ def peek_magic(buf, offset: int = 0) -> int:
 
 
 class RecordBatch:
-    """A view over one v2 batch in ``buf`` starting at ``offset``; no copy is made.
+    """A view over one v2 batch in ``buf`` starting at ``offset``
+    no copy is made.
 
     The constructor checks only the framing (magic, batchLength within the buffer), not
     the CRC: call ``verify_crc()``. ``base_offset`` and ``partition_leader_epoch`` are read
     from the buffer on every access and can be assigned (the buffer must be writable: a
-    bytearray or a writable memoryview); the other header fields are read once, here.
+    bytearray or a writable memoryview)
+    the other header fields are read once, here.
     """
 
     __slots__ = (
@@ -243,15 +245,15 @@ class RecordBatch:
 
     @property
     def is_transactional(self) -> bool:
-        return bool(self.attributes & _TRANSACTIONAL_BIT)
+        return self.attributes & _TRANSACTIONAL_BIT != 0
 
     @property
     def is_control(self) -> bool:
-        return bool(self.attributes & _CONTROL_BIT)
+        return self.attributes & _CONTROL_BIT != 0
 
     @property
     def has_delete_horizon(self) -> bool:
-        return bool(self.attributes & _DELETE_HORIZON_BIT)
+        return self.attributes & _DELETE_HORIZON_BIT != 0
 
     @property
     def delete_horizon_ms(self) -> int | None:
@@ -310,7 +312,8 @@ class RecordBatch:
         self._write_crc()
 
     def set_log_append_time(self, ts_ms: int) -> None:
-        """Mark the batch LogAppendTime with ``ts_ms``; recomputes the CRC."""
+        """Mark the batch LogAppendTime with ``ts_ms``
+        recomputes the CRC."""
         self.set_max_timestamp(LOG_APPEND_TIME, ts_ms)
 
     # -- records ---------------------------------------------------------------------
@@ -334,6 +337,8 @@ class RecordBatch:
         if self.records_count == 0 and self.attributes & _CODEC_MASK:
             return iter(())  # as Kafka: an empty compressed batch is not decompressed
         data = self.records_bytes(max_size)
+        if type(data) is not bytes:
+            data = bytes(data)  # one copy: keys and values come out as bytes anyway
         base_ts = self.base_timestamp
         lat = self.max_timestamp if self.attributes & _TIMESTAMP_TYPE_BIT else None
         return _decode_records(
@@ -344,7 +349,8 @@ class RecordBatch:
         return self.records()
 
     def control_type(self) -> ControlRecordType | int | None:
-        """For a control batch, the type of its (first) control record; else None."""
+        """For a control batch, the type of its (first) control record
+        else None."""
         if not self.attributes & _CONTROL_BIT:
             return None
         for r in self.records():
@@ -379,7 +385,8 @@ def iter_batches(buf, offset: int = 0, *, legacy: bool = False) -> Iterator:
     """Walk concatenated batches from ``offset`` to the end of ``buf``.
 
     Stops cleanly at the exact end. A batch cut short raises ``TruncatedRecordError``, a bad
-    length or magic ``CorruptRecordError`` (both with ``.position``); the CRC is not checked.
+    length or magic ``CorruptRecordError`` (both with ``.position``)
+    the CRC is not checked.
     Magic 0/1 messages raise ``UnsupportedMagicError`` unless ``legacy=True``, in which case
     they are yielded as ``legacy_records.LegacyBatch`` views.
     """
@@ -399,13 +406,15 @@ def iter_batches(buf, offset: int = 0, *, legacy: bool = False) -> Iterator:
 
 
 def validate_produce_records(buf, *, from_client: bool = True) -> list[RecordBatch]:
-    """Cheap per-batch validation of a Produce partition's records; no per-record work.
+    """Cheap per-batch validation of a Produce partition's records
+    no per-record work.
 
     Checks framing (magic 2, lengths), the CRC of every batch, and for client produces the
     header rules Kafka's LogValidator applies: a positive count consistent with
     lastOffsetDelta, no control batches, a sequence when there is a producer id.
     Returns the batch views. Raises ``CorruptRecordError`` (CORRUPT_MESSAGE) or
-    ``InvalidRecordError`` (INVALID_RECORD; also for magic < 2 and an empty payload).
+    ``InvalidRecordError`` (INVALID_RECORD
+    also for magic < 2 and an empty payload).
     """
     if buf is None or len(buf) == 0:
         raise InvalidRecordError("produce request has no record batch")
@@ -448,105 +457,9 @@ def validate_produce_records(buf, *, from_client: bool = True) -> list[RecordBat
 # ------------------------------------------------------------------------- decoding
 
 
-def _decode_records(data, count, base_offset, base_ts, log_append_ts, position):
-    """Generator over ``count`` records in ``data`` (bytes or memoryview)."""
-    end = len(data)
-    pos = 0
-    try:
-        for _ in range(count):
-            # length
-            b = data[pos]
-            if b < 0x80:
-                length = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                length, pos = _read_varint(data, pos)
-            rec_end = pos + length
-            if length < 0 or rec_end > end:
-                raise CorruptRecordError(f"record length {length} overruns the batch", position)
-            pos += 1  # record attributes (unused)
-            ts_delta, pos = _read_varint(data, pos)
-            b = data[pos]
-            if b < 0x80:
-                off_delta = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                off_delta, pos = _read_varint(data, pos)
-            # key
-            b = data[pos]
-            if b < 0x80:
-                n = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                n, pos = _read_varint(data, pos)
-            if n < 0:
-                key = None
-            else:
-                if pos + n > rec_end:
-                    raise CorruptRecordError("record key overruns the record", position)
-                key = bytes(data[pos : pos + n])
-                pos += n
-            # value
-            b = data[pos]
-            if b < 0x80:
-                n = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                n, pos = _read_varint(data, pos)
-            if n < 0:
-                value = None
-            else:
-                if pos + n > rec_end:
-                    raise CorruptRecordError("record value overruns the record", position)
-                value = bytes(data[pos : pos + n])
-                pos += n
-            # headers
-            b = data[pos]
-            if b < 0x80:
-                nh = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                nh, pos = _read_varint(data, pos)
-            headers = []
-            if nh:
-                if nh < 0 or nh > rec_end - pos:
-                    raise CorruptRecordError(f"invalid header count {nh}", position)
-                for _h in range(nh):
-                    n, pos = _read_varint(data, pos)
-                    if n < 0 or pos + n > rec_end:
-                        raise CorruptRecordError(f"invalid header key length {n}", position)
-                    hkey = bytes(data[pos : pos + n]).decode("utf-8", "surrogateescape")
-                    pos += n
-                    n, pos = _read_varint(data, pos)
-                    if n < 0:
-                        hval = None
-                    else:
-                        if pos + n > rec_end:
-                            raise CorruptRecordError("header value overruns the record", position)
-                        hval = bytes(data[pos : pos + n])
-                        pos += n
-                    headers.append((hkey, hval))
-            if pos != rec_end:
-                raise CorruptRecordError(
-                    f"record declared {length} bytes but held {length + pos - rec_end}", position
-                )
-            yield Record(
-                base_offset + off_delta,
-                log_append_ts if log_append_ts is not None else base_ts + ts_delta,
-                key,
-                value,
-                headers,
-            )
-    except IndexError:
-        raise CorruptRecordError("record data ends inside a record", position) from None
-    if pos != end:
-        raise CorruptRecordError(
-            f"{end - pos} bytes left after the batch's {count} records", position
-        )
-
-
-def _read_varint(data, pos):
-    """Zigzag varint/varlong at ``pos`` -> (value, new_pos)."""
+def _read_uvarint(data, pos):
+    """Unsigned varint at ``pos`` -> (value, new_pos)
+    zigzag is left to the caller."""
     shift = 0
     result = 0
     while True:
@@ -554,10 +467,135 @@ def _read_varint(data, pos):
         pos += 1
         result |= (b & 0x7F) << shift
         if b < 0x80:
-            return (result >> 1) ^ -(result & 1), pos
+            return result, pos
         shift += 7
         if shift > 63:
             raise CorruptRecordError("varint longer than 10 bytes")
+
+
+def _decode_records(data: bytes, count, base_offset, base_ts, log_append_ts, position):
+    """Generator over ``count`` records in ``data`` (bytes). Varints are decoded inline
+    with one- and two-byte fast paths
+    the record-length check at the end of each record
+    catches any field that overran it."""
+    end = len(data)
+    pos = 0
+    rec = Record
+    _new = tuple.__new__
+    try:
+        for _ in range(count):
+            b = data[pos]
+            if b < 0x80:
+                v = b
+                pos += 1
+            else:
+                c = data[pos + 1]
+                if c < 0x80:
+                    v = (b & 0x7F) | (c << 7)
+                    pos += 2
+                else:
+                    v, pos = _read_uvarint(data, pos)
+            length = (v >> 1) ^ -(v & 1)
+            rec_end = pos + length
+            if length <= 0 or rec_end > end:
+                raise CorruptRecordError(f"record length {length} overruns the batch", position)
+            # skip the attributes byte; then the timestamp delta
+            b = data[pos + 1]
+            if b < 0x80:
+                v = b
+                pos += 2
+            else:
+                v, pos = _read_uvarint(data, pos + 1)
+            ts_delta = (v >> 1) ^ -(v & 1)
+            b = data[pos]
+            if b < 0x80:
+                v = b
+                pos += 1
+            else:
+                v, pos = _read_uvarint(data, pos)
+            off_delta = (v >> 1) ^ -(v & 1)
+            # key
+            b = data[pos]
+            if b < 0x80:
+                v = b
+                pos += 1
+            else:
+                v, pos = _read_uvarint(data, pos)
+            if v & 1:
+                if v != 1:
+                    raise CorruptRecordError("invalid key length", position)
+                key = None
+            else:
+                n = v >> 1
+                key = data[pos : pos + n]
+                pos += n
+            # value
+            b = data[pos]
+            if b < 0x80:
+                v = b
+                pos += 1
+            else:
+                c = data[pos + 1]
+                if c < 0x80:
+                    v = (b & 0x7F) | (c << 7)
+                    pos += 2
+                else:
+                    v, pos = _read_uvarint(data, pos)
+            if v & 1:
+                if v != 1:
+                    raise CorruptRecordError("invalid value length", position)
+                value = None
+            else:
+                n = v >> 1
+                value = data[pos : pos + n]
+                pos += n
+            # headers
+            nh = data[pos]
+            pos += 1
+            if nh:
+                if nh >= 0x80:
+                    nh, pos = _read_uvarint(data, pos - 1)
+                nh = (nh >> 1) ^ -(nh & 1)
+                if nh < 0 or nh > rec_end - pos:
+                    raise CorruptRecordError(f"invalid header count {nh}", position)
+                headers = []
+                for _h in range(nh):
+                    v, pos = _read_uvarint(data, pos)
+                    if v & 1:
+                        raise CorruptRecordError("invalid header key length", position)
+                    n = v >> 1
+                    hkey = data[pos : pos + n].decode("utf-8", "surrogateescape")
+                    pos += n
+                    v, pos = _read_uvarint(data, pos)
+                    if v & 1:
+                        if v != 1:
+                            raise CorruptRecordError("invalid header value length", position)
+                        hval = None
+                    else:
+                        n = v >> 1
+                        hval = data[pos : pos + n]
+                        pos += n
+                    headers.append((hkey, hval))
+            else:
+                headers = []
+            if pos != rec_end:
+                raise CorruptRecordError(
+                    f"record declared {length} bytes but held {length + pos - rec_end}", position
+                )
+            yield _new(
+                rec,
+                (
+                    base_offset + off_delta,
+                    base_ts + ts_delta if log_append_ts is None else log_append_ts,
+                    key,
+                    value,
+                    headers,
+                ),
+            )
+    except IndexError:
+        raise CorruptRecordError("record data ends inside a record", position) from None
+    if pos != end:
+        raise CorruptRecordError(f"{end - pos} bytes left after the batch's {count} records", position)
 
 
 def _write_varint(out: bytearray, value: int) -> None:
@@ -642,7 +680,8 @@ def control_batch(
 class BatchBuilder:
     """Builds one v2 batch.
 
-    ``append`` records in offset order; ``offset`` defaults to the next offset (an explicit
+    ``append`` records in offset order
+    ``offset`` defaults to the next offset (an explicit
     one may leave gaps, as compaction does). Timestamps default to NO_TIMESTAMP (-1).
     """
 
@@ -688,7 +727,8 @@ class BatchBuilder:
         timestamp: int | None = None,
         offset: int | None = None,
     ) -> int:
-        """Add a record; returns its offset. Header keys are str (or bytes)."""
+        """Add a record
+        returns its offset. Header keys are str (or bytes)."""
         if offset is None:
             delta = self._next_delta
         else:
