@@ -79,17 +79,17 @@ def _scalar(kind: str, compact: bool):
     raise ValueError(kind)
 
 
-def value_strategy(msg: Message, f: Field, t: FieldType, version: int, depth: int):
+def value_strategy(msg: Message, f: Field, t: FieldType, version: int, depth: int, unknown_tags: bool):
     nullable = version in f.nullable
     if t.kind == "array":
         e = t.elem
         if e.kind == "struct":
-            elem = struct_strategy(msg, e.struct, version, depth + 1)
+            elem = struct_strategy(msg, e.struct, version, depth + 1, unknown_tags)
         else:
             elem = _scalar(e.kind, False)
         s = st.lists(elem, max_size=3 if depth < 3 else 1)
     elif t.kind == "struct":
-        s = struct_strategy(msg, t.struct, version, depth + 1)
+        s = struct_strategy(msg, t.struct, version, depth + 1, unknown_tags)
     else:
         s = _scalar(t.kind, False)
     if nullable:
@@ -101,15 +101,15 @@ def _flexible(msg: Message, version: int) -> bool:
     return version in msg.flexible
 
 
-def struct_strategy(msg: Message, struct: Struct, version: int, depth: int = 0):
+def struct_strategy(msg: Message, struct: Struct, version: int, depth: int = 0, unknown_tags: bool = True):
     cls = message_class(msg, struct)
     kwargs = {}
     for f in struct.fields:
         if version in f.versions:
-            kwargs[f.attr] = value_strategy(msg, f, f.type, version, depth)
+            kwargs[f.attr] = value_strategy(msg, f, f.type, version, depth, unknown_tags)
         else:
             kwargs[f.attr] = st.builds(functools.partial(_default, msg, f))
-    if _flexible(msg, version):
+    if unknown_tags and _flexible(msg, version):
         known = {f.tag for f in struct.fields if f.tag is not None and version in f.tagged}
         tags = st.integers(0, 300).filter(lambda t: t not in known)
         unknown = st.lists(st.tuples(tags, small_bytes), max_size=2, unique_by=lambda tv: tv[0]).map(
@@ -118,5 +118,6 @@ def struct_strategy(msg: Message, struct: Struct, version: int, depth: int = 0):
     return st.builds(cls, **kwargs)
 
 
-def message_strategy(msg: Message, version: int):
-    return struct_strategy(msg, msg.struct, version)
+def message_strategy(msg: Message, version: int, unknown_tags: bool = True):
+    """Objects of msg valid at version; unknown_tags=False for peers that drop them."""
+    return struct_strategy(msg, msg.struct, version, 0, unknown_tags)
