@@ -1,0 +1,1 @@
+"""The classic rebalance protocol (JoinGroup / SyncGroup / Heartbeat / LeaveGroup)."""
