@@ -125,6 +125,13 @@ class LegacyBatch:
         return self._base_offset
 
     @property
+    def records_count(self) -> int:
+        codec = self.compression
+        if codec == 0:
+            return 1
+        return len(self._inner_records(codec, DEFAULT_MAX_DECOMPRESSED_SIZE))
+
+    @property
     def compression(self) -> int:
         return self.attributes & 0x07
 

@@ -67,6 +67,9 @@ __all__ = [
     "NO_PRODUCER_EPOCH",
     "NO_SEQUENCE",
     "NO_PARTITION_LEADER_EPOCH",
+    "CREATE_TIME",
+    "LOG_APPEND_TIME",
+    "control_key",
     "RECORD_BATCH_OVERHEAD",
     "LOG_OVERHEAD",
 ]
@@ -134,14 +137,12 @@ def peek_magic(buf, offset: int = 0) -> int:
 
 
 class RecordBatch:
-    """A view over one v2 batch in ``buf`` starting at ``offset``
-    no copy is made.
+    """A view over one v2 batch in ``buf`` starting at ``offset``; no copy is made.
 
     The constructor checks only the framing (magic, batchLength within the buffer), not
     the CRC: call ``verify_crc()``. ``base_offset`` and ``partition_leader_epoch`` are read
     from the buffer on every access and can be assigned (the buffer must be writable: a
-    bytearray or a writable memoryview)
-    the other header fields are read once, here.
+    bytearray or a writable memoryview); the other header fields are read once, here.
     """
 
     __slots__ = (
@@ -166,7 +167,9 @@ class RecordBatch:
         if type(buf) is memoryview and (buf.itemsize != 1 or buf.ndim != 1):
             buf = buf.cast("B")
         avail = len(buf) - offset
-        if offset < 0 or avail < RECORD_BATCH_OVERHEAD:
+        if offset < 0:
+            raise ValueError(f"negative batch offset {offset}")
+        if avail < RECORD_BATCH_OVERHEAD:
             if avail >= 17 and buf[offset + 16] != MAGIC:
                 _bad_magic(buf[offset + 16], offset)
             raise TruncatedRecordError(
@@ -312,8 +315,7 @@ class RecordBatch:
         self._write_crc()
 
     def set_log_append_time(self, ts_ms: int) -> None:
-        """Mark the batch LogAppendTime with ``ts_ms``
-        recomputes the CRC."""
+        """Mark the batch LogAppendTime with ``ts_ms``; recomputes the CRC."""
         self.set_max_timestamp(LOG_APPEND_TIME, ts_ms)
 
     # -- records ---------------------------------------------------------------------
@@ -349,8 +351,7 @@ class RecordBatch:
         return self.records()
 
     def control_type(self) -> ControlRecordType | int | None:
-        """For a control batch, the type of its (first) control record
-        else None."""
+        """For a control batch, the type of its (first) control record; else None."""
         if not self.attributes & _CONTROL_BIT:
             return None
         for r in self.records():
@@ -385,8 +386,7 @@ def iter_batches(buf, offset: int = 0, *, legacy: bool = False) -> Iterator:
     """Walk concatenated batches from ``offset`` to the end of ``buf``.
 
     Stops cleanly at the exact end. A batch cut short raises ``TruncatedRecordError``, a bad
-    length or magic ``CorruptRecordError`` (both with ``.position``)
-    the CRC is not checked.
+    length or magic ``CorruptRecordError`` (both with ``.position``); the CRC is not checked.
     Magic 0/1 messages raise ``UnsupportedMagicError`` unless ``legacy=True``, in which case
     they are yielded as ``legacy_records.LegacyBatch`` views.
     """
@@ -406,15 +406,13 @@ def iter_batches(buf, offset: int = 0, *, legacy: bool = False) -> Iterator:
 
 
 def validate_produce_records(buf, *, from_client: bool = True) -> list[RecordBatch]:
-    """Cheap per-batch validation of a Produce partition's records
-    no per-record work.
+    """Cheap per-batch validation of a Produce partition's records; no per-record work.
 
     Checks framing (magic 2, lengths), the CRC of every batch, and for client produces the
     header rules Kafka's LogValidator applies: a positive count consistent with
     lastOffsetDelta, no control batches, a sequence when there is a producer id.
     Returns the batch views. Raises ``CorruptRecordError`` (CORRUPT_MESSAGE) or
-    ``InvalidRecordError`` (INVALID_RECORD
-    also for magic < 2 and an empty payload).
+    ``InvalidRecordError`` (INVALID_RECORD; also for magic < 2 and an empty payload).
     """
     if buf is None or len(buf) == 0:
         raise InvalidRecordError("produce request has no record batch")
@@ -440,10 +438,10 @@ def validate_produce_records(buf, *, from_client: bool = True) -> list[RecordBat
                     raise InvalidRecordError(
                         f"producer id {b.producer_id} with no sequence number", b._off
                     )
-                if b.attributes & _CODEC_MASK > 4:
-                    raise InvalidRecordError(
-                        f"unknown compression codec {b.attributes & _CODEC_MASK}", b._off
-                    )
+            if b.attributes & _CODEC_MASK > 4:
+                raise InvalidRecordError(
+                    f"unknown compression codec {b.attributes & _CODEC_MASK}", b._off
+                )
             batches.append(b)
     except UnsupportedMagicError as e:
         if e.magic in (0, 1):
@@ -458,8 +456,7 @@ def validate_produce_records(buf, *, from_client: bool = True) -> list[RecordBat
 
 
 def _read_uvarint(data, pos):
-    """Unsigned varint at ``pos`` -> (value, new_pos)
-    zigzag is left to the caller."""
+    """Unsigned varint at ``pos`` -> (value, new_pos); zigzag is left to the caller."""
     shift = 0
     result = 0
     while True:
@@ -680,8 +677,7 @@ def control_batch(
 class BatchBuilder:
     """Builds one v2 batch.
 
-    ``append`` records in offset order
-    ``offset`` defaults to the next offset (an explicit
+    ``append`` records in offset order; ``offset`` defaults to the next offset (an explicit
     one may leave gaps, as compaction does). Timestamps default to NO_TIMESTAMP (-1).
     """
 
@@ -727,8 +723,7 @@ class BatchBuilder:
         timestamp: int | None = None,
         offset: int | None = None,
     ) -> int:
-        """Add a record
-        returns its offset. Header keys are str (or bytes)."""
+        """Add a record; returns its offset. Header keys are str (or bytes)."""
         if offset is None:
             delta = self._next_delta
         else:

@@ -224,6 +224,15 @@ def test_validate_produce_records():
     with pytest.raises(TruncatedRecordError):
         validate_produce_records(good[:-1])
 
+    bad_codec = bytearray(good)
+    struct.pack_into(">h", bad_codec, 21, 5)  # attributes: codec 5 does not exist
+    struct.pack_into(">I", bad_codec, 17, RecordBatch(bad_codec).compute_crc())
+    for client in (True, False):
+        with pytest.raises(InvalidRecordError):
+            validate_produce_records(bad_codec, from_client=client)
+    with pytest.raises(CorruptRecordError):
+        RecordBatch(bad_codec).records()
+
 
 def test_records_trailing_garbage_and_overrun_detected():
     # declare one more record than present: iteration must fail, not loop or hang

@@ -103,6 +103,7 @@ def test_v1_wrapper_relative_offsets(codec, enc):
     assert recs == [Record(50 + i, 100 + i, b"k%d" % i, b"v%d" % i, []) for i in range(3)]
     [m] = list(iter_legacy_messages(wrapper))
     assert (m.base_offset, m.last_offset, m.compression) == (50, 52, codec)
+    assert m.records_count == 3
 
 
 def test_v1_wrapper_log_append_time_overrides_inner():
