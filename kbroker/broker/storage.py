@@ -26,7 +26,6 @@ from kbroker.config import parse_properties
 log = logging.getLogger("kbroker.storage")
 
 META_PROPERTIES = "meta.properties"
-CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 
 
 class StorageError(RuntimeError):
@@ -125,28 +124,3 @@ def ensure_formatted(dirs: list[str], node_id: int, cluster_id: str | None = Non
         if nid is not None and int(nid) != node_id:
             raise StorageError(f"{d}/{META_PROPERTIES} is for node {nid}, but node.id is {node_id}")
     return cid
-
-
-def had_clean_shutdown(dirs: list[str]) -> bool:
-    """True when every directory holds the clean-shutdown marker (and removes the markers:
-    from now on the directories are in use)."""
-    clean = True
-    for d in dirs:
-        p = os.path.join(d, CLEAN_SHUTDOWN_FILE)
-        if os.path.exists(p):
-            os.unlink(p)
-        else:
-            clean = False
-    return clean
-
-
-def write_clean_shutdown(dirs: list[str], broker_epoch: int = -1) -> None:
-    for d in dirs:
-        if not os.path.isdir(d):
-            continue
-        p = os.path.join(d, CLEAN_SHUTDOWN_FILE)
-        with open(p, "w", encoding="utf-8") as f:
-            f.write('{"version":0,"brokerEpoch":%d}' % broker_epoch)
-            f.flush()
-            os.fsync(f.fileno())
-        _fsync_dir(d)

@@ -18,7 +18,8 @@ Per connection:
 * Each frame goes to ``dispatcher.dispatch(conn, frame)`` which returns
   - ``None``: no response (``acks=0`` produce),
   - a list of chunks: a complete response frame (``bytes``/``memoryview`` buffers and file
-    regions, anything with ``size`` and a ``file``/``fd`` and ``position``),
+    regions: anything with ``size``, ``position`` and a ``fd``/``file``; or a holder of such
+    regions in ``.regions``, like the log's ReadResult),
   - an awaitable that resolves to one of the above (long-poll fetch, controller writes...),
   or raises :class:`CloseConnection`.
 * Handlers may overlap; the outbox releases responses strictly in request order.
@@ -177,6 +178,9 @@ class Connection:
             data = self.sock.recv(RECV_SIZE)
         except (BlockingIOError, InterruptedError):
             return
+        except (ConnectionResetError, BrokenPipeError):
+            self.close()
+            return
         except OSError as e:
             self.close(f"read error: {e}")
             return
@@ -278,10 +282,11 @@ class Connection:
                     wq.append(c)
                     self._wq_bytes += n
             else:
-                r = _Region(c)
-                if r.left:
-                    wq.append(r)
-                    self._wq_bytes += r.left
+                for reg in getattr(c, "regions", None) or (c,):
+                    r = _Region(reg)
+                    if r.left:
+                        wq.append(r)
+                        self._wq_bytes += r.left
         if not self._writing:
             self._flush()
             if self._wq_bytes > WRITE_HIGH_WATER:

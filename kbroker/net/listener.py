@@ -50,6 +50,11 @@ class Listener:
         return self._socks[0].getsockname()[1] if self._socks else self.port
 
     def start(self) -> None:
+        self.bind()
+        self.start_accepting()
+
+    def bind(self) -> None:
+        """Bind and listen (connections queue in the backlog until start_accepting)."""
         self._loop = asyncio.get_running_loop()
         host = self.host or None
         infos = socket.getaddrinfo(host, self.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
@@ -73,6 +78,9 @@ class Listener:
                     continue
                 raise
             self._socks.append(s)
+
+    def start_accepting(self) -> None:
+        for s in self._socks:
             self._loop.add_reader(s.fileno(), self._on_accept, s)
         log.info("listening on %s://%s:%d", self.name, self.host or "0.0.0.0", self.bound_port)
 

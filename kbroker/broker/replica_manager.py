@@ -1,0 +1,241 @@
+"""Partitions this node hosts: their logs, producer state, appends and fetch wake-ups.
+
+Built from the metadata image: the controller runtime publishes each committed record
+(``on_metadata_record``), and a PartitionRecord naming this node as a replica opens (or
+creates) the partition's log through ``kbroker.log.LogManager``; RemoveTopicRecord deletes the
+logs. On a single node the leader's high watermark is its log end offset; replication will
+move it in ``kbroker.replication`` instead.
+
+``append`` is the one write path for client produces and (later) coordinators' internal
+partitions: validate the batches once (header + CRC), check idempotent producer state, one
+log append for the partition, commit producer state, wake fetches waiting on the partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import Any, Iterable
+
+from kbroker.log.errors import LogError
+from kbroker.txn.producer_state import ProducerStateManager
+from kbroker.wire.errors import Errors
+from kbroker.wire.records import CodecError as RecordsCodecError
+from kbroker.wire.records import iter_batches
+
+_PID_OFFSET = 43
+
+
+def _first_producer_id(buf) -> int:
+    """The first batch's producerId (-1 for non-idempotent producers, who skip the producer
+    state check); -1 for anything too short to hold one (the log reports the corruption)."""
+    if len(buf) < _PID_OFFSET + 8:
+        return -1
+    return int.from_bytes(buf[_PID_OFFSET:_PID_OFFSET + 8], "big", signed=True)
+
+log = logging.getLogger("kbroker.replicas")
+
+TOPIC_RESOURCE = 2
+
+
+def _kafka_uuid(u: uuid.UUID) -> str:
+    from kbroker.broker.storage import uuid_to_str
+    return uuid_to_str(u)
+
+
+class Partition:
+    __slots__ = ("topic", "index", "topic_id", "log", "producer_state", "leader_epoch",
+                 "waiters", "config")
+
+    def __init__(self, topic: str, index: int, topic_id: uuid.UUID, plog: Any,
+                 producer_state: ProducerStateManager, leader_epoch: int, config: Any) -> None:
+        self.topic = topic
+        self.index = index
+        self.topic_id = topic_id
+        self.log = plog
+        self.producer_state = producer_state
+        self.leader_epoch = leader_epoch
+        self.waiters: set[asyncio.Future] = set()
+        self.config = config
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+    @property
+    def last_stable_offset(self) -> int:
+        first = self.producer_state.first_undecided_offset()
+        hw = self.log.high_watermark
+        return hw if first is None else min(first, hw)
+
+    def __repr__(self) -> str:
+        return f"{self.topic}-{self.index}"
+
+
+class AppendResult:
+    __slots__ = ("error", "message", "base_offset", "log_append_time", "log_start_offset")
+
+    def __init__(self, error: int, base_offset: int = -1, log_append_time: int = -1,
+                 log_start_offset: int = -1, message: str | None = None) -> None:
+        self.error = error
+        self.base_offset = base_offset
+        self.log_append_time = log_append_time
+        self.log_start_offset = log_start_offset
+        self.message = message
+
+
+class ReplicaManager:
+    def __init__(self, node_id: int, log_manager: Any, image: Any, log_config_for, now_ms,
+                 *, producer_id_expiration_ms: int = 86_400_000) -> None:
+        """``log_config_for(topic_name) -> LogConfig`` gives a topic's effective config;
+        ``now_ms()`` is the clock (for start-up work only: appends get now_ms passed in)."""
+        self.node_id = node_id
+        self.now_ms = now_ms
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.log_manager = log_manager
+        self.image = image
+        self.log_config_for = log_config_for
+        self.topics: dict[str, dict[int, Partition]] = {}
+
+    # -- lookup ------------------------------------------------------------------------------
+
+    def get(self, topic: str, index: int) -> Partition | None:
+        parts = self.topics.get(topic)
+        return parts.get(index) if parts is not None else None
+
+    def all_partitions(self) -> Iterable[Partition]:
+        for parts in self.topics.values():
+            yield from parts.values()
+
+    # -- metadata ----------------------------------------------------------------------------
+
+    def load_from_image(self, image) -> None:
+        for t in image.topics_by_name.values():
+            for p in t.partitions.values():
+                if self.node_id in p.replicas:
+                    self._open(t.name, t.topic_id, p.partition_id, p.leader_epoch)
+
+    def on_metadata_record(self, rec: Any, change: Any, offset: int) -> None:
+        kind = type(rec).__name__
+        if kind == "PartitionRecord":
+            if self.node_id in rec.replicas:
+                t = self.image.topics_by_id.get(rec.topic_id)
+                if t is not None:
+                    self._open(t.name, t.topic_id, rec.partition_id, rec.leader_epoch)
+        elif kind == "RemoveTopicRecord":
+            if change is not None:
+                self._remove_topic(change.name)
+        elif kind == "ConfigRecord" and rec.resource_type == TOPIC_RESOURCE:
+            parts = self.topics.get(rec.resource_name)
+            if parts:
+                cfg = self.log_config_for(rec.resource_name)
+                for p in parts.values():
+                    p.config = cfg
+                    if hasattr(p.log, "update_config"):
+                        p.log.update_config(cfg)
+
+    def _open(self, topic: str, topic_id: uuid.UUID, index: int, leader_epoch: int) -> Partition:
+        existing = self.get(topic, index)
+        if existing is not None:
+            existing.leader_epoch = leader_epoch
+            return existing
+        cfg = self.log_config_for(topic)
+        now = self.now_ms()
+        plog = self.log_manager.get_or_create(topic, index, cfg, now_ms=now, topic_id=_kafka_uuid(topic_id))
+        # Producer state lives beside the log (Kafka's .snapshot files): reload the latest
+        # snapshot, then replay the batches after it.
+        psm = ProducerStateManager(plog.dir, producer_id_expiration_ms=self.producer_id_expiration_ms,
+                                   topic_partition=f"{topic}-{index}")
+        start = psm.truncate_and_reload(plog.log_start_offset, plog.log_end_offset, now)
+        if start < plog.log_end_offset:
+            psm.load_from_batches(plog.batches(start_offset=max(start, plog.log_start_offset)))
+        plog.high_watermark = plog.log_end_offset
+        part = Partition(topic, index, topic_id, plog, psm, leader_epoch, cfg)
+        self.topics.setdefault(topic, {})[index] = part
+        return part
+
+    def _remove_topic(self, topic: str) -> None:
+        parts = self.topics.pop(topic, None)
+        if not parts:
+            return
+        for p in parts.values():
+            self._wake(p)
+            try:
+                self.log_manager.delete(topic, p.index, self.now_ms())
+            except Exception:
+                log.exception("deleting the log of %s-%d failed", topic, p.index)
+        log.info("deleted topic %s (%d partitions)", topic, len(parts))
+
+    # -- the write path ----------------------------------------------------------------------
+
+    def append(self, part: Partition, buf, now_ms: int, *, origin: str = "client") -> AppendResult:
+        """Check producer state, append (the log validates headers and CRCs), commit producer
+        state, wake fetchers. Never awaits. ``buf`` must be writable: the log rewrites base
+        offsets in place."""
+        plog = part.log
+        psm = part.producer_state
+        check = None
+        if _first_producer_id(buf) >= 0:
+            try:
+                check = psm.check_batches(iter_batches(buf), now_ms)
+            except RecordsCodecError as e:
+                return AppendResult(getattr(e, "error_code", Errors.CORRUPT_MESSAGE), message=str(e),
+                                    log_start_offset=plog.log_start_offset)
+            if not check.ok:
+                if check.is_duplicate:
+                    dup = check.duplicate
+                    lat = dup.timestamp if part.config.log_append_time else -1
+                    return AppendResult(0, dup.first_offset, lat, plog.log_start_offset)
+                return AppendResult(check.error, message=check.message, log_start_offset=plog.log_start_offset)
+        try:
+            info = plog.append(buf, now_ms, leader_epoch=part.leader_epoch, origin=origin)
+        except LogError as e:
+            return AppendResult(e.error_code, message=str(e), log_start_offset=plog.log_start_offset)
+        if info.rolled:
+            psm.take_snapshot(info.first_offset)
+        if check is not None:
+            psm.commit(check.pending, info.first_offset,
+                       log_append_time_ms=info.log_append_time if info.log_append_time >= 0 else None)
+        plog.high_watermark = plog.log_end_offset   # single replica: committed on append
+        if info.flush_required:
+            plog.flush()
+        if part.waiters:
+            self._wake(part)
+        return AppendResult(0, info.first_offset, info.log_append_time, info.log_start_offset)
+
+    # -- fetch wake-ups ----------------------------------------------------------------------
+
+    @staticmethod
+    def _wake(part: Partition) -> None:
+        waiters, part.waiters = part.waiters, set()
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    async def wait_for_append(self, parts: list[Partition], timeout_s: float) -> None:
+        """Return when any of ``parts`` is appended to (or deleted), or after ``timeout_s``."""
+        if not parts or timeout_s <= 0:
+            return
+        fut = asyncio.get_running_loop().create_future()
+        for p in parts:
+            p.waiters.add(fut)
+        try:
+            await asyncio.wait_for(fut, timeout_s)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            for p in parts:
+                p.waiters.discard(fut)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Wake every waiter and snapshot producer state at each log end (the LogManager
+        then flushes and closes the logs)."""
+        for p in self.all_partitions():
+            self._wake(p)
+            try:
+                p.producer_state.take_snapshot(p.log.log_end_offset)
+            except Exception:
+                log.exception("producer state snapshot of %s failed", p)

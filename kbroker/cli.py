@@ -1,0 +1,96 @@
+"""Command line: ``kbroker serve [server.properties] [--override key=value ...]``.
+
+Like ``kafka-server-start.sh``: Kafka's property names and defaults. With no properties file
+the embedded default runs: one node, broker and controller in one process, PLAINTEXT on
+127.0.0.1:9092, data under ./data, storage formatted on first start.
+
+Also ``kbroker format -c server.properties [-t CLUSTER_ID]`` (kafka-storage.sh format) and
+``kbroker random-uuid``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+from kbroker.config import BrokerConfig, ConfigError
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="[%(asctime)s] %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kbroker", description="A Kafka-compatible broker.")
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
+    sub = p.add_subparsers(dest="command")
+    s = sub.add_parser("serve", help="run a broker (like kafka-server-start.sh)")
+    s.add_argument("properties", nargs="?", help="server.properties file (optional)")
+    s.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="set a property, overriding the file (repeatable)")
+    f = sub.add_parser("format", help="format the log directories (like kafka-storage.sh format)")
+    f.add_argument("-c", "--config", help="server.properties file")
+    f.add_argument("-t", "--cluster-id", help="cluster id (default: a random one)")
+    f.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
+    f.add_argument("-g", "--ignore-formatted", action="store_true")
+    sub.add_parser("random-uuid", help="print a random Kafka uuid (for cluster ids)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    _setup_logging(args.log_level)
+    cmd = args.command or "serve"
+    if cmd == "random-uuid":
+        from kbroker.broker.storage import random_uuid, uuid_to_str
+        print(uuid_to_str(random_uuid()))
+        return 0
+    try:
+        if cmd == "format":
+            return _format(args)
+        props = getattr(args, "properties", None)
+        overrides = getattr(args, "override", [])
+        cfg = BrokerConfig.load(props, overrides)
+    except ConfigError as e:
+        print(f"kbroker: configuration error: {e}", file=sys.stderr)
+        return 2
+    from kbroker.server import serve
+    try:
+        asyncio.run(serve(cfg))
+    except KeyboardInterrupt:
+        pass
+    except Exception as e:
+        logging.getLogger("kbroker").error("exiting: %s", e)
+        return 1
+    return 0
+
+
+def _format(args) -> int:
+    import os
+
+    from kbroker.broker.storage import StorageError, ensure_formatted, read_meta
+    cfg = BrokerConfig.load(args.config, args.override)
+    dirs = list(dict.fromkeys(cfg.log_dirs + [cfg.metadata_log_dir]))
+    if not args.ignore_formatted:
+        for d in dirs:
+            if read_meta(d) is not None:
+                print(f"Log directory {d} is already formatted. Use --ignore-formatted to ignore this directory and format the others.",
+                      file=sys.stderr)
+                return 1
+    try:
+        cid = ensure_formatted([os.path.abspath(d) for d in dirs], cfg.node_id, args.cluster_id)
+    except StorageError as e:
+        print(f"kbroker: {e}", file=sys.stderr)
+        return 1
+    print(f"Formatted {', '.join(dirs)} with cluster id {cid}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""Frame -> handler -> response chunks: the glue between ``kbroker.net`` and the handlers.
+
+``Dispatcher.dispatch(conn, frame)`` is called by the connection for each request frame and
+returns what ``kbroker.net.connection`` expects: ``None`` (no response), the response frame
+as a list of chunks, or an awaitable of either.
+
+* An ApiVersions request at a version we do not support gets Kafka's answer: an ApiVersions
+  v0 response with UNSUPPORTED_VERSION and our ranges.
+* Any other API key or version outside the registry closes the connection with a log line,
+  as Kafka does; so does a body that fails to decode.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+
+from kbroker.handlers import api_versions
+from kbroker.handlers.context import RequestContext
+from kbroker.net.connection import CloseConnection
+from kbroker.wire.errors import CodecError
+from kbroker.wire.frame import decode_request_header, encode_response_chunks
+from kbroker.wire.primitives import Reader
+
+log = logging.getLogger("kbroker.requests")
+
+PRODUCE = 0
+
+
+class Dispatcher:
+    def __init__(self, broker, specs) -> None:
+        self.broker = broker
+        self.specs = specs
+        self._now_ms = broker.clock.now_ms
+
+    def dispatch(self, conn, frame):
+        try:
+            header, pos = decode_request_header(frame)
+        except CodecError as e:
+            raise CloseConnection(f"malformed request header: {e}") from None
+        api_key = header.request_api_key
+        version = header.request_api_version
+        corr = header.correlation_id
+        spec = self.specs.get(api_key)
+        if spec is None or not spec.min_version <= version <= spec.max_version:
+            if api_key == api_versions.API_KEY:
+                resp = api_versions.unsupported_version_response(self.specs)
+                return encode_response_chunks(corr, api_key, 0, resp)
+            name = spec.name if spec else f"api key {api_key}"
+            raise CloseConnection(
+                f"unsupported request {name} v{version} from client {header.client_id!r}"
+                + (f" (supported {spec.min_version}-{spec.max_version})" if spec else ""))
+        try:
+            req = spec.request_cls.read(Reader(frame, pos), version)
+        except Exception as e:
+            raise CloseConnection(f"malformed {spec.name} v{version} request from client {header.client_id!r}: {e}") from None
+        ctx = RequestContext(self.broker, conn, api_key, version, corr, header.client_id,
+                             self._now_ms(), conn.listener_name if conn is not None else "PLAINTEXT")
+        result = spec.handle(ctx, req)
+        if result is None:
+            return None
+        if inspect.isawaitable(result):
+            return self._finish(result, corr, api_key, version)
+        return encode_response_chunks(corr, api_key, version, result)
+
+    async def _finish(self, awaitable, corr, api_key, version):
+        resp = await awaitable
+        if resp is None:
+            return None
+        return encode_response_chunks(corr, api_key, version, resp)

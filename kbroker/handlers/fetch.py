@@ -1,0 +1,200 @@
+"""Fetch (1), versions 4-17, for consumers.
+
+* Long poll: when less than ``min_bytes`` is available the request waits up to
+  ``max_wait_ms``, woken as soon as any of its partitions is appended to.
+* Limits: ``partition_max_bytes`` per partition, ``max_bytes`` (capped by fetch.max.bytes)
+  per response; the first partition with data always gets its first whole batch (KIP-74).
+* Records are not read into memory: each partition's records are the log's file regions,
+  sent by the connection with sendfile.
+* Incremental fetch sessions (KIP-227, ``kbroker.broker.fetch_sessions``); a full response
+  lists exactly the partitions asked for, an incremental one only those with news.
+* v13+ names topics by id (UNKNOWN_TOPIC_ID for ids we do not know).
+"""
+
+from __future__ import annotations
+
+from kbroker.broker.fetch_sessions import CachedPartition
+from kbroker.log.errors import LogError, OffsetOutOfRangeError
+from kbroker.wire.errors import Errors
+from kbroker.wire.generated.fetch_response import FetchResponse
+from kbroker.wire.primitives import ZERO_UUID
+
+API_KEY = 1
+MIN_VERSION = 4
+MAX_VERSION = 17
+
+_Topic = FetchResponse.FetchableTopicResponse
+_Part = _Topic.PartitionData
+_EMPTY = b""
+
+
+class _Result:
+    __slots__ = ("entry", "part", "error", "records", "hw", "lso", "log_start")
+
+
+def _read(entries, replicas, budget: int, read_committed: bool):
+    results = []
+    total = 0
+    errors = False
+    for e in entries:
+        r = _Result()
+        r.entry = e
+        r.records = _EMPTY
+        r.hw = r.lso = r.log_start = -1
+        part = replicas.get(e.topic, e.partition) if e.topic is not None else None
+        r.part = part
+        if part is None:
+            r.error = Errors.UNKNOWN_TOPIC_ID if e.topic is None else Errors.UNKNOWN_TOPIC_OR_PARTITION
+            errors = True
+            results.append(r)
+            continue
+        plog = part.log
+        r.error = 0
+        r.hw = plog.high_watermark
+        r.lso = part.last_stable_offset
+        r.log_start = plog.log_start_offset
+        limit = r.lso if read_committed else r.hw
+        if e.current_leader_epoch >= 0 and e.current_leader_epoch != part.leader_epoch:
+            r.error = Errors.FENCED_LEADER_EPOCH if e.current_leader_epoch < part.leader_epoch else Errors.UNKNOWN_LEADER_EPOCH
+            errors = True
+        elif budget - total > 0 or total == 0:
+            try:
+                rr = plog.read(e.fetch_offset, min(e.max_bytes, budget - total), max_offset=limit,
+                               min_one_message=total == 0)
+            except OffsetOutOfRangeError:
+                r.error = Errors.OFFSET_OUT_OF_RANGE
+                errors = True
+            except LogError as ex:
+                r.error = ex.error_code
+                errors = True
+            else:
+                if rr.size:
+                    r.records = rr
+                    total += rr.size
+        elif not (r.log_start <= e.fetch_offset <= plog.log_end_offset):
+            r.error = Errors.OFFSET_OUT_OF_RANGE
+            errors = True
+        results.append(r)
+    return results, total, errors
+
+
+def _error_response(code: int) -> FetchResponse:
+    return FetchResponse(throttle_time_ms=0, error_code=code, session_id=0, responses=[])
+
+
+def handle(ctx, req):
+    broker = ctx.broker
+    v = ctx.api_version
+    image = broker.image
+    now = ctx.now_ms
+    use_ids = v >= 13
+    sessions = broker.fetch_sessions
+    sid, epoch = (req.session_id, req.session_epoch) if v >= 7 else (0, -1)
+
+    def resolve(t):
+        if use_ids:
+            ti = image.topics_by_id.get(t.topic_id)
+            return (ti.name if ti is not None else None), t.topic_id
+        ti = image.topics_by_name.get(t.topic)
+        return t.topic, (ti.topic_id if ti is not None else ZERO_UUID)
+
+    session = None
+    incremental = False
+    if epoch == -1:
+        if sid:
+            sessions.remove(sid)
+    elif epoch == 0:
+        if sid:
+            sessions.remove(sid)
+        session = sessions.create(now)
+    else:
+        session = sessions.get(sid)
+        if session is None:
+            return _error_response(Errors.FETCH_SESSION_ID_NOT_FOUND)
+        if session.epoch != epoch:
+            return _error_response(Errors.INVALID_FETCH_SESSION_EPOCH)
+        incremental = True
+
+    # The partitions this fetch covers, in order: the request's (full), or the session's
+    # after applying the request's changes and forgotten partitions (incremental).
+    if session is None:
+        cache = None
+    else:
+        cache = session.partitions
+        if incremental:
+            for t in req.forgotten_topics_data:
+                key = t.topic_id if use_ids else t.topic
+                for p in t.partitions:
+                    cache.pop((key, p), None)
+        else:
+            cache.clear()
+    entries = []
+    for t in req.topics:
+        name, tid = resolve(t)
+        key = t.topic_id if use_ids else t.topic
+        for p in t.partitions:
+            e = cache.get((key, p.partition)) if incremental else None
+            if e is None:
+                e = CachedPartition(name, tid, p.partition, p.fetch_offset, p.partition_max_bytes,
+                                    p.log_start_offset, p.current_leader_epoch)
+                if cache is not None:
+                    cache[(key, p.partition)] = e
+            else:
+                e.topic = name
+                e.fetch_offset = p.fetch_offset
+                e.max_bytes = p.partition_max_bytes
+                e.log_start_offset = p.log_start_offset
+                e.current_leader_epoch = p.current_leader_epoch
+            entries.append(e)
+    if incremental:
+        entries = list(cache.values())
+
+    if session is not None:
+        session.last_used_ms = now
+        session.epoch = (epoch + 1) if incremental else 1
+
+    budget = min(req.max_bytes, broker.config["fetch.max.bytes"])
+    read_committed = req.isolation_level == 1
+    replicas = broker.replicas
+    results, total, errors = _read(entries, replicas, budget, read_committed)
+    if total >= req.min_bytes or errors or req.max_wait_ms <= 0 or not entries:
+        return _respond(results, session, incremental, use_ids, read_committed)
+    return _long_poll(broker, req, entries, budget, read_committed, session, incremental, use_ids)
+
+
+async def _long_poll(broker, req, entries, budget, read_committed, session, incremental, use_ids):
+    clock = broker.clock
+    replicas = broker.replicas
+    deadline = clock.monotonic_ms() + req.max_wait_ms
+    while True:
+        left = deadline - clock.monotonic_ms()
+        parts = [p for e in entries if (p := replicas.get(e.topic, e.partition)) is not None] if left > 0 else []
+        if parts:
+            await replicas.wait_for_append(parts, left / 1000)
+        results, total, errors = _read(entries, replicas, budget, read_committed)
+        if total >= req.min_bytes or errors or clock.monotonic_ms() >= deadline or not parts:
+            return _respond(results, session, incremental, use_ids, read_committed)
+
+
+def _respond(results, session, incremental, use_ids, read_committed) -> FetchResponse:
+    topics = []
+    cur = None
+    cur_key = None
+    for r in results:
+        e = r.entry
+        if incremental and not r.error and r.records is _EMPTY and r.hw == e.sent_hw \
+                and r.lso == e.sent_lso and r.log_start == e.sent_log_start:
+            continue
+        e.sent_hw, e.sent_lso, e.sent_log_start = r.hw, r.lso, r.log_start
+        key = e.topic_id if use_ids else e.topic
+        if cur is None or key != cur_key:
+            cur = _Topic(topic=e.topic or "", topic_id=e.topic_id or ZERO_UUID, partitions=[])
+            cur_key = key
+            topics.append(cur)
+        cur.partitions.append(_Part(
+            partition_index=e.partition, error_code=r.error, high_watermark=r.hw,
+            last_stable_offset=r.lso, log_start_offset=r.log_start,
+            aborted_transactions=[] if read_committed else None,
+            preferred_read_replica=-1, records=r.records))
+    return FetchResponse(throttle_time_ms=0, error_code=0,
+                         session_id=session.id if session is not None else 0, responses=topics)

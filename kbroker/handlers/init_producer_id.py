@@ -1,0 +1,35 @@
+"""InitProducerId (22), versions 0-5, for idempotent producers (no transactional id yet:
+a transactional id is answered with TRANSACTIONAL_ID_NOT_FOUND... until the transaction
+coordinator lands it is rejected as COORDINATOR_NOT_AVAILABLE).
+
+Producer ids come in blocks from the controller (ProducerIdsRecord in the metadata log), so
+ids are never reused across restarts."""
+
+from __future__ import annotations
+
+from kbroker.wire.errors import Errors
+from kbroker.wire.generated.init_producer_id_response import InitProducerIdResponse
+
+API_KEY = 22
+MIN_VERSION = 0
+MAX_VERSION = 5
+
+
+async def _init(ctx, req):
+    if req.transactional_id is not None:
+        return InitProducerIdResponse(error_code=Errors.COORDINATOR_NOT_AVAILABLE, producer_id=-1, producer_epoch=-1)
+    if req.producer_id != -1 and ctx.api_version >= 3:
+        # KIP-360: an idempotent producer bumping its epoch after an error. Without a
+        # transactional id there is no state to fence: hand out a new id.
+        pass
+    pid = await ctx.broker.producer_ids.next_id()
+    return InitProducerIdResponse(error_code=0, producer_id=pid, producer_epoch=0)
+
+
+def handle(ctx, req):
+    broker = ctx.broker
+    if req.transactional_id is None:
+        pid = broker.producer_ids.next_id_nowait()
+        if pid is not None:
+            return InitProducerIdResponse(error_code=0, producer_id=pid, producer_epoch=0)
+    return _init(ctx, req)

@@ -1,0 +1,123 @@
+"""Metadata (3), versions 0-12: brokers, cluster id, controller id, topics and partitions
+(with topic ids from v10), auto-creation when both the request and the broker allow it."""
+
+from __future__ import annotations
+
+from kbroker.kraft.controller import NewTopic, validate_topic_name
+from kbroker.wire.errors import Errors
+from kbroker.wire.generated.metadata_response import MetadataResponse
+from kbroker.wire.primitives import ZERO_UUID
+
+API_KEY = 3
+MIN_VERSION = 0
+MAX_VERSION = 12
+
+AUTHORIZED_OPS_OMITTED = -2147483648
+# Without an authorizer every operation a resource supports is allowed (Kafka's AclOperation
+# codes): topic READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS.
+TOPIC_OPS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
+# cluster: CREATE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE
+CLUSTER_OPS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
+
+_Broker = MetadataResponse.MetadataResponseBroker
+_Topic = MetadataResponse.MetadataResponseTopic
+_Partition = _Topic.MetadataResponsePartition
+
+
+def brokers_for_listener(image, listener_name: str) -> list:
+    out = []
+    for b in image.brokers.values():
+        if b.fenced:
+            continue
+        ep = b.endpoints.get(listener_name)
+        if ep is None:
+            if not b.endpoints:
+                continue
+            ep = next(iter(b.endpoints.values()))
+        out.append(_Broker(node_id=b.broker_id, host=ep[0], port=ep[1], rack=b.rack))
+    return out
+
+
+def topic_response(t, version: int, include_ops: bool) -> _Topic:
+    parts = [
+        _Partition(error_code=0, partition_index=p.partition_id, leader_id=p.leader,
+                   leader_epoch=p.leader_epoch, replica_nodes=p.replicas, isr_nodes=p.isr,
+                   offline_replicas=[])
+        for p in sorted(t.partitions.values(), key=lambda p: p.partition_id)
+    ]
+    return _Topic(error_code=0, name=t.name, topic_id=t.topic_id, is_internal=t.internal,
+                  partitions=parts,
+                  topic_authorized_operations=TOPIC_OPS if include_ops else AUTHORIZED_OPS_OMITTED)
+
+
+def _error_topic(name, topic_id, code) -> _Topic:
+    return _Topic(error_code=code, name=name, topic_id=topic_id or ZERO_UUID, is_internal=False, partitions=[])
+
+
+def handle(ctx, req):
+    broker = ctx.broker
+    image = broker.image
+    v = ctx.api_version
+    include_ops = v >= 8 and req.include_topic_authorized_operations
+    all_topics = req.topics is None or (v == 0 and not req.topics)
+    topics: list = []
+    missing: list[str] = []
+    if all_topics:
+        topics = [topic_response(t, v, include_ops) for t in image.topics_by_name.values()]
+    else:
+        seen = set()
+        for rt in req.topics:
+            name = rt.name
+            if name is None:                      # v10+: by topic id
+                t = image.topics_by_id.get(rt.topic_id)
+                if t is None:
+                    topics.append(_error_topic(None, rt.topic_id, Errors.UNKNOWN_TOPIC_ID))
+                else:
+                    topics.append(topic_response(t, v, include_ops))
+                continue
+            if name in seen:
+                continue
+            seen.add(name)
+            t = image.topics_by_name.get(name)
+            if t is not None:
+                topics.append(topic_response(t, v, include_ops))
+            elif validate_topic_name(name) is not None:
+                topics.append(_error_topic(name, None, Errors.INVALID_TOPIC_EXCEPTION))
+            else:
+                topics.append(None)   # placeholder: created below, or UNKNOWN_TOPIC_OR_PARTITION
+                missing.append(name)
+    allow = (v < 4 or req.allow_auto_topic_creation) and broker.config["auto.create.topics.enable"]
+
+    def finish(created: dict) -> MetadataResponse:
+        it = iter(missing)
+        out = []
+        for t in topics:
+            if t is None:
+                name = next(it)
+                img = image.topics_by_name.get(name)
+                if img is not None:
+                    out.append(topic_response(img, v, include_ops))
+                else:
+                    code = created.get(name, Errors.UNKNOWN_TOPIC_OR_PARTITION)
+                    out.append(_error_topic(name, None, code))
+            else:
+                out.append(t)
+        return MetadataResponse(
+            throttle_time_ms=0,
+            brokers=brokers_for_listener(image, ctx.listener_name),
+            cluster_id=broker.cluster_id,
+            controller_id=broker.node_id,
+            topics=out,
+            cluster_authorized_operations=CLUSTER_OPS if (8 <= v <= 10 and req.include_cluster_authorized_operations)
+            else AUTHORIZED_OPS_OMITTED,
+        )
+
+    if missing and allow:
+        async def create_then_answer():
+            results = await broker.create_topics([NewTopic(n) for n in missing])
+            codes = {r.name: (r.error if r.error not in (0, Errors.TOPIC_ALREADY_EXISTS) else 0) for r in results}
+            # A topic that could not be created is reported as Kafka does: its creation error
+            # (INVALID_REPLICATION_FACTOR ...), else UNKNOWN_TOPIC_OR_PARTITION.
+            return finish({n: c for n, c in codes.items() if c})
+        return create_then_answer()
+    return finish({})

@@ -1,0 +1,66 @@
+"""Produce (0), versions 3-11: one append per partition through ReplicaManager (producer
+state check, log validation of headers + CRC, offsets rewritten in place, one pwrite).
+
+acks=0 gets no response; if such a request fails, the connection is closed so the client
+notices (as Kafka does). acks=1 and acks=-1 are the same on a single node: the append is
+committed when it returns.
+"""
+
+from __future__ import annotations
+
+from kbroker.net.connection import CloseConnection
+from kbroker.wire.errors import Errors
+from kbroker.wire.generated.produce_response import ProduceResponse
+
+API_KEY = 0
+MIN_VERSION = 3
+MAX_VERSION = 11
+
+_Topic = ProduceResponse.TopicProduceResponse
+_Part = _Topic.PartitionProduceResponse
+
+
+def handle(ctx, req):
+    replicas = ctx.broker.replicas
+    now = ctx.now_ms
+    acks = req.acks
+    bad_acks = acks not in (0, 1, -1)
+    responses = []
+    failed = False
+    for td in req.topic_data:
+        parts = replicas.topics.get(td.name)
+        out = []
+        for pd in td.partition_data:
+            part = parts.get(pd.index) if parts is not None else None
+            if bad_acks:
+                out.append(_Part(index=pd.index, error_code=Errors.INVALID_REQUIRED_ACKS, base_offset=-1))
+                failed = True
+                continue
+            if part is None:
+                out.append(_Part(index=pd.index, error_code=Errors.UNKNOWN_TOPIC_OR_PARTITION, base_offset=-1,
+                                 error_message=None))
+                failed = True
+                continue
+            records = pd.records
+            if not records:
+                out.append(_Part(index=pd.index, error_code=Errors.INVALID_RECORD, base_offset=-1,
+                                 log_start_offset=part.log.log_start_offset,
+                                 error_message="produce request has no record batch"))
+                failed = True
+                continue
+            # One copy of the records into a writable buffer: the log rewrites base offsets
+            # (and, for LogAppendTime, timestamps + CRC) in place before its single pwrite.
+            r = replicas.append(part, bytearray(records), now)
+            if r.error:
+                failed = True
+                out.append(_Part(index=pd.index, error_code=r.error, base_offset=-1,
+                                 log_start_offset=r.log_start_offset, error_message=r.message))
+            else:
+                out.append(_Part(index=pd.index, error_code=0, base_offset=r.base_offset,
+                                 log_append_time_ms=r.log_append_time, log_start_offset=r.log_start_offset))
+        responses.append(_Topic(name=td.name, partition_responses=out))
+    if acks == 0:
+        if failed:
+            raise CloseConnection("acks=0 produce request failed; closing so the producer notices")
+        return None
+    return ProduceResponse(responses=responses, throttle_time_ms=0)

@@ -1,0 +1,52 @@
+"""The handler registry: API key -> handler module, the single source of ApiVersions.
+
+Each module in ``HANDLER_MODULES`` declares ``API_KEY``, ``MIN_VERSION``, ``MAX_VERSION`` and
+``handle(ctx, request)`` (see ``kbroker.handlers``). ApiVersions advertises exactly these
+ranges, so there is no second list to drift. A range wider than the schemas is an error at
+import time.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from kbroker.wire import registry as wire
+
+HANDLER_MODULES: tuple[str, ...] = (
+    "api_versions",
+    "metadata",
+    "produce",
+    "fetch",
+    "list_offsets",
+    "create_topics",
+    "delete_topics",
+    "init_producer_id",
+)
+
+
+@dataclass(frozen=True)
+class ApiSpec:
+    api_key: int
+    name: str
+    min_version: int
+    max_version: int
+    handle: Callable[..., Any]
+    request_cls: type
+    response_cls: type
+
+
+def load(modules: tuple[str, ...] = HANDLER_MODULES) -> dict[int, ApiSpec]:
+    out: dict[int, ApiSpec] = {}
+    for name in modules:
+        mod = importlib.import_module(f"kbroker.handlers.{name}")
+        key = mod.API_KEY
+        lo, hi = mod.MIN_VERSION, mod.MAX_VERSION
+        slo, shi = wire.VERSIONS[key]
+        if not (slo <= lo <= hi <= shi):
+            raise ValueError(f"handler {name}: versions {lo}-{hi} outside the schema's {slo}-{shi}")
+        if key in out:
+            raise ValueError(f"handler {name}: API key {key} registered twice")
+        out[key] = ApiSpec(key, wire.api_name(key), lo, hi, mod.handle, wire.REQUESTS[key], wire.RESPONSES[key])
+    return out

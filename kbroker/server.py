@@ -1,0 +1,274 @@
+"""The broker process: storage, metadata quorum, partition logs, listeners, shutdown.
+
+``KafkaServer(config).start()`` brings a node up in Kafka's order:
+
+1. storage: every log dir formatted (``meta.properties``; formatted on first start),
+   clean-shutdown markers read and removed;
+2. metadata: the ``__cluster_metadata-0`` log replayed into the controller's and the broker's
+   images, the single voter elected, bootstrap records written on a new cluster, this broker
+   registered (RegisterBrokerRecord + UnfenceBrokerRecord);
+3. partitions: every partition of the image hosted here opened (``ReplicaManager``);
+4. listeners: one per ``listeners`` entry, all sharing one dispatcher.
+
+``shutdown()`` reverses it: stop accepting, let connections finish their in-flight requests
+and write their responses, close the logs (flush, producer-state snapshots), close the
+metadata log, write the clean-shutdown markers.
+
+Subsystems reach each other through this object (handlers get it as ``ctx.broker``):
+``image`` (committed metadata), ``controller`` (``ControllerRuntime``: ``await
+controller.submit(op)``), ``replicas`` (partitions, ``append``), ``fetch_sessions``,
+``producer_ids``. A coordinator runtime (groups, transactions) appends to its internal
+partitions with ``replicas.append(part, buf, now_ms, origin="coordinator")`` and awaits
+``wait_for_commit`` before it answers; on one node the append is committed on return.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import uuid
+
+from kbroker.broker.fetch_sessions import FetchSessionCache
+from kbroker.broker.producer_ids import ProducerIdManager
+from kbroker.broker.replica_manager import ReplicaManager
+from kbroker.broker.storage import ensure_formatted
+from kbroker.clock import SYSTEM_CLOCK, Clock
+from kbroker.config import SECURITY_PROTOCOL_IDS, BrokerConfig
+from kbroker.kraft.controller import EXTRA_TOPIC_CONFIGS, Controller
+from kbroker.kraft.image import MetadataImage
+from kbroker.kraft.runtime import METADATA_TOPIC, ControllerRuntime, MetadataLog, QuorumState
+from kbroker.log.config import LogConfig
+from kbroker.net.listener import Listener
+
+log = logging.getLogger("kbroker.server")
+
+# DescribeConfigs config sources (Kafka's ConfigSource ids)
+DYNAMIC_TOPIC_CONFIG = 1
+STATIC_BROKER_CONFIG = 4
+DEFAULT_CONFIG = 5
+
+
+class KafkaServer:
+    def __init__(self, config: BrokerConfig, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.config = config
+        self.clock = clock
+        self.node_id = config.node_id
+        self.cluster_id: str | None = None
+        self.broker_epoch = -1
+        self.image = MetadataImage()
+        self.controller: ControllerRuntime | None = None
+        self.replicas: ReplicaManager | None = None
+        self.log_manager = None
+        self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
+        self.producer_ids: ProducerIdManager | None = None
+        self.listeners: list[Listener] = []
+        self.default_log_config: LogConfig = config.log_config()
+        self._default_props = self.default_log_config.to_props()
+        self._builtin_props = LogConfig().to_props()
+        self.api_specs = {}
+        self.api_versions_cache: dict = {}
+        self._tasks: list[asyncio.Task] = []
+        self._log_managers: list = []
+        self._dirs = list(dict.fromkeys(os.path.abspath(d) for d in config.log_dirs + [config.metadata_log_dir]))
+
+    # -- topic configs -----------------------------------------------------------------------
+
+    def log_config_for(self, topic: str) -> LogConfig:
+        overrides = self.image.topic_configs(topic)
+        return self.default_log_config.with_overrides(overrides) if overrides else self.default_log_config
+
+    @staticmethod
+    def validate_topic_configs(configs: dict[str, str]) -> None:
+        known = set(LogConfig.names()) | EXTRA_TOPIC_CONFIGS
+        for k in configs:
+            if k not in known:
+                raise ValueError(f"Unknown topic config name: {k}")
+        LogConfig.from_props(configs)
+
+    def topic_config_entries(self, overrides: dict[str, str]) -> list[tuple[str, str, int]]:
+        """(name, effective value, config source) for every topic config, as CreateTopics
+        v5+ and DescribeConfigs report them."""
+        props = self.default_log_config.with_overrides(overrides).to_props() if overrides else self._default_props
+        out = []
+        for name in LogConfig.names():
+            if name in overrides:
+                src = DYNAMIC_TOPIC_CONFIG
+            elif self._default_props.get(name) != self._builtin_props.get(name):
+                src = STATIC_BROKER_CONFIG
+            else:
+                src = DEFAULT_CONFIG
+            out.append((name, props[name], src))
+        for name in sorted(set(overrides) - set(LogConfig.names())):
+            out.append((name, overrides[name], DYNAMIC_TOPIC_CONFIG))
+        return out
+
+    # -- metadata operations (through the controller) ----------------------------------------
+
+    async def create_topics(self, topics, validate_only: bool = False):
+        return await self.controller.submit(lambda c, now: c.create_topics(topics, validate_only, now))
+
+    async def delete_topics(self, targets):
+        return await self.controller.submit(lambda c, now: c.delete_topics(targets, now))
+
+    async def wait_for_commit(self, part, offset: int) -> None:
+        """Until ``offset`` of ``part`` is committed (below its high watermark). One node:
+        appends are committed when they return; replication will make this wait."""
+        return None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        cfg = self.config
+        now = self.clock.now_ms()
+        log.info("starting node %d (roles %s), log dirs %s", self.node_id, ",".join(cfg.process_roles), ",".join(cfg.log_dirs))
+        if cfg.voters and [v.node_id for v in cfg.voters] != [self.node_id]:
+            raise RuntimeError("this version runs a single-voter quorum: controller.quorum.voters must list only this node")
+        self.cluster_id = ensure_formatted(self._dirs, self.node_id)
+        log.info("cluster id %s", self.cluster_id)
+
+        # metadata
+        from kbroker.handlers import registry
+        from kbroker.handlers.dispatcher import Dispatcher
+        self.api_specs = registry.load()
+        defaults = {"num.partitions": cfg["num.partitions"],
+                    "default.replication.factor": cfg["default.replication.factor"],
+                    "delete.topic.enable": cfg["delete.topic.enable"]}
+        controller = Controller(self.node_id, defaults, config_validator=self.validate_topic_configs)
+        meta_cfg = LogConfig(segment_bytes=cfg["metadata.log.segment.bytes"], segment_ms=cfg["metadata.log.segment.ms"],
+                             retention_ms=-1, retention_bytes=-1)
+        # The metadata log is a partition log like the others (Kafka keeps it in the first
+        # log dir unless metadata.log.dir says otherwise); its LogManager handles recovery,
+        # checkpoints and the clean-shutdown marker.
+        from kbroker.log.log_manager import LogManager
+        config_for = lambda topic: meta_cfg if topic == METADATA_TOPIC else None  # noqa: E731
+        self.log_manager = LogManager(cfg.log_dirs, self.default_log_config, now_ms=now, config_for=config_for)
+        self._log_managers = [self.log_manager]
+        mdir = os.path.abspath(cfg.metadata_log_dir)
+        if mdir in self.log_manager.log_dirs:
+            meta_lm = self.log_manager
+        else:
+            meta_lm = LogManager([mdir], meta_cfg, now_ms=now, config_for=config_for)
+            self._log_managers.append(meta_lm)
+        self._report_recovery()
+        mplog = meta_lm.get_or_create(METADATA_TOPIC, 0, meta_cfg, now_ms=now)
+        mlog = MetadataLog(mplog)
+        quorum = QuorumState(os.path.join(mplog.dir, "quorum-state"), self.node_id)
+        self.controller = ControllerRuntime(controller, self.image, mlog, quorum, self.clock.now_ms)
+        n = self.controller.replay()
+        log.info("replayed %d metadata records (%d topics, metadata log end offset %d)",
+                 n, len(self.image.topics_by_name), mlog.end_offset)
+        self.controller.elect()
+
+        # partitions
+        self.replicas = ReplicaManager(self.node_id, self.log_manager, self.image, self.log_config_for,
+                                       self.clock.now_ms, producer_id_expiration_ms=cfg["producer.id.expiration.ms"])
+        self.controller.publishers.append(self.replicas.on_metadata_record)
+        self.replicas.load_from_image(self.image)
+        n_parts = sum(1 for _ in self.replicas.all_partitions())
+        log.info("opened %d partition logs", n_parts)
+
+        # listeners
+        dispatcher = Dispatcher(self, self.api_specs)
+        from kbroker.wire.frame import FrameDecoder
+        max_frame = cfg["socket.request.max.bytes"]
+        for ep in cfg.listeners:
+            lst = Listener(ep.listener_name, ep.host, ep.port, dispatcher, lambda: FrameDecoder(max_frame),
+                           backlog=cfg["socket.listen.backlog.size"],
+                           send_buffer=cfg["socket.send.buffer.bytes"] if not cfg.is_default("socket.send.buffer.bytes") else -1,
+                           recv_buffer=cfg["socket.receive.buffer.bytes"] if not cfg.is_default("socket.receive.buffer.bytes") else -1)
+            lst.bind()
+            self.listeners.append(lst)
+        # bootstrap + registration
+        self.controller.submit_now(lambda c, t: c.bootstrap(t))
+        endpoints = [(e.listener_name, e.host, e.port, SECURITY_PROTOCOL_IDS.get(e.security_protocol, 0))
+                     for e in self._advertised_endpoints()]
+        incarnation = uuid.uuid4()
+        self.broker_epoch = self.controller.submit_now(
+            lambda c, t: c.register_broker(self.node_id, incarnation, endpoints, cfg["broker.rack"], t))
+        log.info("registered broker %d, epoch %d, endpoints %s", self.node_id, self.broker_epoch,
+                 ", ".join(f"{n}://{h}:{p}" for n, h, p, _ in endpoints))
+        self.producer_ids = ProducerIdManager(self.controller, self.node_id, self.broker_epoch)
+
+        for lst in self.listeners:
+            lst.start_accepting()
+        self._tasks.append(asyncio.create_task(self._maintenance(), name="log-maintenance"))
+        log.info("kbroker node %d started (cluster %s)", self.node_id, self.cluster_id)
+
+    def _advertised_endpoints(self):
+        """Advertised listeners, with port 0 replaced by the port actually bound (tests)."""
+        from kbroker.config import Endpoint
+        bound = {lst.name: lst.bound_port for lst in self.listeners}
+        return [Endpoint(e.listener_name, e.host, bound.get(e.listener_name, e.port), e.security_protocol)
+                if e.port == 0 else e for e in self.config.advertised_listeners]
+
+    def _report_recovery(self) -> None:
+        for lm in self._log_managers:
+            rep = lm.load_report
+            if rep.logs == 0:
+                log.info("no existing logs in %s", ",".join(lm.log_dirs))
+            elif rep.clean_dirs and len(rep.clean_dirs) == len(lm.log_dirs):
+                log.info("loaded %d logs from %s after a clean shutdown", rep.logs, ",".join(lm.log_dirs))
+            else:
+                log.info("loaded %d logs from %s; previous shutdown was not clean, %d logs recovered",
+                         rep.logs, ",".join(lm.log_dirs), len(rep.recovered))
+            for key, r in rep.damaged.items():
+                log.warning("recovered %s-%d: %s", key[0], key[1], r)
+
+    async def _maintenance(self) -> None:
+        """Retention, flush and producer-id expiry, on Kafka's schedules."""
+        cfg = self.config
+        retention_every = cfg["log.retention.check.interval.ms"]
+        tick = 1.0
+        last_retention = self.clock.monotonic_ms()
+        while True:
+            await asyncio.sleep(tick)
+            now = self.clock.now_ms()
+            try:
+                for lm in self._log_managers:
+                    lm.run_flush(now)
+                if self.clock.monotonic_ms() - last_retention >= retention_every:
+                    last_retention = self.clock.monotonic_ms()
+                    for lm in self._log_managers:
+                        lm.run_retention(now)
+                    for p in self.replicas.all_partitions():
+                        p.producer_state.delete_snapshots_before(p.log.log_start_offset)
+                        p.producer_state.remove_expired(now)
+            except Exception:
+                log.exception("log maintenance failed")
+
+    async def shutdown(self, timeout: float = 30.0) -> None:
+        log.info("shutting down node %d", self.node_id)
+        for lst in self.listeners:
+            lst.stop_accepting()
+        await asyncio.gather(*(lst.shutdown(timeout) for lst in self.listeners), return_exceptions=True)
+        log.info("connections closed")
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.replicas is not None:
+            self.replicas.close()   # producer-state snapshots
+        for lm in self._log_managers:
+            lm.shutdown()           # flush, checkpoints, close, .kafka_cleanshutdown
+        log.info("shutdown complete: logs flushed and closed, clean-shutdown markers written")
+
+
+async def serve(config: BrokerConfig, *, clock: Clock = SYSTEM_CLOCK) -> None:
+    """Run a node until SIGTERM/SIGINT, then shut down cleanly."""
+    server = KafkaServer(config, clock)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, lambda s=sig: (log.info("received %s", signal.Signals(s).name), stop.set()))
+        except (NotImplementedError, RuntimeError):
+            pass
+    try:
+        await server.start()
+    except BaseException:
+        log.exception("start-up failed")
+        await server.shutdown(timeout=1.0)
+        raise
+    await stop.wait()
+    await server.shutdown()
