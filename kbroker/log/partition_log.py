@@ -282,7 +282,8 @@ class PartitionLog:
             stop_at: int | None = None
             for j in range(i, len(self._segments)):
                 seg = self._segments[j]
-                r = seg.recover(max_batch)
+                limit = self._bases[j + 1] if j + 1 < len(self._bases) else None
+                r = seg.recover(max_batch, limit)
                 report.recovered_segments += 1
                 report.segment_reports.append(r)
                 if j != len(self._segments) - 1:

@@ -420,9 +420,14 @@ class LogSegment:
         raise NotImplementedError
 
     # -- recovery -----------------------------------------------------------------------
-    def recover(self, max_batch_size: int) -> SegmentRecovery:
+    def recover(self, max_batch_size: int, limit_offset: int | None = None) -> SegmentRecovery:
         """Re-scan the whole file: validate every batch (framing, magic, CRC, offsets),
-        rebuild both indexes, and truncate at the first torn or corrupt batch."""
+        rebuild both indexes, and truncate at the first torn or corrupt batch.
+
+        baseOffset lies outside the CRC, so a damaged one shows only as an offset going
+        backwards; when the batch before jumped ahead (a gap), that batch is the damaged
+        one and the cut is made before it. ``limit_offset`` (the next segment's base) bounds
+        the offsets this segment may hold."""
         self.offset_index.make_writable(self.config.segment_index_bytes)
         self.time_index.make_writable(self.config.segment_index_bytes)
         self.offset_index.reset()
@@ -438,6 +443,16 @@ class LogSegment:
         next_offset = self.base_offset
         reason: str | None = None
         self.size = 0
+        pending = None  # (position, batch, jumped ahead?, next offset before it)
+
+        def commit(p):
+            nonlocal count, contiguous
+            ppos, pb, pgap, _prev = p
+            self._after_write((pb,), ppos)
+            count += 1
+            if pgap:
+                contiguous = False
+
         while pos < file_size:
             head = os.pread(fd, LOG_OVERHEAD, pos)
             if len(head) < LOG_OVERHEAD:
@@ -466,19 +481,29 @@ class LogSegment:
             if not b.verify_crc():
                 reason = "corrupt batch: CRC mismatch"
                 break
-            if count and base != next_offset:
-                contiguous = False
             if base < next_offset or b.last_offset_delta < 0:
-                reason = f"out-of-order offset {base} (expected >= {next_offset})"
+                reason = f"offset going backwards: {base} after {next_offset - 1}"
+                if pending is not None and pending[2]:
+                    pos = pending[0]
+                    next_offset = pending[3]
+                    reason = (f"corrupt baseOffset {pending[1].base_offset} (offsets jump "
+                              f"ahead, then back to {base})")
+                    pending = None
+                break
+            if limit_offset is not None and b.last_offset >= limit_offset:
+                reason = f"offset {b.last_offset} at or past the next segment ({limit_offset})"
                 break
             if b.last_offset - self.base_offset > INT_MAX:
                 reason = f"offset {b.last_offset} does not fit segment {self.base_offset}"
                 break
-            self.size = pos
-            self._after_write((b,), pos)
+            if pending is not None:
+                commit(pending)
+            gap = base != next_offset
+            pending = (pos, b, gap, next_offset)
             next_offset = b.next_offset
-            count += 1
             pos += size
+        if pending is not None:
+            commit(pending)
         valid = pos
         self.size = valid
         truncated = file_size - valid

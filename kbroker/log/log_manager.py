@@ -1,0 +1,357 @@
+"""LogManager: every partition log in a set of log dirs (Kafka's LogManager).
+
+- Start-up: lock each dir (``.lock``), note whether ``.kafka_cleanshutdown`` is present
+  (then recovery is skipped), read ``recovery-point-offset-checkpoint`` and
+  ``log-start-offset-checkpoint``, open each ``topic-N`` directory, finish interrupted
+  deletions (``topic-N.<uuid>-delete``), delete the marker.
+- Creates partitions in the dir holding the fewest; deletes them by renaming the dir to
+  ``topic-N.<uuid>-delete`` and removing it after file.delete.delay.ms.
+- ``run_retention(now_ms)``, ``run_cleaner(now_ms)``, ``run_flush(now_ms)``, ``checkpoint()``
+  are called by the broker's scheduler; nothing here reads a clock or starts a task.
+- ``shutdown()``: flush, checkpoint, close, write ``.kafka_cleanshutdown``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Mapping
+
+from .checkpoint import (
+    CLEAN_SHUTDOWN_FILE,
+    CLEANER_OFFSET_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    CheckpointError,
+    OffsetCheckpointFile,
+    fsync_dir,
+)
+from .config import LogConfig
+from .errors import KafkaStorageError
+from .partition_log import PartitionLog, RecoveryReport, parse_topic_partition
+
+log = logging.getLogger(__name__)
+
+DELETE_DIR_SUFFIX = "-delete"
+FUTURE_DIR_SUFFIX = "-future"
+STRAY_DIR_SUFFIX = "-stray"
+LOCK_FILE = ".lock"
+
+
+@dataclass
+class RetentionStats:
+    segments_deleted: int = 0
+    files_removed: int = 0
+    dirs_removed: int = 0
+
+
+@dataclass
+class LoadReport:
+    logs: int = 0
+    clean_dirs: list[str] = field(default_factory=list)
+    recovered: dict[tuple[str, int], RecoveryReport] = field(default_factory=dict)
+
+    @property
+    def damaged(self) -> dict[tuple[str, int], RecoveryReport]:
+        return {k: r for k, r in self.recovered.items() if r.damaged}
+
+
+class LogManager:
+    def __init__(self, log_dirs: str | list[str], default_config: LogConfig | None = None, *,
+                 now_ms: int = 0,
+                 config_for: Callable[[str], LogConfig | None] | None = None,
+                 cleaner_dedupe_buffer_size: int = 128 << 20) -> None:
+        """Open every partition in ``log_dirs``. ``config_for(topic)`` may give a topic's
+        effective LogConfig at start-up (otherwise ``default_config``; the broker can push
+        topic configs later with ``set_topic_config`` / ``get_or_create(config=...)``)."""
+        if isinstance(log_dirs, str):
+            log_dirs = [d for d in log_dirs.split(",") if d]
+        self.log_dirs = [os.path.abspath(d) for d in log_dirs]
+        if not self.log_dirs:
+            raise ValueError("no log dirs")
+        self.default_config = default_config or LogConfig()
+        self._config_for = config_for
+        self._topic_configs: dict[str, LogConfig] = {}
+        self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._dir_of: dict[tuple[str, int], str] = {}
+        self._locks: dict[str, int] = {}
+        self._pending_dir_deletes: list[tuple[str, int]] = []  # (path, delete at ms)
+        self.cleaner_dedupe_buffer_size = cleaner_dedupe_buffer_size
+        self._cleaner = None
+        self.closed = False
+        self.load_report = self._startup(now_ms)
+
+    # ------------------------------------------------------------------ start-up
+    def _startup(self, now_ms: int) -> LoadReport:
+        report = LoadReport()
+        for d in self.log_dirs:
+            os.makedirs(d, exist_ok=True)
+            self._lock(d)
+        for d in self.log_dirs:
+            marker = os.path.join(d, CLEAN_SHUTDOWN_FILE)
+            clean = os.path.exists(marker)
+            if clean:
+                report.clean_dirs.append(d)
+            rp = _read_checkpoint(os.path.join(d, RECOVERY_POINT_CHECKPOINT))
+            lso = _read_checkpoint(os.path.join(d, LOG_START_OFFSET_CHECKPOINT))
+            cleaner = _read_checkpoint(os.path.join(d, CLEANER_OFFSET_CHECKPOINT))
+            for name in sorted(os.listdir(d)):
+                path = os.path.join(d, name)
+                if not os.path.isdir(path):
+                    continue
+                if name.endswith(DELETE_DIR_SUFFIX):
+                    self._pending_dir_deletes.append((path, now_ms))
+                    continue
+                if name.endswith(FUTURE_DIR_SUFFIX) or name.endswith(STRAY_DIR_SUFFIX):
+                    continue
+                try:
+                    topic, part = parse_topic_partition(name)
+                except ValueError:
+                    continue  # metadata dirs of other components, lost+found ...
+                key = (topic, part)
+                if key in self._logs:
+                    raise KafkaStorageError(
+                        f"duplicate log directories for {topic}-{part}: "
+                        f"{self._dir_of[key]} and {d}")
+                cfg = self._effective_config(topic)
+                plog = PartitionLog.open(
+                    path, cfg, now_ms,
+                    recovery_point=rp.get(key, 0),
+                    log_start_offset=lso.get(key),
+                    had_clean_shutdown=clean,
+                    topic=topic, partition=part)
+                if key in cleaner:
+                    plog.first_dirty_offset = max(cleaner[key], plog.log_start_offset)
+                self._logs[key] = plog
+                self._dir_of[key] = d
+                report.logs += 1
+                if not clean:
+                    report.recovered[key] = plog.recovery
+            if clean:
+                os.unlink(marker)
+                fsync_dir(d)
+        self.checkpoint()
+        self.run_retention(now_ms, retention=False)
+        return report
+
+    def _lock(self, d: str) -> None:
+        fd = os.open(os.path.join(d, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise KafkaStorageError(
+                f"log dir {d} is locked by another process (another broker running?)") from None
+        self._locks[d] = fd
+
+    # ------------------------------------------------------------------ configs
+    def _effective_config(self, topic: str) -> LogConfig:
+        cfg = self._topic_configs.get(topic)
+        if cfg is None and self._config_for is not None:
+            cfg = self._config_for(topic)
+        return cfg or self.default_config
+
+    def set_topic_config(self, topic: str, config: LogConfig | Mapping[str, str]) -> LogConfig:
+        if not isinstance(config, LogConfig):
+            config = self.default_config.with_overrides(config)
+        self._topic_configs[topic] = config
+        for (t, _p), plog in self._logs.items():
+            if t == topic:
+                plog.update_config(config)
+        return config
+
+    # ------------------------------------------------------------------ partitions
+    def get(self, topic: str, partition: int) -> PartitionLog | None:
+        return self._logs.get((topic, partition))
+
+    def get_or_create(self, topic: str, partition: int, config: LogConfig | None = None, *,
+                      now_ms: int = 0, topic_id: str | None = None) -> PartitionLog:
+        key = (topic, partition)
+        plog = self._logs.get(key)
+        if config is not None:
+            self._topic_configs[topic] = config
+        if plog is not None:
+            if config is not None and plog.config != config:
+                plog.update_config(config)
+            if topic_id is not None and plog.topic_id != topic_id:
+                plog.set_topic_id(topic_id)
+            return plog
+        if self.closed:
+            raise KafkaStorageError("log manager is shut down")
+        d = self._next_dir()
+        path = os.path.join(d, f"{topic}-{partition}")
+        plog = PartitionLog.open(path, self._effective_config(topic), now_ms,
+                                 had_clean_shutdown=True, topic=topic, partition=partition,
+                                 topic_id=topic_id)
+        fsync_dir(d)
+        self._logs[key] = plog
+        self._dir_of[key] = d
+        log.info("created log for %s-%d in %s", topic, partition, d)
+        return plog
+
+    def _next_dir(self) -> str:
+        counts = {d: 0 for d in self.log_dirs}
+        for d in self._dir_of.values():
+            counts[d] = counts.get(d, 0) + 1
+        return min(self.log_dirs, key=lambda d: (counts[d], self.log_dirs.index(d)))
+
+    def delete(self, topic: str, partition: int, now_ms: int = 0) -> bool:
+        """Close the log and rename its dir ``topic-N.<uuid>-delete``; the files go after
+        file.delete.delay.ms (in ``run_retention``). Returns False if there was no log."""
+        key = (topic, partition)
+        plog = self._logs.pop(key, None)
+        d = self._dir_of.pop(key, None)
+        if plog is None or d is None:
+            return False
+        delay = plog.config.file_delete_delay_ms
+        plog.close()
+        new = os.path.join(d, f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+        os.replace(plog.dir, new)
+        fsync_dir(d)
+        self._pending_dir_deletes.append((new, now_ms + delay))
+        if delay == 0:
+            self._remove_deleted_dirs(now_ms)
+        self.checkpoint(sync=False)
+        log.info("deleted log for %s-%d (renamed to %s)", topic, partition, os.path.basename(new))
+        return True
+
+    def logs(self) -> dict[tuple[str, int], PartitionLog]:
+        return dict(self._logs)
+
+    def __iter__(self) -> Iterator[PartitionLog]:
+        return iter(list(self._logs.values()))
+
+    def __len__(self) -> int:
+        return len(self._logs)
+
+    def dir_of(self, topic: str, partition: int) -> str | None:
+        return self._dir_of.get((topic, partition))
+
+    # ------------------------------------------------------------------ background work
+    def run_retention(self, now_ms: int, *, retention: bool = True) -> RetentionStats:
+        """One retention pass over every log (Kafka's log.retention.check.interval.ms
+        task) plus removal of ``.deleted`` files and ``-delete`` dirs that are due."""
+        stats = RetentionStats()
+        for plog in list(self._logs.values()):
+            if retention:
+                try:
+                    stats.segments_deleted += plog.delete_old_segments(now_ms)
+                except OSError as e:  # pragma: no cover - disk trouble: keep going
+                    log.error("retention of %r failed: %s", plog, e)
+            stats.files_removed += plog.delete_pending(now_ms)
+        stats.dirs_removed = self._remove_deleted_dirs(now_ms)
+        return stats
+
+    def _remove_deleted_dirs(self, now_ms: int) -> int:
+        due = [(p, t) for p, t in self._pending_dir_deletes if t <= now_ms]
+        if not due:
+            return 0
+        self._pending_dir_deletes = [x for x in self._pending_dir_deletes if x not in due]
+        for p, _t in due:
+            shutil.rmtree(p, ignore_errors=True)
+        return len(due)
+
+    def run_cleaner(self, now_ms: int, max_logs: int | None = None):
+        """Compact the dirtiest compacted logs (see ``cleaner.LogCleaner``)."""
+        from .cleaner import LogCleaner
+
+        if self._cleaner is None:
+            self._cleaner = LogCleaner(dedupe_buffer_size=self.cleaner_dedupe_buffer_size)
+        stats = self._cleaner.clean_logs(list(self._logs.values()), now_ms, max_logs=max_logs)
+        self._write_cleaner_checkpoints()
+        return stats
+
+    def run_flush(self, now_ms: int) -> int:
+        """flush.ms / flush.messages policy and the fsync of rolled segments; writes the
+        recovery-point checkpoint when something was flushed. Returns logs flushed."""
+        n = 0
+        for plog in list(self._logs.values()):
+            did = plog.flush_rolled() > 0
+            did = plog.maybe_flush(now_ms) or did
+            n += did
+        if n:
+            self.checkpoint_recovery_points()
+        return n
+
+    # ------------------------------------------------------------------ checkpoints
+    def _by_dir(self) -> dict[str, dict[tuple[str, int], PartitionLog]]:
+        out: dict[str, dict[tuple[str, int], PartitionLog]] = {d: {} for d in self.log_dirs}
+        for key, plog in self._logs.items():
+            out[self._dir_of[key]][key] = plog
+        return out
+
+    def checkpoint_recovery_points(self, sync: bool = True) -> None:
+        for d, logs in self._by_dir().items():
+            OffsetCheckpointFile(os.path.join(d, RECOVERY_POINT_CHECKPOINT)).write(
+                {k: p.recovery_point for k, p in logs.items()}, sync)
+
+    def checkpoint_log_start_offsets(self, sync: bool = True) -> None:
+        for d, logs in self._by_dir().items():
+            OffsetCheckpointFile(os.path.join(d, LOG_START_OFFSET_CHECKPOINT)).write(
+                {k: p.log_start_offset for k, p in logs.items()}, sync)
+
+    def _write_cleaner_checkpoints(self) -> None:
+        for d, logs in self._by_dir().items():
+            offs = {k: p.first_dirty_offset for k, p in logs.items()
+                    if p.first_dirty_offset is not None}
+            path = os.path.join(d, CLEANER_OFFSET_CHECKPOINT)
+            if offs or os.path.exists(path):
+                OffsetCheckpointFile(path).write(offs)
+
+    def checkpoint(self, sync: bool = True) -> None:
+        """Write the recovery-point and log-start-offset checkpoints of every dir."""
+        self.checkpoint_recovery_points(sync)
+        self.checkpoint_log_start_offsets(sync)
+
+    # ------------------------------------------------------------------ shutdown
+    def shutdown(self) -> None:
+        """Clean shutdown: flush every log, checkpoint, close, write .kafka_cleanshutdown."""
+        if self.closed:
+            return
+        failed = False
+        for plog in list(self._logs.values()):
+            try:
+                plog.flush()
+            except OSError as e:  # pragma: no cover
+                failed = True
+                log.error("flushing %r at shutdown failed: %s", plog, e)
+        self.checkpoint()
+        self._write_cleaner_checkpoints()
+        for plog in list(self._logs.values()):
+            plog.close()
+        for d in self.log_dirs:
+            if not failed:
+                with open(os.path.join(d, CLEAN_SHUTDOWN_FILE), "w"):
+                    pass
+                fsync_dir(d)
+        self._unlock()
+        self.closed = True
+
+    close = shutdown
+
+    def abandon(self) -> None:
+        """Stop without a clean shutdown (tests: as if the process died)."""
+        for plog in list(self._logs.values()):
+            plog.close_without_trim()
+        self._unlock()
+        self.closed = True
+
+    def _unlock(self) -> None:
+        for fd in self._locks.values():
+            try:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            finally:
+                os.close(fd)
+        self._locks = {}
+
+
+def _read_checkpoint(path: str) -> dict[tuple[str, int], int]:
+    try:
+        return OffsetCheckpointFile(path).read()
+    except CheckpointError as e:
+        log.warning("ignoring unreadable checkpoint %s: %s (full recovery)", path, e)
+        return {}
