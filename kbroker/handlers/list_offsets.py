@@ -54,5 +54,8 @@ def handle(ctx, req):
     for t in req.topics:
         parts = replicas.topics.get(t.name)
         out = [_one(parts.get(p.partition_index) if parts else None, p, read_committed) for p in t.partitions]
+        if ctx.api_version < 4:   # leader_epoch is not ignorable before v4
+            for r in out:
+                r.leader_epoch = -1
         topics.append(_Topic(name=t.name, partitions=out))
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
