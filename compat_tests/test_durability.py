@@ -19,8 +19,8 @@ def test_acked_records_survive_sigkill(tmp_path):
     broker = BrokerProcess(tmp_path / "b").start()
     try:
         topic = "durable"
-        AdminClient({"bootstrap.servers": broker.bootstrap}).create_topics(
-            [NewTopic(topic, 2, 1)])[topic].result(30)
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})   # outlives the future
+        admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
 
         acked: dict[bytes, tuple[int, int]] = {}
         failed = []
