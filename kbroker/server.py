@@ -63,6 +63,7 @@ class KafkaServer:
         self.log_manager = None
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
         self.producer_ids: ProducerIdManager | None = None
+        self.txn_coordinator = None  # kbroker.txn.runtime.TxnRuntime
         self.listeners: list[Listener] = []
         self.default_log_config: LogConfig = config.log_config()
         self._default_props = self.default_log_config.to_props()
@@ -119,7 +120,8 @@ class KafkaServer:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    async def start(self) -> None:
+    async def start(self, *, listen: bool = True) -> None:
+        """Bring the node up; ``listen=False`` skips the listeners (handler tests)."""
         cfg = self.config
         now = self.clock.now_ms()
         log.info("starting node %d (roles %s), log dirs %s", self.node_id, ",".join(cfg.process_roles), ",".join(cfg.log_dirs))
@@ -173,7 +175,7 @@ class KafkaServer:
         dispatcher = Dispatcher(self, self.api_specs)
         from kbroker.wire.frame import FrameDecoder
         max_frame = cfg["socket.request.max.bytes"]
-        for ep in cfg.listeners:
+        for ep in (cfg.listeners if listen else []):
             lst = Listener(ep.listener_name, ep.host, ep.port, dispatcher, lambda: FrameDecoder(max_frame),
                            backlog=cfg["socket.listen.backlog.size"],
                            send_buffer=cfg["socket.send.buffer.bytes"] if not cfg.is_default("socket.send.buffer.bytes") else -1,
@@ -190,6 +192,9 @@ class KafkaServer:
         log.info("registered broker %d, epoch %d, endpoints %s", self.node_id, self.broker_epoch,
                  ", ".join(f"{n}://{h}:{p}" for n, h, p, _ in endpoints))
         self.producer_ids = ProducerIdManager(self.controller, self.node_id, self.broker_epoch)
+        from kbroker.txn.runtime import TxnRuntime
+        self.txn_coordinator = TxnRuntime(self)
+        self.txn_coordinator.start()   # reloads __transaction_state, finishes decided txns
 
         for lst in self.listeners:
             lst.start_accepting()
@@ -247,6 +252,8 @@ class KafkaServer:
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.txn_coordinator is not None:
+            await self.txn_coordinator.stop()
         if self.replicas is not None:
             self.replicas.close()   # producer-state snapshots
         for lm in self._log_managers:

@@ -1,0 +1,133 @@
+"""Connection: pipelining, in-order release, no-response requests, bad frames, sendfile."""
+
+import asyncio
+import os
+import socket
+import struct
+
+import pytest
+
+from kbroker.net.connection import CloseConnection, Connection
+from kbroker.wire.frame import FrameDecoder
+
+
+def frame(payload: bytes) -> bytes:
+    return struct.pack(">i", len(payload)) + payload
+
+
+class Region:
+    def __init__(self, f, position, size):
+        self.file, self.position, self.size = f, position, size
+
+
+class Dispatcher:
+    """Request payload b"<n>:<mode>": 'sync' answers at once, 'async:<ms>' after a delay,
+    'none' answers nothing, 'close' closes, 'file' answers with a file region."""
+
+    def __init__(self, region_file=None):
+        self.region_file = region_file
+
+    def dispatch(self, conn, fr):
+        n, mode = bytes(fr).decode().split(":", 1)
+        out = frame(n.encode())
+        if mode == "sync":
+            return [out]
+        if mode == "none":
+            return None
+        if mode == "close":
+            raise CloseConnection("asked to")
+        if mode == "file":
+            size = os.fstat(self.region_file.fileno()).st_size
+            return [struct.pack(">i", size), Region(self.region_file, 0, size)]
+        delay = int(mode.split(":")[1]) / 1000
+
+        async def later():
+            await asyncio.sleep(delay)
+            return [out]
+        return later()
+
+
+async def start(dispatcher, max_frame=1024):
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.setblocking(False)
+    loop = asyncio.get_running_loop()
+    conn = Connection(loop, a, "peer", dispatcher, FrameDecoder(max_frame))
+    conn.start()
+    return conn, b
+
+
+async def read_frames(sock, count, timeout=5.0):
+    loop = asyncio.get_running_loop()
+    buf = b""
+    out = []
+    while len(out) < count:
+        data = await asyncio.wait_for(loop.sock_recv(sock, 65536), timeout)
+        if not data:
+            break
+        buf += data
+        while len(buf) >= 4:
+            (n,) = struct.unpack(">i", buf[:4])
+            if len(buf) < 4 + n:
+                break
+            out.append(buf[4:4 + n])
+            buf = buf[4 + n:]
+    return out
+
+
+def test_responses_leave_in_request_order():
+    async def main():
+        conn, client = await start(Dispatcher())
+        reqs = [b"1:async:50", b"2:sync", b"3:none", b"4:async:10", b"5:sync", b"6:async:0"]
+        client.sendall(b"".join(frame(r) for r in reqs))
+        got = await read_frames(client, 5)
+        assert got == [b"1", b"2", b"4", b"5", b"6"]
+        conn.close()
+        client.close()
+    asyncio.run(main())
+
+
+def test_oversized_and_closing_frames_close_only_that_connection(caplog):
+    async def main():
+        conn1, c1 = await start(Dispatcher(), max_frame=100)
+        conn2, c2 = await start(Dispatcher(), max_frame=100)
+        c1.sendall(struct.pack(">i", 1000) + b"x" * 10)
+        c2.sendall(frame(b"1:sync"))
+        assert await read_frames(c2, 1) == [b"1"]
+        loop = asyncio.get_running_loop()
+        assert await asyncio.wait_for(loop.sock_recv(c1, 10), 5) == b""
+        assert conn1.closed and not conn2.closed
+        c2.sendall(frame(b"2:close"))
+        assert await asyncio.wait_for(loop.sock_recv(c2, 10), 5) == b""
+        assert conn2.closed
+    asyncio.run(main())
+    assert "FrameTooLarge" in caplog.text
+
+
+def test_sendfile_region_large_with_partial_writes(tmp_path):
+    data = os.urandom(3 * 1024 * 1024)  # bigger than the socket buffer: partial sendfile
+    p = tmp_path / "seg.log"
+    p.write_bytes(data)
+
+    async def main():
+        with open(p, "rb") as f:
+            conn, client = await start(Dispatcher(f))
+            client.sendall(frame(b"1:file") + frame(b"2:sync"))
+            got = await read_frames(client, 2, timeout=10)
+            assert got[0] == data
+            assert got[1] == b"2"
+            conn.close()
+            client.close()
+    asyncio.run(main())
+
+
+def test_graceful_shutdown_finishes_in_flight():
+    async def main():
+        conn, client = await start(Dispatcher())
+        client.sendall(frame(b"1:async:100") + frame(b"2:sync"))
+        await asyncio.sleep(0.01)
+        await conn.shutdown(timeout=5)
+        got = await read_frames(client, 2)
+        assert got == [b"1", b"2"]
+        assert conn.closed
+    asyncio.run(main())
