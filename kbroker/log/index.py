@@ -90,8 +90,7 @@ class _Index:
         new_size = max(new_size - new_size % es, self._entries * es)
         if new_size == self._capacity:
             return
-        if self._mm is not None:
-            self._mm.flush()
+        # no msync: a shared mapping is the page cache; durability is flush()'s job
         os.ftruncate(self._fd, new_size)
         self._map(new_size)
 

@@ -134,7 +134,8 @@ class RecoveryReport:
 
     clean_shutdown: bool
     recovered_segments: int = 0
-    dropped_bytes: int = 0
+    dropped_bytes: int = 0  # every byte cut, zero-filled tails included
+    zero_tail_bytes: int = 0  # of which a zero-filled tail (preallocated, never written)
     truncated_at_offset: int | None = None  # log end offset after the cut
     deleted_segments: list[int] = field(default_factory=list)  # base offsets removed
     reason: str | None = None
@@ -143,7 +144,8 @@ class RecoveryReport:
 
     @property
     def damaged(self) -> bool:
-        return self.dropped_bytes > 0 or bool(self.deleted_segments)
+        """Data was lost: something other than a zero-filled tail was cut."""
+        return self.dropped_bytes > self.zero_tail_bytes or bool(self.deleted_segments)
 
 
 class _Validated(NamedTuple):
@@ -291,6 +293,8 @@ class PartitionLog:
                     seg.time_index.trim_to_valid_size()
                 if r.truncated_bytes:
                     report.dropped_bytes += r.truncated_bytes
+                    if r.zero_tail:
+                        report.zero_tail_bytes += r.truncated_bytes
                     report.reason = f"segment {seg.base_offset}: {r.reason} at position {r.position}"
                     stop_at = j
                     break
@@ -321,6 +325,10 @@ class PartitionLog:
         self._recovery_point = self._leo if clean else min(max(recovery_point, 0), self._leo)
         if report.dropped_bytes:
             report.truncated_at_offset = self._leo
+        if report.dropped_bytes and not report.damaged:
+            log.info("%s-%d: recovery trimmed a zero-filled tail of %d bytes; log end offset %d",
+                     self.topic, self.partition, report.dropped_bytes, self._leo)
+        elif report.dropped_bytes:
             log.warning(
                 "%s-%d: recovery dropped %d bytes (%s); deleted segments %s; log end offset now %d",
                 self.topic, self.partition, report.dropped_bytes, report.reason,

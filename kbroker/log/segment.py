@@ -150,6 +150,7 @@ class SegmentRecovery:
     next_offset: int
     reason: str | None = None  # why the scan stopped early (None: clean end)
     position: int | None = None  # where the damage starts
+    zero_tail: bool = False  # what was cut looked like zeros (preallocated, never written)
 
 
 class LogSegment:
@@ -444,6 +445,7 @@ class LogSegment:
         reason: str | None = None
         self.size = 0
         pending = None  # (position, batch, jumped ahead?, next offset before it)
+        zero_tail = False
 
         def commit(p):
             nonlocal count, contiguous
@@ -460,7 +462,12 @@ class LogSegment:
                 break
             base, length = _FRAME.unpack(head)
             if base == 0 and length == 0:
-                reason = "zero-filled tail (preallocated or never written)"
+                sample = os.pread(fd, min(file_size - pos, 65536), pos)
+                if not sample.strip(b"\0"):
+                    zero_tail = True
+                    reason = "zero-filled tail (preallocated or never written)"
+                else:
+                    reason = "zeroed batch header"
                 break
             size = LOG_OVERHEAD + length
             if length < MIN_BATCH_SIZE - LOG_OVERHEAD:
@@ -513,7 +520,8 @@ class LogSegment:
         self.contiguous = contiguous
         return SegmentRecovery(self.base_offset, valid, truncated, count, next_offset,
                                reason if truncated > 0 else None,
-                               valid if truncated > 0 else None)
+                               valid if truncated > 0 else None,
+                               zero_tail and truncated > 0)
 
     def sanity_check_indexes(self) -> bool:
         return (self.offset_index.sanity_check(self.size)

@@ -477,6 +477,7 @@ def test_recovery_zeroed_tail_preallocated(tmp_path):
     log = open_log(tmp_path, c)
     rep = log.recovery
     assert "zero" in rep.reason and rep.dropped_bytes == 4000 - len(data)
+    assert rep.zero_tail_bytes == rep.dropped_bytes and not rep.damaged
     assert read_all(log) == data
     assert log.append(make_batch(1), 0).first_offset == 15
     log.close()
