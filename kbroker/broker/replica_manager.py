@@ -19,6 +19,7 @@ import uuid
 from typing import Any, Iterable
 
 from kbroker.log.errors import LogError
+from kbroker.txn.partition_txns import PartitionTxns
 from kbroker.txn.producer_state import ProducerStateManager
 from kbroker.wire.errors import Errors
 from kbroker.wire.records import CodecError as RecordsCodecError
@@ -46,7 +47,7 @@ def _kafka_uuid(u: uuid.UUID) -> str:
 
 class Partition:
     __slots__ = ("topic", "index", "topic_id", "log", "producer_state", "leader_epoch",
-                 "waiters", "config")
+                 "waiters", "config", "txns")
 
     def __init__(self, topic: str, index: int, topic_id: uuid.UUID, plog: Any,
                  producer_state: ProducerStateManager, leader_epoch: int, config: Any) -> None:
@@ -58,6 +59,7 @@ class Partition:
         self.leader_epoch = leader_epoch
         self.waiters: set[asyncio.Future] = set()
         self.config = config
+        self.txns: PartitionTxns | None = None  # LSO, aborted-txn index, markers (kbroker.txn)
 
     @property
     def high_watermark(self) -> int:
@@ -65,6 +67,8 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
+        if self.txns is not None:
+            return self.txns.last_stable_offset(self.log.high_watermark)
         first = self.producer_state.first_undecided_offset()
         hw = self.log.high_watermark
         return hw if first is None else min(first, hw)
@@ -147,11 +151,12 @@ class ReplicaManager:
         # snapshot, then replay the batches after it.
         psm = ProducerStateManager(plog.dir, producer_id_expiration_ms=self.producer_id_expiration_ms,
                                    topic_partition=f"{topic}-{index}")
-        start = psm.truncate_and_reload(plog.log_start_offset, plog.log_end_offset, now)
-        if start < plog.log_end_offset:
-            psm.load_from_batches(plog.batches(start_offset=max(start, plog.log_start_offset)))
+        # The replay also rebuilds the aborted-transaction index entries of the replayed range.
+        txns = PartitionTxns(plog.dir, psm)
         plog.high_watermark = plog.log_end_offset
+        txns.recover(plog, now)
         part = Partition(topic, index, topic_id, plog, psm, leader_epoch, cfg)
+        part.txns = txns
         self.topics.setdefault(topic, {})[index] = part
         return part
 
@@ -237,5 +242,8 @@ class ReplicaManager:
             self._wake(p)
             try:
                 p.producer_state.take_snapshot(p.log.log_end_offset)
+                if p.txns is not None:
+                    p.txns.flush()
+                    p.txns.close()
             except Exception:
                 log.exception("producer state snapshot of %s failed", p)
