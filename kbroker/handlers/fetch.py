@@ -25,11 +25,12 @@ MAX_VERSION = 17
 
 _Topic = FetchResponse.FetchableTopicResponse
 _Part = _Topic.PartitionData
+_Aborted = _Part.AbortedTransaction
 _EMPTY = b""
 
 
 class _Result:
-    __slots__ = ("entry", "part", "error", "records", "hw", "lso", "log_start")
+    __slots__ = ("entry", "part", "error", "records", "hw", "lso", "log_start", "aborted")
 
 
 def _read(entries, replicas, budget: int, read_committed: bool):
@@ -41,6 +42,7 @@ def _read(entries, replicas, budget: int, read_committed: bool):
         r.entry = e
         r.records = _EMPTY
         r.hw = r.lso = r.log_start = -1
+        r.aborted = None
         part = replicas.get(e.topic, e.partition) if e.topic is not None else None
         r.part = part
         if part is None:
@@ -71,6 +73,9 @@ def _read(entries, replicas, budget: int, read_committed: bool):
                 if rr.size:
                     r.records = rr
                     total += rr.size
+                    if read_committed and part.txns is not None:
+                        # up to the LSO: a superset of the returned range, which clients accept
+                        r.aborted = part.txns.aborted_transactions(e.fetch_offset, limit)
         elif not (r.log_start <= e.fetch_offset <= plog.log_end_offset):
             r.error = Errors.OFFSET_OUT_OF_RANGE
             errors = True
@@ -194,7 +199,8 @@ def _respond(results, session, incremental, use_ids, read_committed) -> FetchRes
         cur.partitions.append(_Part(
             partition_index=e.partition, error_code=r.error, high_watermark=r.hw,
             last_stable_offset=r.lso, log_start_offset=r.log_start,
-            aborted_transactions=[] if read_committed else None,
+            aborted_transactions=([_Aborted(producer_id=a.producer_id, first_offset=a.first_offset)
+                                   for a in r.aborted or ()] if read_committed else None),
             preferred_read_replica=-1, records=r.records))
     return FetchResponse(throttle_time_ms=0, error_code=0,
                          session_id=session.id if session is not None else 0, responses=topics)
