@@ -15,9 +15,26 @@ MIN_VERSION = 0
 MAX_VERSION = 5
 
 
+async def _init_transactional(ctx, req):
+    # The transaction coordinator (kbroker.txn): epoch bump, fencing, aborting an open txn.
+    rt = getattr(ctx.broker, "txn_coordinator", None)
+    err = Errors.COORDINATOR_NOT_AVAILABLE if rt is None else await rt.ensure_ready()
+    if err:
+        return InitProducerIdResponse(error_code=err, producer_id=-1, producer_epoch=-1)
+    out = await rt.init_producer_id(req.transactional_id, req.transaction_timeout_ms,
+                                    req.producer_id, req.producer_epoch)
+    code = out.error
+    if code == Errors.PRODUCER_FENCED and ctx.api_version < 4:
+        code = Errors.INVALID_PRODUCER_EPOCH
+    if code:
+        return InitProducerIdResponse(error_code=code, producer_id=-1, producer_epoch=-1)
+    return InitProducerIdResponse(error_code=0, producer_id=out.producer_id,
+                                  producer_epoch=out.producer_epoch)
+
+
 async def _init(ctx, req):
     if req.transactional_id is not None:
-        return InitProducerIdResponse(error_code=Errors.COORDINATOR_NOT_AVAILABLE, producer_id=-1, producer_epoch=-1)
+        return await _init_transactional(ctx, req)
     if req.producer_id != -1 and ctx.api_version >= 3:
         # KIP-360: an idempotent producer bumping its epoch after an error. Without a
         # transactional id there is no state to fence: hand out a new id.
