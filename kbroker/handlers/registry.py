@@ -23,6 +23,15 @@ HANDLER_MODULES: tuple[str, ...] = (
     "create_topics",
     "delete_topics",
     "init_producer_id",
+    # transactions (kbroker.txn)
+    "find_coordinator",
+    "add_partitions_to_txn",
+    "add_offsets_to_txn",
+    "end_txn",
+    "write_txn_markers",
+    "describe_transactions",
+    "list_transactions",
+    "describe_producers",
 )
 
 
