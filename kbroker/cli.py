@@ -4,8 +4,8 @@ Like ``kafka-server-start.sh``: Kafka's property names and defaults. With no pro
 the embedded default runs: one node, broker and controller in one process, PLAINTEXT on
 127.0.0.1:9092, data under ./data, storage formatted on first start.
 
-Also ``kbroker format -c server.properties [-t CLUSTER_ID]`` (kafka-storage.sh format) and
-``kbroker random-uuid``.
+Also ``kbroker format -c server.properties [-t CLUSTER_ID]`` (kafka-storage.sh format),
+``kbroker random-uuid`` and ``kbroker groups ...`` (kafka-consumer-groups.sh, see kbroker.groups.cli).
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
     f.add_argument("-g", "--ignore-formatted", action="store_true")
     sub.add_parser("random-uuid", help="print a random Kafka uuid (for cluster ids)")
+    from kbroker.groups.cli import add_parser as add_groups_parser
+    add_groups_parser(sub)   # kbroker groups list|describe|reset-offsets|delete
     return p
 
 
@@ -47,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _setup_logging(args.log_level)
     cmd = args.command or "serve"
+    if cmd == "groups":
+        from kbroker.groups.cli import main as groups_main
+        return groups_main(args)
     if cmd == "random-uuid":
         from kbroker.broker.storage import random_uuid, uuid_to_str
         print(uuid_to_str(random_uuid()))
