@@ -45,6 +45,10 @@ HANDLER_MODULES: tuple[str, ...] = (
     "describe_transactions",
     "list_transactions",
     "describe_producers",
+    # admin: configs, partitions, records, cluster (kbroker.broker.config_catalog)
+    "describe_configs",
+    "alter_configs",
+    "incremental_alter_configs",
 )
 
 
