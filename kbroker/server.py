@@ -162,6 +162,9 @@ class KafkaServer:
         log.info("replayed %d metadata records (%d topics, metadata log end offset %d)",
                  n, len(self.image.topics_by_name), mlog.end_offset)
         self.controller.elect()
+        # dynamic broker configs (log.retention.ms ...) from the metadata log are topic defaults too
+        from kbroker.broker.config_catalog import BrokerLayers
+        self.default_log_config = BrokerLayers.of(cfg, self.image).topic_defaults()
 
         # partitions
         self.replicas = ReplicaManager(self.node_id, self.log_manager, self.image, self.log_config_for,
