@@ -259,6 +259,73 @@ class Controller:
                 records.append(_cls("RemoveTopicRecord")(topic_id=t.topic_id))
         return ControllerResult(records, results)
 
+    def create_partitions(self, topics: list[tuple[str, int, list[list[int]] | None]], validate_only: bool,
+                          now_ms: int) -> ControllerResult:
+        """CreatePartitions: grow each (name, new count, assignments of the new partitions or
+        None) topic; response [(name, error, message)]. Kafka's checks and messages
+        (ReplicationControlManager.createPartitions); new partitions get PartitionRecords."""
+        names = [t[0] for t in topics]
+        records: list = []
+        results: list = []
+        for name, count, assignments in topics:
+            if names.count(name) > 1:
+                results.append((name, Errors.INVALID_REQUEST, "Duplicate topic name."))
+                continue
+            err, recs = self._grow_topic(name, count, assignments)
+            results.append((name,) + err)
+            if not validate_only:
+                records += recs
+        return ControllerResult(records, results)
+
+    def _grow_topic(self, name: str, count: int, assignments) -> tuple[tuple[int, str | None], list]:
+        t = self.image.topics_by_name.get(name)
+        if t is None:
+            return (Errors.UNKNOWN_TOPIC_OR_PARTITION, None), []
+        have = len(t.partitions)
+        if count == have:
+            return (Errors.INVALID_PARTITIONS, f"Topic already has {have} partition(s)."), []
+        if count < have:
+            return (Errors.INVALID_PARTITIONS,
+                    f"The topic {name} currently has {have} partition(s); {count} would not be an increase."), []
+        extra = count - have
+        if assignments is not None and len(assignments) != extra:
+            return (Errors.INVALID_REPLICA_ASSIGNMENT, f"Attempted to add {extra} additional partition(s), "
+                    f"but only {len(assignments)} assignment(s) were specified."), []
+        rf = len(next(iter(t.partitions.values())).replicas)
+        live = sorted(b.broker_id for b in self.image.live_brokers())
+        if assignments is not None:
+            for reps in assignments:
+                if not reps:
+                    return (Errors.INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment includes an empty replica list."), []
+                for r in sorted(reps):
+                    if r not in self.image.brokers:
+                        return (Errors.INVALID_REPLICA_ASSIGNMENT, f"The manual partition assignment includes broker {r}, "
+                                "but no such broker is registered."), []
+                if len(set(reps)) != len(reps):
+                    return (Errors.INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment includes the broker "
+                            f"{next(r for r in reps if reps.count(r) > 1)} more than once."), []
+                if len(reps) != rf:
+                    return (Errors.INVALID_REPLICA_ASSIGNMENT, f"The manual partition assignment includes a partition with "
+                            f"{len(reps)} replica(s), but this is not consistent with previous partitions, which have "
+                            f"{rf} replica(s)."), []
+            placed = [list(r) for r in assignments]
+        else:
+            if rf > len(live):
+                return (Errors.INVALID_REPLICATION_FACTOR, f"Unable to replicate the partition {rf} time(s): The target "
+                        f"replication factor of {rf} cannot be reached because only {len(live)} broker(s) are registered."), []
+            start = zlib.crc32(name.encode()) % len(live)     # continues create_topics' round robin
+            placed = [[live[(start + p + i) % len(live)] for i in range(rf)] for p in range(have, count)]
+        Part = _cls("PartitionRecord")
+        recs = []
+        for p, reps in enumerate(placed, start=have):
+            isr = [r for r in reps if r in live]
+            if not isr:
+                return (Errors.INVALID_REPLICATION_FACTOR, f"Unable to replicate the partition {rf} time(s): All brokers "
+                        "are currently fenced or in controlled shutdown."), []
+            recs.append(Part(partition_id=p, topic_id=t.topic_id, replicas=reps, isr=isr, removing_replicas=[],
+                             adding_replicas=[], leader=isr[0], leader_epoch=0, partition_epoch=0))
+        return (Errors.NONE, None), recs
+
     # -- configs -----------------------------------------------------------------------------
 
     def alter_configs(self, resource_type: int, resource_name: str, changes: dict[str, str | None],
