@@ -236,3 +236,56 @@ def test_sigkill_mid_transaction_and_after_commit(tmp_path):
         assert sorted(ru) == sorted(committed + redo + partial)
     finally:
         b.stop()
+
+
+def test_consume_transform_produce_exactly_once(broker):
+    """confluent-kafka: read_committed input, send_offsets_to_transaction, commit; every
+    fifth transaction aborted and redone from the committed offsets. Downstream,
+    read_committed sees each input exactly once; read_uncommitted also sees the aborted."""
+    src, dst, n = "eos-in", "eos-out", 3000
+    create_topic(broker.bootstrap, src, 2)
+    create_topic(broker.bootstrap, dst, 2)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    for i in range(n):
+        p.produce(src, value=f"{i}".encode(), partition=i % 2)
+    p.flush(30)
+
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "eos-app",
+                         "isolation.level": "read_committed", "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe([src])
+    out = txn_producer(broker.bootstrap, "eos-app-0")
+    processed = 0
+    txns = 0
+    aborted_values = 0
+    deadline = time.monotonic() + 75
+    while processed < n and time.monotonic() < deadline:
+        msgs = consumer.consume(200, 1.0)
+        msgs = [m for m in msgs if m.error() is None]
+        if not msgs:
+            continue
+        out.begin_transaction()
+        for m in msgs:
+            out.produce(dst, value=b"out-" + m.value(), partition=m.partition())
+        out.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                        consumer.consumer_group_metadata(), 30)
+        txns += 1
+        if txns % 5 == 0:
+            out.flush(30)
+            out.abort_transaction(30)
+            aborted_values += len(msgs)
+            # rewind to the committed offsets and process the batch again
+            committed = consumer.committed(consumer.assignment(), 30)
+            for tp in committed:
+                consumer.seek(TopicPartition(tp.topic, tp.partition,
+                                             tp.offset if tp.offset >= 0 else 0))
+            continue
+        out.commit_transaction(30)
+        processed += len(msgs)
+    consumer.close()
+    assert processed == n, f"processed {processed} of {n}"
+    assert aborted_values > 0
+    rc = read_all(broker.bootstrap, dst, 2, "read_committed", n)
+    assert len(rc) == n and set(rc) == {f"out-{i}".encode() for i in range(n)}
+    ru = read_all(broker.bootstrap, dst, 2, "read_uncommitted", n + aborted_values)
+    assert len(ru) == n + aborted_values

@@ -235,6 +235,8 @@ class TxnRuntime:
         part.log.high_watermark = part.log.log_end_offset  # one replica: committed on append
         replicas._wake(part)
         if topic == OFFSETS_TOPIC:
+            from kbroker.txn.offsets_append import complete_offsets_transaction
+            complete_offsets_transaction(self.broker, partition, producer_id, commit)
             for listener in self.offsets_marker_listeners:
                 try:
                     listener(partition, producer_id, commit)
