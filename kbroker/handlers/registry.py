@@ -45,6 +45,7 @@ HANDLER_MODULES: tuple[str, ...] = (
     "describe_transactions",
     "list_transactions",
     "describe_producers",
+    "txn_offset_commit",
     # admin: configs, partitions, records, cluster (kbroker.broker.config_catalog)
     "describe_configs",
     "alter_configs",
