@@ -182,6 +182,10 @@ class PartitionLog:
         self.topic_id: str | None = None
         # set by the cleaner; where the uncleaned part starts (cleaner-offset-checkpoint)
         self.first_dirty_offset: int | None = None
+        # set by the transaction layer: the cleaner never goes past an open transaction
+        self.first_unstable_offset: int | None = None
+        # set by the cleaner: when the earliest retained tombstone's delete horizon passes
+        self.tombstone_horizon_ms: int | None = None
 
     # ====================================================================== open
     @classmethod
@@ -873,6 +877,20 @@ class PartitionLog:
                      [s.base_offset for s in segs], why)
         if self.config.file_delete_delay_ms == 0:
             self.delete_pending(now_ms)
+
+    def _replace_segments(self, old: list[LogSegment], new: LogSegment, now_ms: int) -> None:
+        """Compaction swap: ``new`` (files ``.swap``) takes the place of the consecutive
+        segments ``old``; they are renamed ``.deleted``, then ``new`` gets its real name
+        (the order Kafka uses, so a crash in between is finished by ``open``)."""
+        i = self._segments.index(old[0])
+        assert self._segments[i:i + len(old)] == old, "segments to replace must be consecutive"
+        del self._segments[i:i + len(old)]
+        del self._bases[i:i + len(old)]
+        self._delete_segments(old, now_ms, "compaction")
+        new.change_suffix("")
+        self._segments.insert(i, new)
+        self._bases.insert(i, new.base_offset)
+        self._roll_flush_pending = [s for s in self._roll_flush_pending if s not in old]
 
     def delete_pending(self, now_ms: int) -> int:
         """Remove ``.deleted`` files older than file.delete.delay.ms. Returns how many."""

@@ -1,0 +1,322 @@
+"""Log compaction (cleanup.policy=compact / compact,delete), after Kafka's LogCleaner.
+
+One pass over a log:
+
+1. Cleanable range: from the first dirty offset (``cleaner-offset-checkpoint``, else the log
+   start) to the first uncleanable offset = min(active segment base, high watermark, the
+   first unstable offset the transaction layer may set, the first segment newer than
+   min.compaction.lag.ms). Whole segments only.
+2. The log is cleaned when dirty bytes / (clean + dirty bytes) >= min.cleanable.dirty.ratio,
+   or when the oldest dirty record is older than max.compaction.lag.ms.
+3. Offset map: MD5(key) -> latest offset over the dirty segments, bounded by the dedupe
+   buffer (when it fills, only the segments that fit are cleaned this pass).
+4. Every segment below the end of the map is rewritten, in groups that fit one segment
+   (``.cleaned`` -> ``.swap`` -> replaces the group; old files renamed ``.deleted``), keeping:
+   the latest record of each key; tombstones until their batch's delete horizon (KIP-534:
+   the first pass stamps now + delete.retention.ms into the batch, a later pass past the
+   horizon drops them); control batches; the last batch of each producer id (as an empty
+   batch if all its records went, like Kafka, so producer state survives). Offsets are
+   preserved; batches whose records all survive are copied byte for byte; each batch keeps
+   its lastOffsetDelta. Keyless records are dropped, as Kafka does.
+
+Memory: the offset map (bounded), one batch, and an output buffer of ~1 MiB.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from dataclasses import dataclass
+
+from kbroker.wire.records import BatchBuilder, RecordBatch, iter_batches
+
+from . import segment as _seg
+from .config import INT_MAX
+from .segment import LogSegment
+
+log = logging.getLogger(__name__)
+
+_OUT_CHUNK = 1 << 20
+_ENTRY_COST = 100  # rough bytes per map entry in a Python dict (16-byte digest -> int)
+
+
+@dataclass
+class CleanerStats:
+    logs_cleaned: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_removed: int = 0
+    tombstones_removed: int = 0
+    batches_emptied: int = 0  # batches kept without records (producer state)
+    segments_before: int = 0
+    segments_after: int = 0
+
+    def add(self, o: "CleanerStats") -> None:
+        for k in self.__dataclass_fields__:
+            setattr(self, k, getattr(self, k) + getattr(o, k))
+
+
+@dataclass
+class Cleanable:
+    log: object
+    first_dirty: int
+    first_uncleanable: int
+    clean_bytes: int
+    dirty_bytes: int
+    must_clean: bool
+
+    @property
+    def ratio(self) -> float:
+        total = self.clean_bytes + self.dirty_bytes
+        return self.dirty_bytes / total if total else 0.0
+
+
+def _key_hash(key: bytes) -> bytes:
+    return hashlib.md5(key).digest()
+
+
+class LogCleaner:
+    def __init__(self, dedupe_buffer_size: int = 128 << 20, max_map_entries: int | None = None) -> None:
+        self.max_map_entries = max_map_entries or max(dedupe_buffer_size // _ENTRY_COST, 1000)
+        self._horizon: int | None = None
+
+    # ------------------------------------------------------------------ selection
+    def cleanable(self, plog, now_ms: int) -> Cleanable | None:
+        cfg = plog.config
+        if not cfg.compact:
+            return None
+        segs = plog.segments
+        bases = [s.base_offset for s in segs]
+        lso = plog.log_start_offset
+        first_dirty = plog.first_dirty_offset
+        if first_dirty is None or first_dirty < lso or first_dirty > plog.log_end_offset:
+            first_dirty = lso
+        uncleanable = min(segs[-1].base_offset, plog.high_watermark)
+        fuo = getattr(plog, "first_unstable_offset", None)
+        if fuo is not None:
+            uncleanable = min(uncleanable, fuo)
+        if cfg.min_compaction_lag_ms > 0:
+            for s in segs:
+                if now_ms - s.largest_timestamp() < cfg.min_compaction_lag_ms:
+                    uncleanable = min(uncleanable, s.base_offset)
+                    break
+        clean_bytes = dirty_bytes = 0
+        must = False
+        for i, s in enumerate(segs):
+            upper = bases[i + 1] if i + 1 < len(bases) else plog.log_end_offset
+            if upper <= lso and i + 1 < len(segs):
+                continue
+            if upper > uncleanable or s is segs[-1]:
+                break
+            if upper <= first_dirty:
+                clean_bytes += s.size
+            else:
+                dirty_bytes += s.size
+                if not must and cfg.max_compaction_lag_ms < (1 << 62):
+                    ts = s.rolling_based_timestamp()
+                    if ts is not None and now_ms - ts > cfg.max_compaction_lag_ms:
+                        must = True
+        return Cleanable(plog, first_dirty, uncleanable, clean_bytes, dirty_bytes, must)
+
+    def clean_logs(self, logs, now_ms: int, max_logs: int | None = None) -> CleanerStats:
+        """Clean every compacted log that is due (dirtiest first)."""
+        cands = []
+        for plog in logs:
+            if getattr(plog, "closed", False):
+                continue
+            c = self.cleanable(plog, now_ms)
+            if c is None:
+                continue
+            due = getattr(plog, "tombstone_horizon_ms", None)
+            tombstones_due = due is not None and due <= now_ms and c.clean_bytes > 0
+            if c.dirty_bytes == 0 and not tombstones_due:
+                continue
+            if c.must_clean or tombstones_due or c.ratio >= plog.config.min_cleanable_dirty_ratio:
+                cands.append(c)
+        cands.sort(key=lambda c: (not c.must_clean, -c.ratio))
+        total = CleanerStats()
+        for c in cands[: max_logs if max_logs is not None else len(cands)]:
+            total.add(self.clean(c.log, now_ms, c))
+        return total
+
+    # ------------------------------------------------------------------ cleaning
+    def clean(self, plog, now_ms: int, c: Cleanable | None = None) -> CleanerStats:
+        """One compaction pass over ``plog`` (whether or not the ratio says it is due)."""
+        stats = CleanerStats(logs_cleaned=1, segments_before=plog.num_segments)
+        c = c or self.cleanable(plog, now_ms)
+        if c is None:
+            return CleanerStats()
+        segs = plog.segments
+        bases = [s.base_offset for s in segs]
+
+        def upper(i: int) -> int:
+            return bases[i + 1] if i + 1 < len(bases) else plog.log_end_offset
+
+        # 1. offset map over whole dirty segments
+        offset_map: dict[bytes, int] = {}
+        end_offset = None
+        for i, s in enumerate(segs[:-1]):
+            u = upper(i)
+            if u <= c.first_dirty:
+                continue
+            if u > c.first_uncleanable:
+                break
+            seg_map: dict[bytes, int] = {}
+            for _p, b in s.iter_batches():
+                stats.bytes_read += b.size
+                if b.is_control:
+                    continue
+                for r in b.records():
+                    if r.key is not None:
+                        seg_map[_key_hash(r.key)] = r.offset
+            if end_offset is not None:
+                new_keys = sum(1 for k in seg_map if k not in offset_map)
+                if len(offset_map) + new_keys > self.max_map_entries:
+                    break  # does not fit: clean up to the previous segment this time
+            offset_map.update(seg_map)
+            end_offset = u
+        if end_offset is None:
+            if c.clean_bytes == 0:
+                return CleanerStats()
+            end_offset = c.first_dirty  # no dirty data: a pass to drop expired tombstones
+        # 2. producers' last batches in the whole log (their state must survive)
+        last_batch_of_pid: dict[int, int] = {}
+        for s in segs:
+            for _p, b in s.iter_batches():
+                if b.producer_id >= 0:
+                    last_batch_of_pid[b.producer_id] = b.base_offset
+        # 3. rewrite groups of segments below end_offset
+        group: list[LogSegment] = []
+        group_size = 0
+        groups: list[list[LogSegment]] = []
+        for i, s in enumerate(segs[:-1]):
+            u = upper(i)
+            if u > end_offset:
+                break
+            if group and (group_size + s.size > plog.config.segment_bytes
+                          or u - 1 - group[0].base_offset > INT_MAX):
+                groups.append(group)
+                group, group_size = [], 0
+            group.append(s)
+            group_size += s.size
+        if group:
+            groups.append(group)
+        self._horizon: int | None = None
+        for g in groups:
+            self._clean_group(plog, g, offset_map, c.first_dirty, last_batch_of_pid, now_ms, stats)
+        plog.first_dirty_offset = end_offset
+        # when the earliest kept tombstone may go (a pass then runs even with nothing dirty)
+        plog.tombstone_horizon_ms = self._horizon
+        stats.segments_after = plog.num_segments
+        log.info("%s-%d: compacted up to offset %d: %d -> %d bytes, %d records removed "
+                 "(%d tombstones), %d -> %d segments", plog.topic, plog.partition, end_offset,
+                 stats.bytes_read, stats.bytes_written, stats.records_removed,
+                 stats.tombstones_removed, stats.segments_before, stats.segments_after)
+        return stats
+
+    def _clean_group(self, plog, group: list[LogSegment], offset_map: dict[bytes, int],
+                     first_dirty: int, last_batch_of_pid: dict[int, int], now_ms: int,
+                     stats: CleanerStats) -> None:
+        cfg = plog.config
+        base = group[0].base_offset
+        for fn in (_seg.log_file, _seg.index_file, _seg.time_index_file):
+            for suffix in (_seg.CLEANED_SUFFIX, _seg.SWAP_SUFFIX):
+                try:
+                    os.unlink(fn(plog.dir, base, suffix))
+                except FileNotFoundError:
+                    pass
+        cleaned = LogSegment(plog.dir, base, cfg, now_ms, suffix=_seg.CLEANED_SUFFIX,
+                             create=True, active=True)
+        cleaned.contiguous = False
+        out = bytearray()
+
+        def flush_out() -> None:
+            if not out:
+                return
+            views = list(iter_batches(out))
+            cleaned.append(out, views, views[-1].last_offset)
+            stats.bytes_written += len(out)
+            out.clear()
+
+        last_seg = group[-1]
+        try:
+            for s in group:
+                for pos, b in s.iter_batches():
+                    is_group_tail = s is last_seg and pos + b.size == s.size
+                    kept = self._filter_batch(b, offset_map, first_dirty, last_batch_of_pid,
+                                              now_ms, cfg.delete_retention_ms, is_group_tail,
+                                              stats)
+                    if kept is not None:
+                        out += kept
+                        if len(out) >= _OUT_CHUNK:
+                            flush_out()
+            flush_out()
+            cleaned.on_become_inactive()
+            cleaned.flush()
+            cleaned.change_suffix(_seg.SWAP_SUFFIX)
+        except BaseException:
+            cleaned.delete_files()
+            raise
+        plog._replace_segments(group, cleaned, now_ms)
+
+    def _note_horizon(self, h: int) -> None:
+        if self._horizon is None or h < self._horizon:
+            self._horizon = h
+
+    def _filter_batch(self, b: RecordBatch, offset_map, first_dirty: int, last_batch_of_pid,
+                      now_ms: int, delete_retention_ms: int, keep_empty: bool,
+                      stats: CleanerStats):
+        """The bytes to keep for batch ``b``: the batch itself, a rebuilt one, or None."""
+        if b.is_control:
+            return b.buffer()  # transaction markers: the txn layer decides later
+        horizon = b.delete_horizon_ms
+        can_drop_tombstones = horizon is not None and horizon <= now_ms
+        recs = list(b.records())
+        stats.records_read += len(recs)
+        kept = []
+        tombstones = False
+        for r in recs:
+            if r.key is None:
+                continue
+            latest = offset_map.get(_key_hash(r.key))
+            if latest is not None and latest > r.offset:
+                continue
+            if r.value is None:
+                if can_drop_tombstones:
+                    stats.tombstones_removed += 1
+                    continue
+                tombstones = True
+            kept.append(r)
+        stats.records_removed += len(recs) - len(kept)
+        set_horizon = tombstones and horizon is None
+        if len(kept) == len(recs) and not set_horizon:
+            if tombstones and horizon is not None:
+                self._note_horizon(horizon)
+            return b.buffer()
+        is_last_of_producer = b.producer_id >= 0 and last_batch_of_pid.get(b.producer_id) == b.base_offset
+        if not kept and not (is_last_of_producer or keep_empty):
+            return None
+        if not kept:
+            stats.batches_emptied += 1
+        new_horizon = (now_ms + delete_retention_ms) if set_horizon else (
+            horizon if tombstones else None)
+        if new_horizon is not None:
+            self._note_horizon(new_horizon)
+        lat = b.max_timestamp if b.timestamp_type == 1 else None
+        bb = BatchBuilder(
+            compression=b.compression,
+            producer_id=b.producer_id,
+            producer_epoch=b.producer_epoch,
+            base_sequence=b.base_sequence,
+            is_transactional=b.is_transactional,
+            base_offset=b.base_offset,
+            partition_leader_epoch=b.partition_leader_epoch,
+            log_append_time=lat,
+            delete_horizon_ms=new_horizon,
+        )
+        for r in kept:
+            bb.append(key=r.key, value=r.value, headers=r.headers, timestamp=r.timestamp,
+                      offset=r.offset)
+        return bb.build(last_offset_delta=b.last_offset_delta)
