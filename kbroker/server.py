@@ -64,6 +64,7 @@ class KafkaServer:
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
         self.producer_ids: ProducerIdManager | None = None
         self.txn_coordinator = None  # kbroker.txn.runtime.TxnRuntime
+        self.groups = None           # kbroker.groups.runtime.GroupCoordinatorRuntime
         self.listeners: list[Listener] = []
         self.default_log_config: LogConfig = config.log_config()
         self._default_props = self.default_log_config.to_props()
@@ -198,6 +199,8 @@ class KafkaServer:
         from kbroker.txn.runtime import TxnRuntime
         self.txn_coordinator = TxnRuntime(self)
         self.txn_coordinator.start()   # reloads __transaction_state, finishes decided txns
+        from kbroker.groups.handler_support import attach as attach_groups
+        attach_groups(self)            # group coordinator: replays __consumer_offsets, runs its timers
 
         for lst in self.listeners:
             lst.start_accepting()
@@ -257,6 +260,8 @@ class KafkaServer:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.txn_coordinator is not None:
             await self.txn_coordinator.stop()
+        if self.groups is not None:
+            await self.groups.shutdown()
         if self.replicas is not None:
             self.replicas.close()   # producer-state snapshots
         for lm in self._log_managers:
