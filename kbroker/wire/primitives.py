@@ -199,14 +199,22 @@ def rd_nstring(buf, pos):
 
 
 def rd_cstring(buf, pos):
-    n, pos = rd_uvarint(buf, pos)
+    n = buf[pos]
+    if n < 0x80:
+        pos += 1
+    else:
+        n, pos = rd_uvarint(buf, pos)
     if n == 0:
         raise CodecError("non-nullable compact string was serialized as null")
     return _str(buf, pos, n - 1)
 
 
 def rd_cnstring(buf, pos):
-    n, pos = rd_uvarint(buf, pos)
+    n = buf[pos]
+    if n < 0x80:
+        pos += 1
+    else:
+        n, pos = rd_uvarint(buf, pos)
     if n == 0:
         return None, pos
     return _str(buf, pos, n - 1)
@@ -256,14 +264,25 @@ def rd_records(buf, pos):
     n, = _i32_unpack(buf, pos)
     if n < 0:
         return None, pos + 4
-    return _slice(buf, pos + 4, n)
+    pos += 4
+    end = pos + n
+    if end > len(buf):
+        raise CodecError(f"records of {n} bytes run past the end of the buffer")
+    return buf[pos:end], end
 
 
 def rd_crecords(buf, pos):
-    n, pos = rd_uvarint(buf, pos)
+    n = buf[pos]
+    if n < 0x80:
+        pos += 1
+    else:
+        n, pos = rd_uvarint(buf, pos)
     if n == 0:
         return None, pos
-    return _slice(buf, pos, n - 1)
+    end = pos + n - 1
+    if end > len(buf):
+        raise CodecError(f"records of {n - 1} bytes run past the end of the buffer")
+    return buf[pos:end], end
 
 
 # Topic ids repeat across requests; UUID() construction costs ~1 µs, so keep a small cache.
@@ -294,16 +313,59 @@ def rd_alen(buf, pos):
 
 def rd_calen(buf, pos):
     """Compact array length (uvarint N+1, 0 = null) -> N (or -1)."""
-    n, pos = rd_uvarint(buf, pos)
+    n = buf[pos]
+    if n < 0x80:
+        pos += 1
+    else:
+        n, pos = rd_uvarint(buf, pos)
     n -= 1
     if n > len(buf) - pos:
         raise CodecError(f"array of {n} elements but only {len(buf) - pos} bytes remain")
     return n, pos
 
 
-def rd_fixed_array(buf, pos, n, code, size):
-    """n fixed-width numbers in one unpack call (int8/16/32/64 arrays)."""
-    return list(_unpack_from(">%d%s" % (n, code), buf, pos)), pos + n * size
+# Precompiled Structs for arrays of n fixed-width numbers, per element code. Arrays are short
+# (replica lists, partition ids), so a small cache of exact-length Structs beats formatting and
+# parsing a format string per call.
+_ARRAY_STRUCTS = {code: {} for code in "bhHiqd?"}
+
+
+def _array_struct(code, n):
+    cache = _ARRAY_STRUCTS[code]
+    s = cache.get(n)
+    if s is None:
+        s = struct.Struct(">%d%s" % (n, code))
+        if len(cache) < 256:
+            cache[n] = s
+    return s
+
+
+def rd_fixed_array(buf, pos, code, size):
+    """Legacy array of fixed-width numbers (int32 count, -1 = null) -> (list | None, pos)."""
+    n, = _i32_unpack(buf, pos)
+    pos += 4
+    if n <= 0:
+        return (None if n < 0 else []), pos
+    if n * size > len(buf) - pos:
+        raise CodecError(f"array of {n} elements but only {len(buf) - pos} bytes remain")
+    s = _ARRAY_STRUCTS[code].get(n) or _array_struct(code, n)
+    return list(s.unpack_from(buf, pos)), pos + n * size
+
+
+def rd_cfixed_array(buf, pos, code, size):
+    """Compact array of fixed-width numbers (uvarint count+1, 0 = null) -> (list | None, pos)."""
+    n = buf[pos]
+    if n < 0x80:
+        pos += 1
+    else:
+        n, pos = rd_uvarint(buf, pos)
+    n -= 1
+    if n <= 0:
+        return (None if n < 0 else []), pos
+    if n * size > len(buf) - pos:
+        raise CodecError(f"array of {n} elements but only {len(buf) - pos} bytes remain")
+    s = _ARRAY_STRUCTS[code].get(n) or _array_struct(code, n)
+    return list(s.unpack_from(buf, pos)), pos + n * size
 
 
 def rd_tag_header(buf, pos):
@@ -491,7 +553,24 @@ def wr_calen(w, n):
 
 
 def wr_fixed_array(w, values, code):
-    w += _pack(">%d%s" % (len(values), code), *values)
+    """Legacy array of fixed-width numbers: int32 count, then the values."""
+    n = len(values)
+    w += _i32_pack(n)
+    if n:
+        s = _ARRAY_STRUCTS[code].get(n) or _array_struct(code, n)
+        w += s.pack(*values)
+
+
+def wr_cfixed_array(w, values, code):
+    """Compact array of fixed-width numbers: uvarint count+1, then the values."""
+    n = len(values)
+    if n < 0x7F:
+        w.append(n + 1)
+    else:
+        wr_uvarint(w, n + 1)
+    if n:
+        s = _ARRAY_STRUCTS[code].get(n) or _array_struct(code, n)
+        w += s.pack(*values)
 
 
 def wr_tags(w, known, unknown):

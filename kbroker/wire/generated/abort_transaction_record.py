@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['AbortTransactionRecord']
@@ -77,12 +78,17 @@ def _tags_AbortTransactionRecord(self, buf, pos, version):
 
 
 def _write_AbortTransactionRecord(self, w, version):
-    _t = []
+    _t = None
     if not (self.reason is None):
         _v = _Writer()
         wr_cnstring(_v, self.reason)
+        if _t is None:
+            _t = []
         _t.append((0, _v))
-    wr_tags(w, _t, self.unknown_tagged_fields)
+    if _t is None and not self.unknown_tagged_fields:
+        w.append(0)
+    else:
+        wr_tags(w, _t, self.unknown_tagged_fields)
 
 
 AbortTransactionRecord._read = staticmethod(_read_AbortTransactionRecord)

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['AddOffsetsToTxnRequest']
@@ -59,43 +60,38 @@ _C_AddOffsetsToTxnRequest = AddOffsetsToTxnRequest
 
 def _read_AddOffsetsToTxnRequest(buf, pos, version):
     self = _new(_C_AddOffsetsToTxnRequest)
-    flexible = version >= 3
-    if flexible:
+    if version >= 3:
         self.transactional_id, pos = rd_cstring(buf, pos)
-    else:
-        self.transactional_id, pos = rd_string(buf, pos)
-    self.producer_id, self.producer_epoch = _u_qh(buf, pos)
-    pos += 10
-    if flexible:
+        self.producer_id, self.producer_epoch = _u_qh(buf, pos)
+        pos += 10
         self.group_id, pos = rd_cstring(buf, pos)
-    else:
-        self.group_id, pos = rd_string(buf, pos)
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.transactional_id, pos = rd_string(buf, pos)
+        self.producer_id, self.producer_epoch = _u_qh(buf, pos)
+        pos += 10
+        self.group_id, pos = rd_string(buf, pos)
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_AddOffsetsToTxnRequest(self, w, version):
-    flexible = version >= 3
-    if flexible:
+    if version >= 3:
         wr_cstring(w, self.transactional_id)
-    else:
-        wr_string(w, self.transactional_id)
-    w += _p_qh(self.producer_id, self.producer_epoch)
-    if flexible:
+        w += _p_qh(self.producer_id, self.producer_epoch)
         wr_cstring(w, self.group_id)
-    else:
-        wr_string(w, self.group_id)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.transactional_id)
+        w += _p_qh(self.producer_id, self.producer_epoch)
+        wr_string(w, self.group_id)
         if self.unknown_tagged_fields:
             raise CodecError('AddOffsetsToTxnRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['AddPartitionsToTxnRequest']
@@ -116,7 +117,6 @@ _C_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction = AddPartitionsToTxnR
 
 def _read_AddPartitionsToTxnRequest(buf, pos, version):
     self = _new(_C_AddPartitionsToTxnRequest)
-    flexible = version >= 3
     if version >= 4:
         _n, pos = rd_calen(buf, pos)
         if _n < 0:
@@ -128,26 +128,21 @@ def _read_AddPartitionsToTxnRequest(buf, pos, version):
                 _o, pos = _read_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction(buf, pos, version)
                 _a(_o)
             self.transactions = _l
-    else:
-        self.transactions = []
-    if version <= 3:
-        if flexible:
-            self.v3_and_below_transactional_id, pos = rd_cstring(buf, pos)
-        else:
-            self.v3_and_below_transactional_id, pos = rd_string(buf, pos)
-    else:
         self.v3_and_below_transactional_id = ''
-    if version <= 3:
-        self.v3_and_below_producer_id, self.v3_and_below_producer_epoch = _u_qh(buf, pos)
-        pos += 10
-    else:
         self.v3_and_below_producer_id = 0
         self.v3_and_below_producer_epoch = 0
-    if version <= 3:
-        if flexible:
-            _n, pos = rd_calen(buf, pos)
+        self.v3_and_below_topics = []
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
-            _n, pos = rd_alen(buf, pos)
+            pos += 1
+    elif version >= 3:
+        self.transactions = []
+        self.v3_and_below_transactional_id, pos = rd_cstring(buf, pos)
+        self.v3_and_below_producer_id, self.v3_and_below_producer_epoch = _u_qh(buf, pos)
+        pos += 10
+        _n, pos = rd_calen(buf, pos)
         if _n < 0:
             raise CodecError('non-nullable field AddPartitionsToTxnRequest.v3_and_below_topics was serialized as null')
         else:
@@ -157,30 +152,40 @@ def _read_AddPartitionsToTxnRequest(buf, pos, version):
                 _o, pos = _read_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic(buf, pos, version)
                 _a(_o)
             self.v3_and_below_topics = _l
-    else:
-        self.v3_and_below_topics = []
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.transactions = []
+        self.v3_and_below_transactional_id, pos = rd_string(buf, pos)
+        self.v3_and_below_producer_id, self.v3_and_below_producer_epoch = _u_qh(buf, pos)
+        pos += 10
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field AddPartitionsToTxnRequest.v3_and_below_topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic(buf, pos, version)
+                _a(_o)
+            self.v3_and_below_topics = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_AddPartitionsToTxnRequest(self, w, version):
-    flexible = version >= 3
-    if (version < 4) and not ((self.transactions is not None and not self.transactions)):
-        raise CodecError('AddPartitionsToTxnRequest.transactions cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version > 3) and not (self.v3_and_below_transactional_id == ''):
-        raise CodecError('AddPartitionsToTxnRequest.v3_and_below_transactional_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version > 3) and not (self.v3_and_below_producer_id == 0):
-        raise CodecError('AddPartitionsToTxnRequest.v3_and_below_producer_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version > 3) and not (self.v3_and_below_producer_epoch == 0):
-        raise CodecError('AddPartitionsToTxnRequest.v3_and_below_producer_epoch cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version > 3) and not ((self.v3_and_below_topics is not None and not self.v3_and_below_topics)):
-        raise CodecError('AddPartitionsToTxnRequest.v3_and_below_topics cannot be written at version ' + str(version) + ' (it holds a non-default value)')
     if version >= 4:
+        if not (self.v3_and_below_transactional_id == ''):
+            raise CodecError('AddPartitionsToTxnRequest.v3_and_below_transactional_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.v3_and_below_producer_id == 0):
+            raise CodecError('AddPartitionsToTxnRequest.v3_and_below_producer_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.v3_and_below_producer_epoch == 0):
+            raise CodecError('AddPartitionsToTxnRequest.v3_and_below_producer_epoch cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.v3_and_below_topics is not None and not self.v3_and_below_topics)):
+            raise CodecError('AddPartitionsToTxnRequest.v3_and_below_topics cannot be written at version ' + str(version) + ' (it holds a non-default value)')
         _l = self.transactions
         if _l is None:
             raise CodecError('non-nullable field AddPartitionsToTxnRequest.transactions is None at version ' + str(version))
@@ -188,79 +193,82 @@ def _write_AddPartitionsToTxnRequest(self, w, version):
             wr_calen(w, len(_l))
             for _o in _l:
                 _write_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction(_o, w, version)
-    if version <= 3:
-        if flexible:
-            wr_cstring(w, self.v3_and_below_transactional_id)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
         else:
-            wr_string(w, self.v3_and_below_transactional_id)
-    if version <= 3:
+            w.append(0)
+    elif version >= 3:
+        if not ((self.transactions is not None and not self.transactions)):
+            raise CodecError('AddPartitionsToTxnRequest.transactions cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        wr_cstring(w, self.v3_and_below_transactional_id)
         w += _p_qh(self.v3_and_below_producer_id, self.v3_and_below_producer_epoch)
-    if version <= 3:
         _l = self.v3_and_below_topics
         if _l is None:
             raise CodecError('non-nullable field AddPartitionsToTxnRequest.v3_and_below_topics is None at version ' + str(version))
         else:
-            if flexible:
-                wr_calen(w, len(_l))
-            else:
-                wr_alen(w, len(_l))
+            wr_calen(w, len(_l))
             for _o in _l:
                 _write_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic(_o, w, version)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        if not ((self.transactions is not None and not self.transactions)):
+            raise CodecError('AddPartitionsToTxnRequest.transactions cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        wr_string(w, self.v3_and_below_transactional_id)
+        w += _p_qh(self.v3_and_below_producer_id, self.v3_and_below_producer_epoch)
+        _l = self.v3_and_below_topics
+        if _l is None:
+            raise CodecError('non-nullable field AddPartitionsToTxnRequest.v3_and_below_topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('AddPartitionsToTxnRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic(buf, pos, version):
     self = _new(_C_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic)
-    flexible = version >= 3
-    if flexible:
+    if version >= 3:
         self.name, pos = rd_cstring(buf, pos)
-    else:
-        self.name, pos = rd_string(buf, pos)
-    if flexible:
-        _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field AddPartitionsToTxnTopic.partitions was serialized as null')
-    else:
-        self.partitions, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.partitions, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.partitions is None:
+            raise CodecError('non-nullable field AddPartitionsToTxnTopic.partitions was serialized as null')
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.name, pos = rd_string(buf, pos)
+        self.partitions, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.partitions is None:
+            raise CodecError('non-nullable field AddPartitionsToTxnTopic.partitions was serialized as null')
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic(self, w, version):
-    flexible = version >= 3
-    if flexible:
+    if version >= 3:
         wr_cstring(w, self.name)
-    else:
-        wr_string(w, self.name)
-    _l = self.partitions
-    if _l is None:
-        raise CodecError('non-nullable field AddPartitionsToTxnTopic.partitions is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field AddPartitionsToTxnTopic.partitions is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        wr_fixed_array(w, _l, 'i')
-    if flexible:
+            wr_cfixed_array(w, _l, 'i')
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.name)
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field AddPartitionsToTxnTopic.partitions is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
         if self.unknown_tagged_fields:
             raise CodecError('AddPartitionsToTxnTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,18 +7,16 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['AddPartitionsToTxnResponse']
 
 _new = object.__new__
-_S_h = _Struct('>h')
-_u_h = _S_h.unpack_from
-_p_h = _S_h.pack
 _S_i = _Struct('>i')
 _u_i = _S_i.unpack_from
 _p_i = _S_i.pack
@@ -128,15 +126,9 @@ _C_AddPartitionsToTxnResponse_AddPartitionsToTxnResult = AddPartitionsToTxnRespo
 
 def _read_AddPartitionsToTxnResponse(buf, pos, version):
     self = _new(_C_AddPartitionsToTxnResponse)
-    flexible = version >= 3
-    self.throttle_time_ms, = _u_i(buf, pos)
-    pos += 4
     if version >= 4:
-        self.error_code, = _u_h(buf, pos)
-        pos += 2
-    else:
-        self.error_code = 0
-    if version >= 4:
+        self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
+        pos += 6
         _n, pos = rd_calen(buf, pos)
         if _n < 0:
             raise CodecError('non-nullable field AddPartitionsToTxnResponse.results_by_transaction was serialized as null')
@@ -147,13 +139,18 @@ def _read_AddPartitionsToTxnResponse(buf, pos, version):
                 _o, pos = _read_AddPartitionsToTxnResponse_AddPartitionsToTxnResult(buf, pos, version)
                 _a(_o)
             self.results_by_transaction = _l
-    else:
-        self.results_by_transaction = []
-    if version <= 3:
-        if flexible:
-            _n, pos = rd_calen(buf, pos)
+        self.results_by_topic_v3_and_below = []
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
-            _n, pos = rd_alen(buf, pos)
+            pos += 1
+    elif version >= 3:
+        self.throttle_time_ms, = _u_i(buf, pos)
+        pos += 4
+        self.error_code = 0
+        self.results_by_transaction = []
+        _n, pos = rd_calen(buf, pos)
         if _n < 0:
             raise CodecError('non-nullable field AddPartitionsToTxnResponse.results_by_topic_v3_and_below was serialized as null')
         else:
@@ -163,27 +160,35 @@ def _read_AddPartitionsToTxnResponse(buf, pos, version):
                 _o, pos = _read_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult(buf, pos, version)
                 _a(_o)
             self.results_by_topic_v3_and_below = _l
-    else:
-        self.results_by_topic_v3_and_below = []
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.throttle_time_ms, = _u_i(buf, pos)
+        pos += 4
+        self.error_code = 0
+        self.results_by_transaction = []
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field AddPartitionsToTxnResponse.results_by_topic_v3_and_below was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult(buf, pos, version)
+                _a(_o)
+            self.results_by_topic_v3_and_below = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_AddPartitionsToTxnResponse(self, w, version):
-    flexible = version >= 3
-    if (version < 4) and not ((self.results_by_transaction is not None and not self.results_by_transaction)):
-        raise CodecError('AddPartitionsToTxnResponse.results_by_transaction cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version > 3) and not ((self.results_by_topic_v3_and_below is not None and not self.results_by_topic_v3_and_below)):
-        raise CodecError('AddPartitionsToTxnResponse.results_by_topic_v3_and_below cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    w += _p_i(self.throttle_time_ms)
     if version >= 4:
-        w += _p_h(self.error_code)
-    if version >= 4:
+        if not ((self.results_by_topic_v3_and_below is not None and not self.results_by_topic_v3_and_below)):
+            raise CodecError('AddPartitionsToTxnResponse.results_by_topic_v3_and_below cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_ih(self.throttle_time_ms, self.error_code)
         _l = self.results_by_transaction
         if _l is None:
             raise CodecError('non-nullable field AddPartitionsToTxnResponse.results_by_transaction is None at version ' + str(version))
@@ -191,105 +196,128 @@ def _write_AddPartitionsToTxnResponse(self, w, version):
             wr_calen(w, len(_l))
             for _o in _l:
                 _write_AddPartitionsToTxnResponse_AddPartitionsToTxnResult(_o, w, version)
-    if version <= 3:
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 3:
+        if not ((self.results_by_transaction is not None and not self.results_by_transaction)):
+            raise CodecError('AddPartitionsToTxnResponse.results_by_transaction cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.throttle_time_ms)
         _l = self.results_by_topic_v3_and_below
         if _l is None:
             raise CodecError('non-nullable field AddPartitionsToTxnResponse.results_by_topic_v3_and_below is None at version ' + str(version))
         else:
-            if flexible:
-                wr_calen(w, len(_l))
-            else:
-                wr_alen(w, len(_l))
+            wr_calen(w, len(_l))
             for _o in _l:
                 _write_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult(_o, w, version)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        if not ((self.results_by_transaction is not None and not self.results_by_transaction)):
+            raise CodecError('AddPartitionsToTxnResponse.results_by_transaction cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.throttle_time_ms)
+        _l = self.results_by_topic_v3_and_below
+        if _l is None:
+            raise CodecError('non-nullable field AddPartitionsToTxnResponse.results_by_topic_v3_and_below is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('AddPartitionsToTxnResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult(buf, pos, version):
     self = _new(_C_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult)
-    flexible = version >= 3
-    if flexible:
+    if version >= 3:
         self.name, pos = rd_cstring(buf, pos)
-    else:
-        self.name, pos = rd_string(buf, pos)
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field AddPartitionsToTxnTopicResult.results_by_partition was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult(buf, pos, version)
-            _a(_o)
-        self.results_by_partition = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field AddPartitionsToTxnTopicResult.results_by_partition was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult(buf, pos, version)
+                _a(_o)
+            self.results_by_partition = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.name, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field AddPartitionsToTxnTopicResult.results_by_partition was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult(buf, pos, version)
+                _a(_o)
+            self.results_by_partition = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult(self, w, version):
-    flexible = version >= 3
-    if flexible:
+    if version >= 3:
         wr_cstring(w, self.name)
-    else:
-        wr_string(w, self.name)
-    _l = self.results_by_partition
-    if _l is None:
-        raise CodecError('non-nullable field AddPartitionsToTxnTopicResult.results_by_partition is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.results_by_partition
+        if _l is None:
+            raise CodecError('non-nullable field AddPartitionsToTxnTopicResult.results_by_partition is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.name)
+        _l = self.results_by_partition
+        if _l is None:
+            raise CodecError('non-nullable field AddPartitionsToTxnTopicResult.results_by_partition is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('AddPartitionsToTxnTopicResult: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult(buf, pos, version):
     self = _new(_C_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult)
-    flexible = version >= 3
-    self.partition_index, self.partition_error_code = _u_ih(buf, pos)
-    pos += 6
-    self.unknown_tagged_fields = None
-    if flexible:
+    if version >= 3:
+        self.partition_index, self.partition_error_code = _u_ih(buf, pos)
+        pos += 6
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.partition_index, self.partition_error_code = _u_ih(buf, pos)
+        pos += 6
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult(self, w, version):
-    flexible = version >= 3
-    w += _p_ih(self.partition_index, self.partition_error_code)
-    if flexible:
+    if version >= 3:
+        w += _p_ih(self.partition_index, self.partition_error_code)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        w += _p_ih(self.partition_index, self.partition_error_code)
         if self.unknown_tagged_fields:
             raise CodecError('AddPartitionsToTxnPartitionResult: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['AlterClientQuotasRequest']
@@ -122,195 +123,222 @@ _C_AlterClientQuotasRequest_EntryData_OpData = AlterClientQuotasRequest.EntryDat
 
 def _read_AlterClientQuotasRequest(buf, pos, version):
     self = _new(_C_AlterClientQuotasRequest)
-    flexible = version >= 1
-    if flexible:
+    if version >= 1:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field AlterClientQuotasRequest.entries was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_AlterClientQuotasRequest_EntryData(buf, pos, version)
-            _a(_o)
-        self.entries = _l
-    self.validate_only, = _u_z(buf, pos)
-    pos += 1
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field AlterClientQuotasRequest.entries was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_AlterClientQuotasRequest_EntryData(buf, pos, version)
+                _a(_o)
+            self.entries = _l
+        self.validate_only, = _u_z(buf, pos)
+        pos += 1
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field AlterClientQuotasRequest.entries was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_AlterClientQuotasRequest_EntryData(buf, pos, version)
+                _a(_o)
+            self.entries = _l
+        self.validate_only, = _u_z(buf, pos)
+        pos += 1
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_AlterClientQuotasRequest(self, w, version):
-    flexible = version >= 1
-    _l = self.entries
-    if _l is None:
-        raise CodecError('non-nullable field AlterClientQuotasRequest.entries is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+    if version >= 1:
+        _l = self.entries
+        if _l is None:
+            raise CodecError('non-nullable field AlterClientQuotasRequest.entries is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_AlterClientQuotasRequest_EntryData(_o, w, version)
-    w += _p_z(self.validate_only)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_AlterClientQuotasRequest_EntryData(_o, w, version)
+        w += _p_z(self.validate_only)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        _l = self.entries
+        if _l is None:
+            raise CodecError('non-nullable field AlterClientQuotasRequest.entries is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_AlterClientQuotasRequest_EntryData(_o, w, version)
+        w += _p_z(self.validate_only)
         if self.unknown_tagged_fields:
             raise CodecError('AlterClientQuotasRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_AlterClientQuotasRequest_EntryData(buf, pos, version):
     self = _new(_C_AlterClientQuotasRequest_EntryData)
-    flexible = version >= 1
-    if flexible:
+    if version >= 1:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field EntryData.entity was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_AlterClientQuotasRequest_EntryData_EntityData(buf, pos, version)
-            _a(_o)
-        self.entity = _l
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field EntryData.entity was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_AlterClientQuotasRequest_EntryData_EntityData(buf, pos, version)
+                _a(_o)
+            self.entity = _l
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field EntryData.ops was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_AlterClientQuotasRequest_EntryData_OpData(buf, pos, version)
-            _a(_o)
-        self.ops = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field EntryData.ops was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_AlterClientQuotasRequest_EntryData_OpData(buf, pos, version)
+                _a(_o)
+            self.ops = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field EntryData.entity was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_AlterClientQuotasRequest_EntryData_EntityData(buf, pos, version)
+                _a(_o)
+            self.entity = _l
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field EntryData.ops was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_AlterClientQuotasRequest_EntryData_OpData(buf, pos, version)
+                _a(_o)
+            self.ops = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_AlterClientQuotasRequest_EntryData(self, w, version):
-    flexible = version >= 1
-    _l = self.entity
-    if _l is None:
-        raise CodecError('non-nullable field EntryData.entity is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+    if version >= 1:
+        _l = self.entity
+        if _l is None:
+            raise CodecError('non-nullable field EntryData.entity is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_AlterClientQuotasRequest_EntryData_EntityData(_o, w, version)
-    _l = self.ops
-    if _l is None:
-        raise CodecError('non-nullable field EntryData.ops is None at version ' + str(version))
-    else:
-        if flexible:
             wr_calen(w, len(_l))
+            for _o in _l:
+                _write_AlterClientQuotasRequest_EntryData_EntityData(_o, w, version)
+        _l = self.ops
+        if _l is None:
+            raise CodecError('non-nullable field EntryData.ops is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_AlterClientQuotasRequest_EntryData_OpData(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_AlterClientQuotasRequest_EntryData_OpData(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        _l = self.entity
+        if _l is None:
+            raise CodecError('non-nullable field EntryData.entity is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_AlterClientQuotasRequest_EntryData_EntityData(_o, w, version)
+        _l = self.ops
+        if _l is None:
+            raise CodecError('non-nullable field EntryData.ops is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_AlterClientQuotasRequest_EntryData_OpData(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('EntryData: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_AlterClientQuotasRequest_EntryData_EntityData(buf, pos, version):
     self = _new(_C_AlterClientQuotasRequest_EntryData_EntityData)
-    flexible = version >= 1
-    if flexible:
+    if version >= 1:
         self.entity_type, pos = rd_cstring(buf, pos)
-    else:
-        self.entity_type, pos = rd_string(buf, pos)
-    if flexible:
         self.entity_name, pos = rd_cnstring(buf, pos)
-    else:
-        self.entity_name, pos = rd_nstring(buf, pos)
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.entity_type, pos = rd_string(buf, pos)
+        self.entity_name, pos = rd_nstring(buf, pos)
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_AlterClientQuotasRequest_EntryData_EntityData(self, w, version):
-    flexible = version >= 1
-    if flexible:
+    if version >= 1:
         wr_cstring(w, self.entity_type)
-    else:
-        wr_string(w, self.entity_type)
-    if flexible:
         wr_cnstring(w, self.entity_name)
-    else:
-        wr_nstring(w, self.entity_name)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.entity_type)
+        wr_nstring(w, self.entity_name)
         if self.unknown_tagged_fields:
             raise CodecError('EntityData: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_AlterClientQuotasRequest_EntryData_OpData(buf, pos, version):
     self = _new(_C_AlterClientQuotasRequest_EntryData_OpData)
-    flexible = version >= 1
-    if flexible:
+    if version >= 1:
         self.key, pos = rd_cstring(buf, pos)
-    else:
-        self.key, pos = rd_string(buf, pos)
-    self.value, self.remove = _u_dz(buf, pos)
-    pos += 9
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.value, self.remove = _u_dz(buf, pos)
+        pos += 9
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.key, pos = rd_string(buf, pos)
+        self.value, self.remove = _u_dz(buf, pos)
+        pos += 9
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_AlterClientQuotasRequest_EntryData_OpData(self, w, version):
-    flexible = version >= 1
-    if flexible:
+    if version >= 1:
         wr_cstring(w, self.key)
-    else:
-        wr_string(w, self.key)
-    w += _p_dz(self.value, self.remove)
-    if flexible:
+        w += _p_dz(self.value, self.remove)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.key)
+        w += _p_dz(self.value, self.remove)
         if self.unknown_tagged_fields:
             raise CodecError('OpData: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['AlterConfigsRequest']
@@ -101,148 +102,164 @@ _C_AlterConfigsRequest_AlterConfigsResource_AlterableConfig = AlterConfigsReques
 
 def _read_AlterConfigsRequest(buf, pos, version):
     self = _new(_C_AlterConfigsRequest)
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field AlterConfigsRequest.resources was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_AlterConfigsRequest_AlterConfigsResource(buf, pos, version)
-            _a(_o)
-        self.resources = _l
-    self.validate_only, = _u_z(buf, pos)
-    pos += 1
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field AlterConfigsRequest.resources was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_AlterConfigsRequest_AlterConfigsResource(buf, pos, version)
+                _a(_o)
+            self.resources = _l
+        self.validate_only, = _u_z(buf, pos)
+        pos += 1
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field AlterConfigsRequest.resources was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_AlterConfigsRequest_AlterConfigsResource(buf, pos, version)
+                _a(_o)
+            self.resources = _l
+        self.validate_only, = _u_z(buf, pos)
+        pos += 1
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_AlterConfigsRequest(self, w, version):
-    flexible = version >= 2
-    _l = self.resources
-    if _l is None:
-        raise CodecError('non-nullable field AlterConfigsRequest.resources is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+    if version >= 2:
+        _l = self.resources
+        if _l is None:
+            raise CodecError('non-nullable field AlterConfigsRequest.resources is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_AlterConfigsRequest_AlterConfigsResource(_o, w, version)
-    w += _p_z(self.validate_only)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_AlterConfigsRequest_AlterConfigsResource(_o, w, version)
+        w += _p_z(self.validate_only)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        _l = self.resources
+        if _l is None:
+            raise CodecError('non-nullable field AlterConfigsRequest.resources is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_AlterConfigsRequest_AlterConfigsResource(_o, w, version)
+        w += _p_z(self.validate_only)
         if self.unknown_tagged_fields:
             raise CodecError('AlterConfigsRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_AlterConfigsRequest_AlterConfigsResource(buf, pos, version):
     self = _new(_C_AlterConfigsRequest_AlterConfigsResource)
-    flexible = version >= 2
-    self.resource_type, = _u_b(buf, pos)
-    pos += 1
-    if flexible:
+    if version >= 2:
+        self.resource_type, = _u_b(buf, pos)
+        pos += 1
         self.resource_name, pos = rd_cstring(buf, pos)
-    else:
-        self.resource_name, pos = rd_string(buf, pos)
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field AlterConfigsResource.configs was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_AlterConfigsRequest_AlterConfigsResource_AlterableConfig(buf, pos, version)
-            _a(_o)
-        self.configs = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field AlterConfigsResource.configs was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_AlterConfigsRequest_AlterConfigsResource_AlterableConfig(buf, pos, version)
+                _a(_o)
+            self.configs = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.resource_type, = _u_b(buf, pos)
+        pos += 1
+        self.resource_name, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field AlterConfigsResource.configs was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_AlterConfigsRequest_AlterConfigsResource_AlterableConfig(buf, pos, version)
+                _a(_o)
+            self.configs = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_AlterConfigsRequest_AlterConfigsResource(self, w, version):
-    flexible = version >= 2
-    w += _p_b(self.resource_type)
-    if flexible:
+    if version >= 2:
+        w += _p_b(self.resource_type)
         wr_cstring(w, self.resource_name)
-    else:
-        wr_string(w, self.resource_name)
-    _l = self.configs
-    if _l is None:
-        raise CodecError('non-nullable field AlterConfigsResource.configs is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.configs
+        if _l is None:
+            raise CodecError('non-nullable field AlterConfigsResource.configs is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_AlterConfigsRequest_AlterConfigsResource_AlterableConfig(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_AlterConfigsRequest_AlterConfigsResource_AlterableConfig(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        w += _p_b(self.resource_type)
+        wr_string(w, self.resource_name)
+        _l = self.configs
+        if _l is None:
+            raise CodecError('non-nullable field AlterConfigsResource.configs is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_AlterConfigsRequest_AlterConfigsResource_AlterableConfig(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('AlterConfigsResource: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_AlterConfigsRequest_AlterConfigsResource_AlterableConfig(buf, pos, version):
     self = _new(_C_AlterConfigsRequest_AlterConfigsResource_AlterableConfig)
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         self.name, pos = rd_cstring(buf, pos)
-    else:
-        self.name, pos = rd_string(buf, pos)
-    if flexible:
         self.value, pos = rd_cnstring(buf, pos)
-    else:
-        self.value, pos = rd_nstring(buf, pos)
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.name, pos = rd_string(buf, pos)
+        self.value, pos = rd_nstring(buf, pos)
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_AlterConfigsRequest_AlterConfigsResource_AlterableConfig(self, w, version):
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         wr_cstring(w, self.name)
-    else:
-        wr_string(w, self.name)
-    if flexible:
         wr_cnstring(w, self.value)
-    else:
-        wr_nstring(w, self.value)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.name)
+        wr_nstring(w, self.value)
         if self.unknown_tagged_fields:
             raise CodecError('AlterableConfig: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['AlterConfigsResponse']
@@ -86,96 +87,108 @@ _C_AlterConfigsResponse_AlterConfigsResourceResponse = AlterConfigsResponse.Alte
 
 def _read_AlterConfigsResponse(buf, pos, version):
     self = _new(_C_AlterConfigsResponse)
-    flexible = version >= 2
-    self.throttle_time_ms, = _u_i(buf, pos)
-    pos += 4
-    if flexible:
+    if version >= 2:
+        self.throttle_time_ms, = _u_i(buf, pos)
+        pos += 4
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field AlterConfigsResponse.responses was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_AlterConfigsResponse_AlterConfigsResourceResponse(buf, pos, version)
-            _a(_o)
-        self.responses = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field AlterConfigsResponse.responses was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_AlterConfigsResponse_AlterConfigsResourceResponse(buf, pos, version)
+                _a(_o)
+            self.responses = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.throttle_time_ms, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field AlterConfigsResponse.responses was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_AlterConfigsResponse_AlterConfigsResourceResponse(buf, pos, version)
+                _a(_o)
+            self.responses = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_AlterConfigsResponse(self, w, version):
-    flexible = version >= 2
-    w += _p_i(self.throttle_time_ms)
-    _l = self.responses
-    if _l is None:
-        raise CodecError('non-nullable field AlterConfigsResponse.responses is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+    if version >= 2:
+        w += _p_i(self.throttle_time_ms)
+        _l = self.responses
+        if _l is None:
+            raise CodecError('non-nullable field AlterConfigsResponse.responses is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_AlterConfigsResponse_AlterConfigsResourceResponse(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_AlterConfigsResponse_AlterConfigsResourceResponse(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        w += _p_i(self.throttle_time_ms)
+        _l = self.responses
+        if _l is None:
+            raise CodecError('non-nullable field AlterConfigsResponse.responses is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_AlterConfigsResponse_AlterConfigsResourceResponse(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('AlterConfigsResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_AlterConfigsResponse_AlterConfigsResourceResponse(buf, pos, version):
     self = _new(_C_AlterConfigsResponse_AlterConfigsResourceResponse)
-    flexible = version >= 2
-    self.error_code, = _u_h(buf, pos)
-    pos += 2
-    if flexible:
+    if version >= 2:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
         self.error_message, pos = rd_cnstring(buf, pos)
-    else:
-        self.error_message, pos = rd_nstring(buf, pos)
-    self.resource_type, = _u_b(buf, pos)
-    pos += 1
-    if flexible:
+        self.resource_type, = _u_b(buf, pos)
+        pos += 1
         self.resource_name, pos = rd_cstring(buf, pos)
-    else:
-        self.resource_name, pos = rd_string(buf, pos)
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.error_message, pos = rd_nstring(buf, pos)
+        self.resource_type, = _u_b(buf, pos)
+        pos += 1
+        self.resource_name, pos = rd_string(buf, pos)
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_AlterConfigsResponse_AlterConfigsResourceResponse(self, w, version):
-    flexible = version >= 2
-    w += _p_h(self.error_code)
-    if flexible:
+    if version >= 2:
+        w += _p_h(self.error_code)
         wr_cnstring(w, self.error_message)
-    else:
-        wr_nstring(w, self.error_message)
-    w += _p_b(self.resource_type)
-    if flexible:
+        w += _p_b(self.resource_type)
         wr_cstring(w, self.resource_name)
-    else:
-        wr_string(w, self.resource_name)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        w += _p_h(self.error_code)
+        wr_nstring(w, self.error_message)
+        w += _p_b(self.resource_type)
+        wr_string(w, self.resource_name)
         if self.unknown_tagged_fields:
             raise CodecError('AlterConfigsResourceResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,18 +7,19 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['AlterPartitionResponse']
 
 _new = object.__new__
-_S_b = _Struct('>b')
-_u_b = _S_b.unpack_from
-_p_b = _S_b.pack
+_S_bi = _Struct('>bi')
+_u_bi = _S_bi.unpack_from
+_p_bi = _S_bi.pack
 _S_i = _Struct('>i')
 _u_i = _S_i.unpack_from
 _p_i = _S_i.pack
@@ -162,89 +163,131 @@ def _write_AlterPartitionResponse(self, w, version):
 
 def _read_AlterPartitionResponse_TopicData(buf, pos, version):
     self = _new(_C_AlterPartitionResponse_TopicData)
-    if version <= 1:
-        self.topic_name, pos = rd_cstring(buf, pos)
-    else:
-        self.topic_name = ''
     if version >= 2:
+        self.topic_name = ''
         self.topic_id, pos = rd_uuid(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field TopicData.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_AlterPartitionResponse_TopicData_PartitionData(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
     else:
+        self.topic_name, pos = rd_cstring(buf, pos)
         self.topic_id = ZERO_UUID
-    _n, pos = rd_calen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field TopicData.partitions was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_AlterPartitionResponse_TopicData_PartitionData(buf, pos, version)
-            _a(_o)
-        self.partitions = _l
-    self.unknown_tagged_fields = None
-    if buf[pos]:
-        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
-    else:
-        pos += 1
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field TopicData.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_AlterPartitionResponse_TopicData_PartitionData(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
     return self, pos
 
 
 def _write_AlterPartitionResponse_TopicData(self, w, version):
-    if version <= 1:
-        wr_cstring(w, self.topic_name)
     if version >= 2:
         w += self.topic_id.bytes
-    _l = self.partitions
-    if _l is None:
-        raise CodecError('non-nullable field TopicData.partitions is None at version ' + str(version))
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field TopicData.partitions is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_AlterPartitionResponse_TopicData_PartitionData(_o, w, version)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
     else:
-        wr_calen(w, len(_l))
-        for _o in _l:
-            _write_AlterPartitionResponse_TopicData_PartitionData(_o, w, version)
-    if self.unknown_tagged_fields:
-        wr_tags(w, None, self.unknown_tagged_fields)
-    else:
-        w.append(0)
+        wr_cstring(w, self.topic_name)
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field TopicData.partitions is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_AlterPartitionResponse_TopicData_PartitionData(_o, w, version)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_AlterPartitionResponse_TopicData_PartitionData(buf, pos, version):
     self = _new(_C_AlterPartitionResponse_TopicData_PartitionData)
-    self.partition_index, self.error_code, self.leader_id, self.leader_epoch = _u_ihii(buf, pos)
-    pos += 14
-    _n, pos = rd_calen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field PartitionData.isr was serialized as null')
-    else:
-        self.isr, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
     if version >= 1:
-        self.leader_recovery_state, = _u_b(buf, pos)
-        pos += 1
+        self.partition_index, self.error_code, self.leader_id, self.leader_epoch = _u_ihii(buf, pos)
+        pos += 14
+        self.isr, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.isr is None:
+            raise CodecError('non-nullable field PartitionData.isr was serialized as null')
+        self.leader_recovery_state, self.partition_epoch = _u_bi(buf, pos)
+        pos += 5
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
     else:
+        self.partition_index, self.error_code, self.leader_id, self.leader_epoch = _u_ihii(buf, pos)
+        pos += 14
+        self.isr, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.isr is None:
+            raise CodecError('non-nullable field PartitionData.isr was serialized as null')
         self.leader_recovery_state = 0
-    self.partition_epoch, = _u_i(buf, pos)
-    pos += 4
-    self.unknown_tagged_fields = None
-    if buf[pos]:
-        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
-    else:
-        pos += 1
+        self.partition_epoch, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
     return self, pos
 
 
 def _write_AlterPartitionResponse_TopicData_PartitionData(self, w, version):
-    w += _p_ihii(self.partition_index, self.error_code, self.leader_id, self.leader_epoch)
-    _l = self.isr
-    if _l is None:
-        raise CodecError('non-nullable field PartitionData.isr is None at version ' + str(version))
-    else:
-        wr_calen(w, len(_l))
-        wr_fixed_array(w, _l, 'i')
     if version >= 1:
-        w += _p_b(self.leader_recovery_state)
-    w += _p_i(self.partition_epoch)
-    if self.unknown_tagged_fields:
-        wr_tags(w, None, self.unknown_tagged_fields)
+        w += _p_ihii(self.partition_index, self.error_code, self.leader_id, self.leader_epoch)
+        _l = self.isr
+        if _l is None:
+            raise CodecError('non-nullable field PartitionData.isr is None at version ' + str(version))
+        else:
+            wr_cfixed_array(w, _l, 'i')
+        w += _p_bi(self.leader_recovery_state, self.partition_epoch)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
     else:
-        w.append(0)
+        w += _p_ihii(self.partition_index, self.error_code, self.leader_id, self.leader_epoch)
+        _l = self.isr
+        if _l is None:
+            raise CodecError('non-nullable field PartitionData.isr is None at version ' + str(version))
+        else:
+            wr_cfixed_array(w, _l, 'i')
+        w += _p_i(self.partition_epoch)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 AlterPartitionResponse._read = staticmethod(_read_AlterPartitionResponse)

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['AlterReplicaLogDirsRequest']
@@ -89,151 +90,164 @@ _C_AlterReplicaLogDirsRequest_AlterReplicaLogDir_AlterReplicaLogDirTopic = Alter
 
 def _read_AlterReplicaLogDirsRequest(buf, pos, version):
     self = _new(_C_AlterReplicaLogDirsRequest)
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field AlterReplicaLogDirsRequest.dirs was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_AlterReplicaLogDirsRequest_AlterReplicaLogDir(buf, pos, version)
-            _a(_o)
-        self.dirs = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field AlterReplicaLogDirsRequest.dirs was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_AlterReplicaLogDirsRequest_AlterReplicaLogDir(buf, pos, version)
+                _a(_o)
+            self.dirs = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field AlterReplicaLogDirsRequest.dirs was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_AlterReplicaLogDirsRequest_AlterReplicaLogDir(buf, pos, version)
+                _a(_o)
+            self.dirs = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_AlterReplicaLogDirsRequest(self, w, version):
-    flexible = version >= 2
-    _l = self.dirs
-    if _l is None:
-        raise CodecError('non-nullable field AlterReplicaLogDirsRequest.dirs is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+    if version >= 2:
+        _l = self.dirs
+        if _l is None:
+            raise CodecError('non-nullable field AlterReplicaLogDirsRequest.dirs is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_AlterReplicaLogDirsRequest_AlterReplicaLogDir(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_AlterReplicaLogDirsRequest_AlterReplicaLogDir(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        _l = self.dirs
+        if _l is None:
+            raise CodecError('non-nullable field AlterReplicaLogDirsRequest.dirs is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_AlterReplicaLogDirsRequest_AlterReplicaLogDir(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('AlterReplicaLogDirsRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_AlterReplicaLogDirsRequest_AlterReplicaLogDir(buf, pos, version):
     self = _new(_C_AlterReplicaLogDirsRequest_AlterReplicaLogDir)
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         self.path, pos = rd_cstring(buf, pos)
-    else:
-        self.path, pos = rd_string(buf, pos)
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field AlterReplicaLogDir.topics was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_AlterReplicaLogDirsRequest_AlterReplicaLogDir_AlterReplicaLogDirTopic(buf, pos, version)
-            _a(_o)
-        self.topics = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field AlterReplicaLogDir.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_AlterReplicaLogDirsRequest_AlterReplicaLogDir_AlterReplicaLogDirTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.path, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field AlterReplicaLogDir.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_AlterReplicaLogDirsRequest_AlterReplicaLogDir_AlterReplicaLogDirTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_AlterReplicaLogDirsRequest_AlterReplicaLogDir(self, w, version):
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         wr_cstring(w, self.path)
-    else:
-        wr_string(w, self.path)
-    _l = self.topics
-    if _l is None:
-        raise CodecError('non-nullable field AlterReplicaLogDir.topics is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field AlterReplicaLogDir.topics is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_AlterReplicaLogDirsRequest_AlterReplicaLogDir_AlterReplicaLogDirTopic(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_AlterReplicaLogDirsRequest_AlterReplicaLogDir_AlterReplicaLogDirTopic(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.path)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field AlterReplicaLogDir.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_AlterReplicaLogDirsRequest_AlterReplicaLogDir_AlterReplicaLogDirTopic(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('AlterReplicaLogDir: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_AlterReplicaLogDirsRequest_AlterReplicaLogDir_AlterReplicaLogDirTopic(buf, pos, version):
     self = _new(_C_AlterReplicaLogDirsRequest_AlterReplicaLogDir_AlterReplicaLogDirTopic)
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         self.name, pos = rd_cstring(buf, pos)
-    else:
-        self.name, pos = rd_string(buf, pos)
-    if flexible:
-        _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field AlterReplicaLogDirTopic.partitions was serialized as null')
-    else:
-        self.partitions, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.partitions, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.partitions is None:
+            raise CodecError('non-nullable field AlterReplicaLogDirTopic.partitions was serialized as null')
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.name, pos = rd_string(buf, pos)
+        self.partitions, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.partitions is None:
+            raise CodecError('non-nullable field AlterReplicaLogDirTopic.partitions was serialized as null')
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_AlterReplicaLogDirsRequest_AlterReplicaLogDir_AlterReplicaLogDirTopic(self, w, version):
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         wr_cstring(w, self.name)
-    else:
-        wr_string(w, self.name)
-    _l = self.partitions
-    if _l is None:
-        raise CodecError('non-nullable field AlterReplicaLogDirTopic.partitions is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field AlterReplicaLogDirTopic.partitions is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        wr_fixed_array(w, _l, 'i')
-    if flexible:
+            wr_cfixed_array(w, _l, 'i')
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.name)
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field AlterReplicaLogDirTopic.partitions is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
         if self.unknown_tagged_fields:
             raise CodecError('AlterReplicaLogDirTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['ApiVersionsRequest']
@@ -50,31 +51,25 @@ _C_ApiVersionsRequest = ApiVersionsRequest
 
 def _read_ApiVersionsRequest(buf, pos, version):
     self = _new(_C_ApiVersionsRequest)
-    flexible = version >= 3
     if version >= 3:
         self.client_software_name, pos = rd_cstring(buf, pos)
-    else:
-        self.client_software_name = ''
-    if version >= 3:
         self.client_software_version, pos = rd_cstring(buf, pos)
-    else:
-        self.client_software_version = ''
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.client_software_name = ''
+        self.client_software_version = ''
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_ApiVersionsRequest(self, w, version):
-    flexible = version >= 3
     if version >= 3:
         wr_cstring(w, self.client_software_name)
-    if version >= 3:
         wr_cstring(w, self.client_software_version)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:

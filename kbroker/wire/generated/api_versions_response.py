@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['ApiVersionsResponse']
@@ -155,37 +156,69 @@ _C_ApiVersionsResponse_FinalizedFeatureKey = ApiVersionsResponse.FinalizedFeatur
 
 def _read_ApiVersionsResponse(buf, pos, version):
     self = _new(_C_ApiVersionsResponse)
-    flexible = version >= 3
-    self.error_code, = _u_h(buf, pos)
-    pos += 2
-    if flexible:
+    if version >= 3:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field ApiVersionsResponse.api_keys was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_ApiVersionsResponse_ApiVersion(buf, pos, version)
-            _a(_o)
-        self.api_keys = _l
-    if version >= 1:
+        if _n < 0:
+            raise CodecError('non-nullable field ApiVersionsResponse.api_keys was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ApiVersionsResponse_ApiVersion(buf, pos, version)
+                _a(_o)
+            self.api_keys = _l
         self.throttle_time_ms, = _u_i(buf, pos)
         pos += 4
-    else:
-        self.throttle_time_ms = 0
-    self.supported_features = []
-    self.finalized_features_epoch = -1
-    self.finalized_features = []
-    self.zk_migration_ready = False
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.supported_features = []
+        self.finalized_features_epoch = -1
+        self.finalized_features = []
+        self.zk_migration_ready = False
+        self.unknown_tagged_fields = None
         if buf[pos]:
             pos = _tags_ApiVersionsResponse(self, buf, pos, version)
         else:
             pos += 1
+    elif version >= 1:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ApiVersionsResponse.api_keys was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ApiVersionsResponse_ApiVersion(buf, pos, version)
+                _a(_o)
+            self.api_keys = _l
+        self.throttle_time_ms, = _u_i(buf, pos)
+        pos += 4
+        self.supported_features = []
+        self.finalized_features_epoch = -1
+        self.finalized_features = []
+        self.zk_migration_ready = False
+        self.unknown_tagged_fields = None
+    else:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ApiVersionsResponse.api_keys was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ApiVersionsResponse_ApiVersion(buf, pos, version)
+                _a(_o)
+            self.api_keys = _l
+        self.throttle_time_ms = 0
+        self.supported_features = []
+        self.finalized_features_epoch = -1
+        self.finalized_features = []
+        self.zk_migration_ready = False
+        self.unknown_tagged_fields = None
     return self, pos
 
 
@@ -238,22 +271,17 @@ def _tags_ApiVersionsResponse(self, buf, pos, version):
 
 
 def _write_ApiVersionsResponse(self, w, version):
-    flexible = version >= 3
-    w += _p_h(self.error_code)
-    _l = self.api_keys
-    if _l is None:
-        raise CodecError('non-nullable field ApiVersionsResponse.api_keys is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+    if version >= 3:
+        w += _p_h(self.error_code)
+        _l = self.api_keys
+        if _l is None:
+            raise CodecError('non-nullable field ApiVersionsResponse.api_keys is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_ApiVersionsResponse_ApiVersion(_o, w, version)
-    if version >= 1:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_ApiVersionsResponse_ApiVersion(_o, w, version)
         w += _p_i(self.throttle_time_ms)
-    if flexible:
-        _t = []
+        _t = None
         if not ((self.supported_features is not None and not self.supported_features)):
             _v = _Writer()
             _l = self.supported_features
@@ -263,10 +291,14 @@ def _write_ApiVersionsResponse(self, w, version):
                 wr_calen(_v, len(_l))
                 for _o in _l:
                     _write_ApiVersionsResponse_SupportedFeatureKey(_o, _v, version)
+            if _t is None:
+                _t = []
             _t.append((0, _v))
         if not (self.finalized_features_epoch == -1):
             _v = _Writer()
             _v += _p_q(self.finalized_features_epoch)
+            if _t is None:
+                _t = []
             _t.append((1, _v))
         if not ((self.finalized_features is not None and not self.finalized_features)):
             _v = _Writer()
@@ -277,40 +309,70 @@ def _write_ApiVersionsResponse(self, w, version):
                 wr_calen(_v, len(_l))
                 for _o in _l:
                     _write_ApiVersionsResponse_FinalizedFeatureKey(_o, _v, version)
+            if _t is None:
+                _t = []
             _t.append((2, _v))
         if not (self.zk_migration_ready == False):
             _v = _Writer()
             _v += _p_z(self.zk_migration_ready)
+            if _t is None:
+                _t = []
             _t.append((3, _v))
-        wr_tags(w, _t, self.unknown_tagged_fields)
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
+        else:
+            wr_tags(w, _t, self.unknown_tagged_fields)
+    elif version >= 1:
+        w += _p_h(self.error_code)
+        _l = self.api_keys
+        if _l is None:
+            raise CodecError('non-nullable field ApiVersionsResponse.api_keys is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_ApiVersionsResponse_ApiVersion(_o, w, version)
+        w += _p_i(self.throttle_time_ms)
+        if self.unknown_tagged_fields:
+            raise CodecError('ApiVersionsResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        w += _p_h(self.error_code)
+        _l = self.api_keys
+        if _l is None:
+            raise CodecError('non-nullable field ApiVersionsResponse.api_keys is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_ApiVersionsResponse_ApiVersion(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('ApiVersionsResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_ApiVersionsResponse_ApiVersion(buf, pos, version):
     self = _new(_C_ApiVersionsResponse_ApiVersion)
-    flexible = version >= 3
-    self.api_key, self.min_version, self.max_version = _u_hhh(buf, pos)
-    pos += 6
-    self.unknown_tagged_fields = None
-    if flexible:
+    if version >= 3:
+        self.api_key, self.min_version, self.max_version = _u_hhh(buf, pos)
+        pos += 6
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.api_key, self.min_version, self.max_version = _u_hhh(buf, pos)
+        pos += 6
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_ApiVersionsResponse_ApiVersion(self, w, version):
-    flexible = version >= 3
-    w += _p_hhh(self.api_key, self.min_version, self.max_version)
-    if flexible:
+    if version >= 3:
+        w += _p_hhh(self.api_key, self.min_version, self.max_version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        w += _p_hhh(self.api_key, self.min_version, self.max_version)
         if self.unknown_tagged_fields:
             raise CodecError('ApiVersion: tagged fields set, but version ' + str(version) + ' is not flexible')
 

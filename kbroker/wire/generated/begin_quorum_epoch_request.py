@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['BeginQuorumEpochRequest']
@@ -137,30 +138,20 @@ _C_BeginQuorumEpochRequest_LeaderEndpoint = BeginQuorumEpochRequest.LeaderEndpoi
 
 def _read_BeginQuorumEpochRequest(buf, pos, version):
     self = _new(_C_BeginQuorumEpochRequest)
-    flexible = version >= 1
-    if flexible:
-        self.cluster_id, pos = rd_cnstring(buf, pos)
-    else:
-        self.cluster_id, pos = rd_nstring(buf, pos)
     if version >= 1:
+        self.cluster_id, pos = rd_cnstring(buf, pos)
         self.voter_id, = _u_i(buf, pos)
         pos += 4
-    else:
-        self.voter_id = -1
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field BeginQuorumEpochRequest.topics was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_BeginQuorumEpochRequest_TopicData(buf, pos, version)
-            _a(_o)
-        self.topics = _l
-    if version >= 1:
+        if _n < 0:
+            raise CodecError('non-nullable field BeginQuorumEpochRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_BeginQuorumEpochRequest_TopicData(buf, pos, version)
+                _a(_o)
+            self.topics = _l
         _n, pos = rd_calen(buf, pos)
         if _n < 0:
             raise CodecError('non-nullable field BeginQuorumEpochRequest.leader_endpoints was serialized as null')
@@ -171,36 +162,40 @@ def _read_BeginQuorumEpochRequest(buf, pos, version):
                 _o, pos = _read_BeginQuorumEpochRequest_LeaderEndpoint(buf, pos, version)
                 _a(_o)
             self.leader_endpoints = _l
-    else:
-        self.leader_endpoints = []
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.cluster_id, pos = rd_nstring(buf, pos)
+        self.voter_id = -1
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field BeginQuorumEpochRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_BeginQuorumEpochRequest_TopicData(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.leader_endpoints = []
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_BeginQuorumEpochRequest(self, w, version):
-    flexible = version >= 1
-    if flexible:
+    if version >= 1:
         wr_cnstring(w, self.cluster_id)
-    else:
-        wr_nstring(w, self.cluster_id)
-    if version >= 1:
         w += _p_i(self.voter_id)
-    _l = self.topics
-    if _l is None:
-        raise CodecError('non-nullable field BeginQuorumEpochRequest.topics is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field BeginQuorumEpochRequest.topics is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_BeginQuorumEpochRequest_TopicData(_o, w, version)
-    if version >= 1:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_BeginQuorumEpochRequest_TopicData(_o, w, version)
         _l = self.leader_endpoints
         if _l is None:
             raise CodecError('non-nullable field BeginQuorumEpochRequest.leader_endpoints is None at version ' + str(version))
@@ -208,103 +203,120 @@ def _write_BeginQuorumEpochRequest(self, w, version):
             wr_calen(w, len(_l))
             for _o in _l:
                 _write_BeginQuorumEpochRequest_LeaderEndpoint(_o, w, version)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_nstring(w, self.cluster_id)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field BeginQuorumEpochRequest.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_BeginQuorumEpochRequest_TopicData(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('BeginQuorumEpochRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_BeginQuorumEpochRequest_TopicData(buf, pos, version):
     self = _new(_C_BeginQuorumEpochRequest_TopicData)
-    flexible = version >= 1
-    if flexible:
+    if version >= 1:
         self.topic_name, pos = rd_cstring(buf, pos)
-    else:
-        self.topic_name, pos = rd_string(buf, pos)
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field TopicData.partitions was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_BeginQuorumEpochRequest_TopicData_PartitionData(buf, pos, version)
-            _a(_o)
-        self.partitions = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field TopicData.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_BeginQuorumEpochRequest_TopicData_PartitionData(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.topic_name, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field TopicData.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_BeginQuorumEpochRequest_TopicData_PartitionData(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_BeginQuorumEpochRequest_TopicData(self, w, version):
-    flexible = version >= 1
-    if flexible:
+    if version >= 1:
         wr_cstring(w, self.topic_name)
-    else:
-        wr_string(w, self.topic_name)
-    _l = self.partitions
-    if _l is None:
-        raise CodecError('non-nullable field TopicData.partitions is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field TopicData.partitions is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_BeginQuorumEpochRequest_TopicData_PartitionData(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_BeginQuorumEpochRequest_TopicData_PartitionData(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.topic_name)
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field TopicData.partitions is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_BeginQuorumEpochRequest_TopicData_PartitionData(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('TopicData: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_BeginQuorumEpochRequest_TopicData_PartitionData(buf, pos, version):
     self = _new(_C_BeginQuorumEpochRequest_TopicData_PartitionData)
-    flexible = version >= 1
-    self.partition_index, = _u_i(buf, pos)
-    pos += 4
     if version >= 1:
+        self.partition_index, = _u_i(buf, pos)
+        pos += 4
         self.voter_directory_id, pos = rd_uuid(buf, pos)
-    else:
-        self.voter_directory_id = ZERO_UUID
-    self.leader_id, self.leader_epoch = _u_ii(buf, pos)
-    pos += 8
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.leader_id, self.leader_epoch = _u_ii(buf, pos)
+        pos += 8
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.partition_index, = _u_i(buf, pos)
+        pos += 4
+        self.voter_directory_id = ZERO_UUID
+        self.leader_id, self.leader_epoch = _u_ii(buf, pos)
+        pos += 8
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_BeginQuorumEpochRequest_TopicData_PartitionData(self, w, version):
-    flexible = version >= 1
-    w += _p_i(self.partition_index)
     if version >= 1:
+        w += _p_i(self.partition_index)
         w += self.voter_directory_id.bytes
-    w += _p_ii(self.leader_id, self.leader_epoch)
-    if flexible:
+        w += _p_ii(self.leader_id, self.leader_epoch)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        w += _p_i(self.partition_index)
+        w += _p_ii(self.leader_id, self.leader_epoch)
         if self.unknown_tagged_fields:
             raise CodecError('PartitionData: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['BrokerHeartbeatRequest']
@@ -65,14 +66,24 @@ _C_BrokerHeartbeatRequest = BrokerHeartbeatRequest
 
 def _read_BrokerHeartbeatRequest(buf, pos, version):
     self = _new(_C_BrokerHeartbeatRequest)
-    self.broker_id, self.broker_epoch, self.current_metadata_offset, self.want_fence, self.want_shut_down = _u_iqqzz(buf, pos)
-    pos += 22
-    self.offline_log_dirs = []
-    self.unknown_tagged_fields = None
-    if buf[pos]:
-        pos = _tags_BrokerHeartbeatRequest(self, buf, pos, version)
+    if version >= 1:
+        self.broker_id, self.broker_epoch, self.current_metadata_offset, self.want_fence, self.want_shut_down = _u_iqqzz(buf, pos)
+        pos += 22
+        self.offline_log_dirs = []
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            pos = _tags_BrokerHeartbeatRequest(self, buf, pos, version)
+        else:
+            pos += 1
     else:
-        pos += 1
+        self.broker_id, self.broker_epoch, self.current_metadata_offset, self.want_fence, self.want_shut_down = _u_iqqzz(buf, pos)
+        pos += 22
+        self.offline_log_dirs = []
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            pos = _tags_BrokerHeartbeatRequest(self, buf, pos, version)
+        else:
+            pos += 1
     return self, pos
 
 
@@ -105,21 +116,34 @@ def _tags_BrokerHeartbeatRequest(self, buf, pos, version):
 
 
 def _write_BrokerHeartbeatRequest(self, w, version):
-    if (version < 1) and not ((self.offline_log_dirs is not None and not self.offline_log_dirs)):
-        raise CodecError('BrokerHeartbeatRequest.offline_log_dirs cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    w += _p_iqqzz(self.broker_id, self.broker_epoch, self.current_metadata_offset, self.want_fence, self.want_shut_down)
-    _t = []
-    if version >= 1 and not ((self.offline_log_dirs is not None and not self.offline_log_dirs)):
-        _v = _Writer()
-        _l = self.offline_log_dirs
-        if _l is None:
-            raise CodecError('non-nullable field BrokerHeartbeatRequest.offline_log_dirs is None at version ' + str(version))
+    if version >= 1:
+        w += _p_iqqzz(self.broker_id, self.broker_epoch, self.current_metadata_offset, self.want_fence, self.want_shut_down)
+        _t = None
+        if not ((self.offline_log_dirs is not None and not self.offline_log_dirs)):
+            _v = _Writer()
+            _l = self.offline_log_dirs
+            if _l is None:
+                raise CodecError('non-nullable field BrokerHeartbeatRequest.offline_log_dirs is None at version ' + str(version))
+            else:
+                wr_calen(_v, len(_l))
+                for _o in _l:
+                    _v += _o.bytes
+            if _t is None:
+                _t = []
+            _t.append((0, _v))
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
         else:
-            wr_calen(_v, len(_l))
-            for _o in _l:
-                _v += _o.bytes
-        _t.append((0, _v))
-    wr_tags(w, _t, self.unknown_tagged_fields)
+            wr_tags(w, _t, self.unknown_tagged_fields)
+    else:
+        if not ((self.offline_log_dirs is not None and not self.offline_log_dirs)):
+            raise CodecError('BrokerHeartbeatRequest.offline_log_dirs cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_iqqzz(self.broker_id, self.broker_epoch, self.current_metadata_offset, self.want_fence, self.want_shut_down)
+        _t = None
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
+        else:
+            wr_tags(w, _t, self.unknown_tagged_fields)
 
 
 BrokerHeartbeatRequest._read = staticmethod(_read_BrokerHeartbeatRequest)

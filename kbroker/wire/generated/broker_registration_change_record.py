@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['BrokerRegistrationChangeRecord']
@@ -66,16 +67,39 @@ _C_BrokerRegistrationChangeRecord = BrokerRegistrationChangeRecord
 
 def _read_BrokerRegistrationChangeRecord(buf, pos, version):
     self = _new(_C_BrokerRegistrationChangeRecord)
-    self.broker_id, self.broker_epoch = _u_iq(buf, pos)
-    pos += 12
-    self.fenced = 0
-    self.in_controlled_shutdown = 0
-    self.log_dirs = []
-    self.unknown_tagged_fields = None
-    if buf[pos]:
-        pos = _tags_BrokerRegistrationChangeRecord(self, buf, pos, version)
+    if version >= 2:
+        self.broker_id, self.broker_epoch = _u_iq(buf, pos)
+        pos += 12
+        self.fenced = 0
+        self.in_controlled_shutdown = 0
+        self.log_dirs = []
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            pos = _tags_BrokerRegistrationChangeRecord(self, buf, pos, version)
+        else:
+            pos += 1
+    elif version >= 1:
+        self.broker_id, self.broker_epoch = _u_iq(buf, pos)
+        pos += 12
+        self.fenced = 0
+        self.in_controlled_shutdown = 0
+        self.log_dirs = []
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            pos = _tags_BrokerRegistrationChangeRecord(self, buf, pos, version)
+        else:
+            pos += 1
     else:
-        pos += 1
+        self.broker_id, self.broker_epoch = _u_iq(buf, pos)
+        pos += 12
+        self.fenced = 0
+        self.in_controlled_shutdown = 0
+        self.log_dirs = []
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            pos = _tags_BrokerRegistrationChangeRecord(self, buf, pos, version)
+        else:
+            pos += 1
     return self, pos
 
 
@@ -116,31 +140,75 @@ def _tags_BrokerRegistrationChangeRecord(self, buf, pos, version):
 
 
 def _write_BrokerRegistrationChangeRecord(self, w, version):
-    if (version < 1) and not (self.in_controlled_shutdown == 0):
-        raise CodecError('BrokerRegistrationChangeRecord.in_controlled_shutdown cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 2) and not ((self.log_dirs is not None and not self.log_dirs)):
-        raise CodecError('BrokerRegistrationChangeRecord.log_dirs cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    w += _p_iq(self.broker_id, self.broker_epoch)
-    _t = []
-    if not (self.fenced == 0):
-        _v = _Writer()
-        _v += _p_b(self.fenced)
-        _t.append((0, _v))
-    if version >= 1 and not (self.in_controlled_shutdown == 0):
-        _v = _Writer()
-        _v += _p_b(self.in_controlled_shutdown)
-        _t.append((1, _v))
-    if version >= 2 and not ((self.log_dirs is not None and not self.log_dirs)):
-        _v = _Writer()
-        _l = self.log_dirs
-        if _l is None:
-            raise CodecError('non-nullable field BrokerRegistrationChangeRecord.log_dirs is None at version ' + str(version))
+    if version >= 2:
+        w += _p_iq(self.broker_id, self.broker_epoch)
+        _t = None
+        if not (self.fenced == 0):
+            _v = _Writer()
+            _v += _p_b(self.fenced)
+            if _t is None:
+                _t = []
+            _t.append((0, _v))
+        if not (self.in_controlled_shutdown == 0):
+            _v = _Writer()
+            _v += _p_b(self.in_controlled_shutdown)
+            if _t is None:
+                _t = []
+            _t.append((1, _v))
+        if not ((self.log_dirs is not None and not self.log_dirs)):
+            _v = _Writer()
+            _l = self.log_dirs
+            if _l is None:
+                raise CodecError('non-nullable field BrokerRegistrationChangeRecord.log_dirs is None at version ' + str(version))
+            else:
+                wr_calen(_v, len(_l))
+                for _o in _l:
+                    _v += _o.bytes
+            if _t is None:
+                _t = []
+            _t.append((2, _v))
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
         else:
-            wr_calen(_v, len(_l))
-            for _o in _l:
-                _v += _o.bytes
-        _t.append((2, _v))
-    wr_tags(w, _t, self.unknown_tagged_fields)
+            wr_tags(w, _t, self.unknown_tagged_fields)
+    elif version >= 1:
+        if not ((self.log_dirs is not None and not self.log_dirs)):
+            raise CodecError('BrokerRegistrationChangeRecord.log_dirs cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_iq(self.broker_id, self.broker_epoch)
+        _t = None
+        if not (self.fenced == 0):
+            _v = _Writer()
+            _v += _p_b(self.fenced)
+            if _t is None:
+                _t = []
+            _t.append((0, _v))
+        if not (self.in_controlled_shutdown == 0):
+            _v = _Writer()
+            _v += _p_b(self.in_controlled_shutdown)
+            if _t is None:
+                _t = []
+            _t.append((1, _v))
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
+        else:
+            wr_tags(w, _t, self.unknown_tagged_fields)
+    else:
+        if not (self.in_controlled_shutdown == 0):
+            raise CodecError('BrokerRegistrationChangeRecord.in_controlled_shutdown cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.log_dirs is not None and not self.log_dirs)):
+            raise CodecError('BrokerRegistrationChangeRecord.log_dirs cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_iq(self.broker_id, self.broker_epoch)
+        _t = None
+        if not (self.fenced == 0):
+            _v = _Writer()
+            _v += _p_b(self.fenced)
+            if _t is None:
+                _t = []
+            _t.append((0, _v))
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
+        else:
+            wr_tags(w, _t, self.unknown_tagged_fields)
 
 
 BrokerRegistrationChangeRecord._read = staticmethod(_read_BrokerRegistrationChangeRecord)

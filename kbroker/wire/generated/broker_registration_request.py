@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['BrokerRegistrationRequest']
@@ -137,37 +138,34 @@ _C_BrokerRegistrationRequest_Feature = BrokerRegistrationRequest.Feature
 
 def _read_BrokerRegistrationRequest(buf, pos, version):
     self = _new(_C_BrokerRegistrationRequest)
-    self.broker_id, = _u_i(buf, pos)
-    pos += 4
-    self.cluster_id, pos = rd_cstring(buf, pos)
-    self.incarnation_id, pos = rd_uuid(buf, pos)
-    _n, pos = rd_calen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field BrokerRegistrationRequest.listeners was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_BrokerRegistrationRequest_Listener(buf, pos, version)
-            _a(_o)
-        self.listeners = _l
-    _n, pos = rd_calen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field BrokerRegistrationRequest.features was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_BrokerRegistrationRequest_Feature(buf, pos, version)
-            _a(_o)
-        self.features = _l
-    self.rack, pos = rd_cnstring(buf, pos)
-    if version >= 1:
+    if version >= 3:
+        self.broker_id, = _u_i(buf, pos)
+        pos += 4
+        self.cluster_id, pos = rd_cstring(buf, pos)
+        self.incarnation_id, pos = rd_uuid(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field BrokerRegistrationRequest.listeners was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_BrokerRegistrationRequest_Listener(buf, pos, version)
+                _a(_o)
+            self.listeners = _l
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field BrokerRegistrationRequest.features was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_BrokerRegistrationRequest_Feature(buf, pos, version)
+                _a(_o)
+            self.features = _l
+        self.rack, pos = rd_cnstring(buf, pos)
         self.is_migrating_zk_broker, = _u_z(buf, pos)
         pos += 1
-    else:
-        self.is_migrating_zk_broker = False
-    if version >= 2:
         _n, pos = rd_calen(buf, pos)
         if _n < 0:
             raise CodecError('non-nullable field BrokerRegistrationRequest.log_dirs was serialized as null')
@@ -178,45 +176,150 @@ def _read_BrokerRegistrationRequest(buf, pos, version):
                 _o, pos = rd_uuid(buf, pos)
                 _a(_o)
             self.log_dirs = _l
-    else:
-        self.log_dirs = []
-    if version >= 3:
         self.previous_broker_epoch, = _u_q(buf, pos)
         pos += 8
-    else:
-        self.previous_broker_epoch = -1
-    self.unknown_tagged_fields = None
-    if buf[pos]:
-        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
-    else:
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 2:
+        self.broker_id, = _u_i(buf, pos)
+        pos += 4
+        self.cluster_id, pos = rd_cstring(buf, pos)
+        self.incarnation_id, pos = rd_uuid(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field BrokerRegistrationRequest.listeners was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_BrokerRegistrationRequest_Listener(buf, pos, version)
+                _a(_o)
+            self.listeners = _l
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field BrokerRegistrationRequest.features was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_BrokerRegistrationRequest_Feature(buf, pos, version)
+                _a(_o)
+            self.features = _l
+        self.rack, pos = rd_cnstring(buf, pos)
+        self.is_migrating_zk_broker, = _u_z(buf, pos)
         pos += 1
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field BrokerRegistrationRequest.log_dirs was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = rd_uuid(buf, pos)
+                _a(_o)
+            self.log_dirs = _l
+        self.previous_broker_epoch = -1
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 1:
+        self.broker_id, = _u_i(buf, pos)
+        pos += 4
+        self.cluster_id, pos = rd_cstring(buf, pos)
+        self.incarnation_id, pos = rd_uuid(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field BrokerRegistrationRequest.listeners was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_BrokerRegistrationRequest_Listener(buf, pos, version)
+                _a(_o)
+            self.listeners = _l
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field BrokerRegistrationRequest.features was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_BrokerRegistrationRequest_Feature(buf, pos, version)
+                _a(_o)
+            self.features = _l
+        self.rack, pos = rd_cnstring(buf, pos)
+        self.is_migrating_zk_broker, = _u_z(buf, pos)
+        pos += 1
+        self.log_dirs = []
+        self.previous_broker_epoch = -1
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.broker_id, = _u_i(buf, pos)
+        pos += 4
+        self.cluster_id, pos = rd_cstring(buf, pos)
+        self.incarnation_id, pos = rd_uuid(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field BrokerRegistrationRequest.listeners was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_BrokerRegistrationRequest_Listener(buf, pos, version)
+                _a(_o)
+            self.listeners = _l
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field BrokerRegistrationRequest.features was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_BrokerRegistrationRequest_Feature(buf, pos, version)
+                _a(_o)
+            self.features = _l
+        self.rack, pos = rd_cnstring(buf, pos)
+        self.is_migrating_zk_broker = False
+        self.log_dirs = []
+        self.previous_broker_epoch = -1
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
     return self, pos
 
 
 def _write_BrokerRegistrationRequest(self, w, version):
-    if (version < 1) and not (self.is_migrating_zk_broker == False):
-        raise CodecError('BrokerRegistrationRequest.is_migrating_zk_broker cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    w += _p_i(self.broker_id)
-    wr_cstring(w, self.cluster_id)
-    w += self.incarnation_id.bytes
-    _l = self.listeners
-    if _l is None:
-        raise CodecError('non-nullable field BrokerRegistrationRequest.listeners is None at version ' + str(version))
-    else:
-        wr_calen(w, len(_l))
-        for _o in _l:
-            _write_BrokerRegistrationRequest_Listener(_o, w, version)
-    _l = self.features
-    if _l is None:
-        raise CodecError('non-nullable field BrokerRegistrationRequest.features is None at version ' + str(version))
-    else:
-        wr_calen(w, len(_l))
-        for _o in _l:
-            _write_BrokerRegistrationRequest_Feature(_o, w, version)
-    wr_cnstring(w, self.rack)
-    if version >= 1:
+    if version >= 3:
+        w += _p_i(self.broker_id)
+        wr_cstring(w, self.cluster_id)
+        w += self.incarnation_id.bytes
+        _l = self.listeners
+        if _l is None:
+            raise CodecError('non-nullable field BrokerRegistrationRequest.listeners is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_BrokerRegistrationRequest_Listener(_o, w, version)
+        _l = self.features
+        if _l is None:
+            raise CodecError('non-nullable field BrokerRegistrationRequest.features is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_BrokerRegistrationRequest_Feature(_o, w, version)
+        wr_cnstring(w, self.rack)
         w += _p_z(self.is_migrating_zk_broker)
-    if version >= 2:
         _l = self.log_dirs
         if _l is None:
             raise CodecError('non-nullable field BrokerRegistrationRequest.log_dirs is None at version ' + str(version))
@@ -224,12 +327,91 @@ def _write_BrokerRegistrationRequest(self, w, version):
             wr_calen(w, len(_l))
             for _o in _l:
                 w += _o.bytes
-    if version >= 3:
         w += _p_q(self.previous_broker_epoch)
-    if self.unknown_tagged_fields:
-        wr_tags(w, None, self.unknown_tagged_fields)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 2:
+        w += _p_i(self.broker_id)
+        wr_cstring(w, self.cluster_id)
+        w += self.incarnation_id.bytes
+        _l = self.listeners
+        if _l is None:
+            raise CodecError('non-nullable field BrokerRegistrationRequest.listeners is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_BrokerRegistrationRequest_Listener(_o, w, version)
+        _l = self.features
+        if _l is None:
+            raise CodecError('non-nullable field BrokerRegistrationRequest.features is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_BrokerRegistrationRequest_Feature(_o, w, version)
+        wr_cnstring(w, self.rack)
+        w += _p_z(self.is_migrating_zk_broker)
+        _l = self.log_dirs
+        if _l is None:
+            raise CodecError('non-nullable field BrokerRegistrationRequest.log_dirs is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                w += _o.bytes
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 1:
+        w += _p_i(self.broker_id)
+        wr_cstring(w, self.cluster_id)
+        w += self.incarnation_id.bytes
+        _l = self.listeners
+        if _l is None:
+            raise CodecError('non-nullable field BrokerRegistrationRequest.listeners is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_BrokerRegistrationRequest_Listener(_o, w, version)
+        _l = self.features
+        if _l is None:
+            raise CodecError('non-nullable field BrokerRegistrationRequest.features is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_BrokerRegistrationRequest_Feature(_o, w, version)
+        wr_cnstring(w, self.rack)
+        w += _p_z(self.is_migrating_zk_broker)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
     else:
-        w.append(0)
+        if not (self.is_migrating_zk_broker == False):
+            raise CodecError('BrokerRegistrationRequest.is_migrating_zk_broker cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.broker_id)
+        wr_cstring(w, self.cluster_id)
+        w += self.incarnation_id.bytes
+        _l = self.listeners
+        if _l is None:
+            raise CodecError('non-nullable field BrokerRegistrationRequest.listeners is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_BrokerRegistrationRequest_Listener(_o, w, version)
+        _l = self.features
+        if _l is None:
+            raise CodecError('non-nullable field BrokerRegistrationRequest.features is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_BrokerRegistrationRequest_Feature(_o, w, version)
+        wr_cnstring(w, self.rack)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_BrokerRegistrationRequest_Listener(buf, pos, version):

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['ConsumerGroupHeartbeatRequest']
@@ -98,87 +99,145 @@ _C_ConsumerGroupHeartbeatRequest_TopicPartitions = ConsumerGroupHeartbeatRequest
 
 def _read_ConsumerGroupHeartbeatRequest(buf, pos, version):
     self = _new(_C_ConsumerGroupHeartbeatRequest)
-    self.group_id, pos = rd_cstring(buf, pos)
-    self.member_id, pos = rd_cstring(buf, pos)
-    self.member_epoch, = _u_i(buf, pos)
-    pos += 4
-    self.instance_id, pos = rd_cnstring(buf, pos)
-    self.rack_id, pos = rd_cnstring(buf, pos)
-    self.rebalance_timeout_ms, = _u_i(buf, pos)
-    pos += 4
-    _n, pos = rd_calen(buf, pos)
-    if _n < 0:
-        self.subscribed_topic_names = None
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = rd_cstring(buf, pos)
-            _a(_o)
-        self.subscribed_topic_names = _l
     if version >= 1:
+        self.group_id, pos = rd_cstring(buf, pos)
+        self.member_id, pos = rd_cstring(buf, pos)
+        self.member_epoch, = _u_i(buf, pos)
+        pos += 4
+        self.instance_id, pos = rd_cnstring(buf, pos)
+        self.rack_id, pos = rd_cnstring(buf, pos)
+        self.rebalance_timeout_ms, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            self.subscribed_topic_names = None
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = rd_cstring(buf, pos)
+                _a(_o)
+            self.subscribed_topic_names = _l
         self.subscribed_topic_regex, pos = rd_cnstring(buf, pos)
+        self.server_assignor, pos = rd_cnstring(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            self.topic_partitions = None
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ConsumerGroupHeartbeatRequest_TopicPartitions(buf, pos, version)
+                _a(_o)
+            self.topic_partitions = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
     else:
+        self.group_id, pos = rd_cstring(buf, pos)
+        self.member_id, pos = rd_cstring(buf, pos)
+        self.member_epoch, = _u_i(buf, pos)
+        pos += 4
+        self.instance_id, pos = rd_cnstring(buf, pos)
+        self.rack_id, pos = rd_cnstring(buf, pos)
+        self.rebalance_timeout_ms, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            self.subscribed_topic_names = None
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = rd_cstring(buf, pos)
+                _a(_o)
+            self.subscribed_topic_names = _l
         self.subscribed_topic_regex = None
-    self.server_assignor, pos = rd_cnstring(buf, pos)
-    _n, pos = rd_calen(buf, pos)
-    if _n < 0:
-        self.topic_partitions = None
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_ConsumerGroupHeartbeatRequest_TopicPartitions(buf, pos, version)
-            _a(_o)
-        self.topic_partitions = _l
-    self.unknown_tagged_fields = None
-    if buf[pos]:
-        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
-    else:
-        pos += 1
+        self.server_assignor, pos = rd_cnstring(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            self.topic_partitions = None
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ConsumerGroupHeartbeatRequest_TopicPartitions(buf, pos, version)
+                _a(_o)
+            self.topic_partitions = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
     return self, pos
 
 
 def _write_ConsumerGroupHeartbeatRequest(self, w, version):
-    if (version < 1) and not (self.subscribed_topic_regex is None):
-        raise CodecError('ConsumerGroupHeartbeatRequest.subscribed_topic_regex cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    wr_cstring(w, self.group_id)
-    wr_cstring(w, self.member_id)
-    w += _p_i(self.member_epoch)
-    wr_cnstring(w, self.instance_id)
-    wr_cnstring(w, self.rack_id)
-    w += _p_i(self.rebalance_timeout_ms)
-    _l = self.subscribed_topic_names
-    if _l is None:
-        w.append(0)
-    else:
-        wr_calen(w, len(_l))
-        for _o in _l:
-            wr_cstring(w, _o)
     if version >= 1:
+        wr_cstring(w, self.group_id)
+        wr_cstring(w, self.member_id)
+        w += _p_i(self.member_epoch)
+        wr_cnstring(w, self.instance_id)
+        wr_cnstring(w, self.rack_id)
+        w += _p_i(self.rebalance_timeout_ms)
+        _l = self.subscribed_topic_names
+        if _l is None:
+            w.append(0)
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                wr_cstring(w, _o)
         wr_cnstring(w, self.subscribed_topic_regex)
-    wr_cnstring(w, self.server_assignor)
-    _l = self.topic_partitions
-    if _l is None:
-        w.append(0)
+        wr_cnstring(w, self.server_assignor)
+        _l = self.topic_partitions
+        if _l is None:
+            w.append(0)
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_ConsumerGroupHeartbeatRequest_TopicPartitions(_o, w, version)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
     else:
-        wr_calen(w, len(_l))
-        for _o in _l:
-            _write_ConsumerGroupHeartbeatRequest_TopicPartitions(_o, w, version)
-    if self.unknown_tagged_fields:
-        wr_tags(w, None, self.unknown_tagged_fields)
-    else:
-        w.append(0)
+        if not (self.subscribed_topic_regex is None):
+            raise CodecError('ConsumerGroupHeartbeatRequest.subscribed_topic_regex cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        wr_cstring(w, self.group_id)
+        wr_cstring(w, self.member_id)
+        w += _p_i(self.member_epoch)
+        wr_cnstring(w, self.instance_id)
+        wr_cnstring(w, self.rack_id)
+        w += _p_i(self.rebalance_timeout_ms)
+        _l = self.subscribed_topic_names
+        if _l is None:
+            w.append(0)
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                wr_cstring(w, _o)
+        wr_cnstring(w, self.server_assignor)
+        _l = self.topic_partitions
+        if _l is None:
+            w.append(0)
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_ConsumerGroupHeartbeatRequest_TopicPartitions(_o, w, version)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ConsumerGroupHeartbeatRequest_TopicPartitions(buf, pos, version):
     self = _new(_C_ConsumerGroupHeartbeatRequest_TopicPartitions)
     self.topic_id, pos = rd_uuid(buf, pos)
-    _n, pos = rd_calen(buf, pos)
-    if _n < 0:
+    self.partitions, pos = rd_cfixed_array(buf, pos, 'i', 4)
+    if self.partitions is None:
         raise CodecError('non-nullable field TopicPartitions.partitions was serialized as null')
-    else:
-        self.partitions, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
     self.unknown_tagged_fields = None
     if buf[pos]:
         self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
@@ -193,8 +252,7 @@ def _write_ConsumerGroupHeartbeatRequest_TopicPartitions(self, w, version):
     if _l is None:
         raise CodecError('non-nullable field TopicPartitions.partitions is None at version ' + str(version))
     else:
-        wr_calen(w, len(_l))
-        wr_fixed_array(w, _l, 'i')
+        wr_cfixed_array(w, _l, 'i')
     if self.unknown_tagged_fields:
         wr_tags(w, None, self.unknown_tagged_fields)
     else:

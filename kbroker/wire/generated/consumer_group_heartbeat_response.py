@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['ConsumerGroupHeartbeatResponse']
@@ -153,11 +154,9 @@ def _write_ConsumerGroupHeartbeatResponse(self, w, version):
 def _read_ConsumerGroupHeartbeatResponse_TopicPartitions(buf, pos, version):
     self = _new(_C_ConsumerGroupHeartbeatResponse_TopicPartitions)
     self.topic_id, pos = rd_uuid(buf, pos)
-    _n, pos = rd_calen(buf, pos)
-    if _n < 0:
+    self.partitions, pos = rd_cfixed_array(buf, pos, 'i', 4)
+    if self.partitions is None:
         raise CodecError('non-nullable field TopicPartitions.partitions was serialized as null')
-    else:
-        self.partitions, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
     self.unknown_tagged_fields = None
     if buf[pos]:
         self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
@@ -172,8 +171,7 @@ def _write_ConsumerGroupHeartbeatResponse_TopicPartitions(self, w, version):
     if _l is None:
         raise CodecError('non-nullable field TopicPartitions.partitions is None at version ' + str(version))
     else:
-        wr_calen(w, len(_l))
-        wr_fixed_array(w, _l, 'i')
+        wr_cfixed_array(w, _l, 'i')
     if self.unknown_tagged_fields:
         wr_tags(w, None, self.unknown_tagged_fields)
     else:

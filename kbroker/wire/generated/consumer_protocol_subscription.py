@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['ConsumerProtocolSubscription']
@@ -83,18 +84,18 @@ _C_ConsumerProtocolSubscription_TopicPartition = ConsumerProtocolSubscription.To
 
 def _read_ConsumerProtocolSubscription(buf, pos, version):
     self = _new(_C_ConsumerProtocolSubscription)
-    _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field ConsumerProtocolSubscription.topics was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = rd_string(buf, pos)
-            _a(_o)
-        self.topics = _l
-    self.user_data, pos = rd_nbytes(buf, pos)
-    if version >= 1:
+    if version >= 3:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ConsumerProtocolSubscription.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = rd_string(buf, pos)
+                _a(_o)
+            self.topics = _l
+        self.user_data, pos = rd_nbytes(buf, pos)
         _n, pos = rd_alen(buf, pos)
         if _n < 0:
             raise CodecError('non-nullable field ConsumerProtocolSubscription.owned_partitions was serialized as null')
@@ -105,31 +106,90 @@ def _read_ConsumerProtocolSubscription(buf, pos, version):
                 _o, pos = _read_ConsumerProtocolSubscription_TopicPartition(buf, pos, version)
                 _a(_o)
             self.owned_partitions = _l
-    else:
-        self.owned_partitions = []
-    if version >= 2:
         self.generation_id, = _u_i(buf, pos)
         pos += 4
-    else:
-        self.generation_id = -1
-    if version >= 3:
         self.rack_id, pos = rd_nstring(buf, pos)
-    else:
+        self.unknown_tagged_fields = None
+    elif version >= 2:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ConsumerProtocolSubscription.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = rd_string(buf, pos)
+                _a(_o)
+            self.topics = _l
+        self.user_data, pos = rd_nbytes(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ConsumerProtocolSubscription.owned_partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ConsumerProtocolSubscription_TopicPartition(buf, pos, version)
+                _a(_o)
+            self.owned_partitions = _l
+        self.generation_id, = _u_i(buf, pos)
+        pos += 4
         self.rack_id = None
-    self.unknown_tagged_fields = None
+        self.unknown_tagged_fields = None
+    elif version >= 1:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ConsumerProtocolSubscription.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = rd_string(buf, pos)
+                _a(_o)
+            self.topics = _l
+        self.user_data, pos = rd_nbytes(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ConsumerProtocolSubscription.owned_partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ConsumerProtocolSubscription_TopicPartition(buf, pos, version)
+                _a(_o)
+            self.owned_partitions = _l
+        self.generation_id = -1
+        self.rack_id = None
+        self.unknown_tagged_fields = None
+    else:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ConsumerProtocolSubscription.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = rd_string(buf, pos)
+                _a(_o)
+            self.topics = _l
+        self.user_data, pos = rd_nbytes(buf, pos)
+        self.owned_partitions = []
+        self.generation_id = -1
+        self.rack_id = None
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_ConsumerProtocolSubscription(self, w, version):
-    _l = self.topics
-    if _l is None:
-        raise CodecError('non-nullable field ConsumerProtocolSubscription.topics is None at version ' + str(version))
-    else:
-        wr_alen(w, len(_l))
-        for _o in _l:
-            wr_string(w, _o)
-    wr_nbytes(w, self.user_data)
-    if version >= 1:
+    if version >= 3:
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field ConsumerProtocolSubscription.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                wr_string(w, _o)
+        wr_nbytes(w, self.user_data)
         _l = self.owned_partitions
         if _l is None:
             raise CodecError('non-nullable field ConsumerProtocolSubscription.owned_partitions is None at version ' + str(version))
@@ -137,22 +197,66 @@ def _write_ConsumerProtocolSubscription(self, w, version):
             wr_alen(w, len(_l))
             for _o in _l:
                 _write_ConsumerProtocolSubscription_TopicPartition(_o, w, version)
-    if version >= 2:
         w += _p_i(self.generation_id)
-    if version >= 3:
         wr_nstring(w, self.rack_id)
-    if self.unknown_tagged_fields:
-        raise CodecError('ConsumerProtocolSubscription: tagged fields set, but version ' + str(version) + ' is not flexible')
+        if self.unknown_tagged_fields:
+            raise CodecError('ConsumerProtocolSubscription: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 2:
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field ConsumerProtocolSubscription.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                wr_string(w, _o)
+        wr_nbytes(w, self.user_data)
+        _l = self.owned_partitions
+        if _l is None:
+            raise CodecError('non-nullable field ConsumerProtocolSubscription.owned_partitions is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_ConsumerProtocolSubscription_TopicPartition(_o, w, version)
+        w += _p_i(self.generation_id)
+        if self.unknown_tagged_fields:
+            raise CodecError('ConsumerProtocolSubscription: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 1:
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field ConsumerProtocolSubscription.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                wr_string(w, _o)
+        wr_nbytes(w, self.user_data)
+        _l = self.owned_partitions
+        if _l is None:
+            raise CodecError('non-nullable field ConsumerProtocolSubscription.owned_partitions is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_ConsumerProtocolSubscription_TopicPartition(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('ConsumerProtocolSubscription: tagged fields set, but version ' + str(version) + ' is not flexible')
+    else:
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field ConsumerProtocolSubscription.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                wr_string(w, _o)
+        wr_nbytes(w, self.user_data)
+        if self.unknown_tagged_fields:
+            raise CodecError('ConsumerProtocolSubscription: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_ConsumerProtocolSubscription_TopicPartition(buf, pos, version):
     self = _new(_C_ConsumerProtocolSubscription_TopicPartition)
     self.topic, pos = rd_string(buf, pos)
-    _n, pos = rd_alen(buf, pos)
-    if _n < 0:
+    self.partitions, pos = rd_fixed_array(buf, pos, 'i', 4)
+    if self.partitions is None:
         raise CodecError('non-nullable field TopicPartition.partitions was serialized as null')
-    else:
-        self.partitions, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
     self.unknown_tagged_fields = None
     return self, pos
 
@@ -163,7 +267,6 @@ def _write_ConsumerProtocolSubscription_TopicPartition(self, w, version):
     if _l is None:
         raise CodecError('non-nullable field TopicPartition.partitions is None at version ' + str(version))
     else:
-        wr_alen(w, len(_l))
         wr_fixed_array(w, _l, 'i')
     if self.unknown_tagged_fields:
         raise CodecError('TopicPartition: tagged fields set, but version ' + str(version) + ' is not flexible')

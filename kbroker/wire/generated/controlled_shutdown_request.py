@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['ControlledShutdownRequest']
@@ -19,9 +20,9 @@ _new = object.__new__
 _S_i = _Struct('>i')
 _u_i = _S_i.unpack_from
 _p_i = _S_i.pack
-_S_q = _Struct('>q')
-_u_q = _S_q.unpack_from
-_p_q = _S_q.pack
+_S_iq = _Struct('>iq')
+_u_iq = _S_iq.unpack_from
+_p_iq = _S_iq.pack
 
 
 class ControlledShutdownRequest(Message):
@@ -56,34 +57,39 @@ _C_ControlledShutdownRequest = ControlledShutdownRequest
 
 def _read_ControlledShutdownRequest(buf, pos, version):
     self = _new(_C_ControlledShutdownRequest)
-    flexible = version >= 3
-    self.broker_id, = _u_i(buf, pos)
-    pos += 4
-    if version >= 2:
-        self.broker_epoch, = _u_q(buf, pos)
-        pos += 8
-    else:
-        self.broker_epoch = -1
-    self.unknown_tagged_fields = None
-    if flexible:
+    if version >= 3:
+        self.broker_id, self.broker_epoch = _u_iq(buf, pos)
+        pos += 12
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 2:
+        self.broker_id, self.broker_epoch = _u_iq(buf, pos)
+        pos += 12
+        self.unknown_tagged_fields = None
+    else:
+        self.broker_id, = _u_i(buf, pos)
+        pos += 4
+        self.broker_epoch = -1
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_ControlledShutdownRequest(self, w, version):
-    flexible = version >= 3
-    w += _p_i(self.broker_id)
-    if version >= 2:
-        w += _p_q(self.broker_epoch)
-    if flexible:
+    if version >= 3:
+        w += _p_iq(self.broker_id, self.broker_epoch)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 2:
+        w += _p_iq(self.broker_id, self.broker_epoch)
+        if self.unknown_tagged_fields:
+            raise CodecError('ControlledShutdownRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        w += _p_i(self.broker_id)
         if self.unknown_tagged_fields:
             raise CodecError('ControlledShutdownRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['CreateAclsRequest']
@@ -89,110 +90,132 @@ _C_CreateAclsRequest_AclCreation = CreateAclsRequest.AclCreation
 
 def _read_CreateAclsRequest(buf, pos, version):
     self = _new(_C_CreateAclsRequest)
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field CreateAclsRequest.creations was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_CreateAclsRequest_AclCreation(buf, pos, version)
-            _a(_o)
-        self.creations = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field CreateAclsRequest.creations was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_CreateAclsRequest_AclCreation(buf, pos, version)
+                _a(_o)
+            self.creations = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field CreateAclsRequest.creations was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_CreateAclsRequest_AclCreation(buf, pos, version)
+                _a(_o)
+            self.creations = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_CreateAclsRequest(self, w, version):
-    flexible = version >= 2
-    _l = self.creations
-    if _l is None:
-        raise CodecError('non-nullable field CreateAclsRequest.creations is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+    if version >= 2:
+        _l = self.creations
+        if _l is None:
+            raise CodecError('non-nullable field CreateAclsRequest.creations is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_CreateAclsRequest_AclCreation(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_CreateAclsRequest_AclCreation(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        _l = self.creations
+        if _l is None:
+            raise CodecError('non-nullable field CreateAclsRequest.creations is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_CreateAclsRequest_AclCreation(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('CreateAclsRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_CreateAclsRequest_AclCreation(buf, pos, version):
     self = _new(_C_CreateAclsRequest_AclCreation)
-    flexible = version >= 2
-    self.resource_type, = _u_b(buf, pos)
-    pos += 1
-    if flexible:
+    if version >= 2:
+        self.resource_type, = _u_b(buf, pos)
+        pos += 1
         self.resource_name, pos = rd_cstring(buf, pos)
-    else:
-        self.resource_name, pos = rd_string(buf, pos)
-    if version >= 1:
         self.resource_pattern_type, = _u_b(buf, pos)
         pos += 1
-    else:
-        self.resource_pattern_type = 3
-    if flexible:
         self.principal, pos = rd_cstring(buf, pos)
-    else:
-        self.principal, pos = rd_string(buf, pos)
-    if flexible:
         self.host, pos = rd_cstring(buf, pos)
-    else:
-        self.host, pos = rd_string(buf, pos)
-    self.operation, self.permission_type = _u_bb(buf, pos)
-    pos += 2
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.operation, self.permission_type = _u_bb(buf, pos)
+        pos += 2
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 1:
+        self.resource_type, = _u_b(buf, pos)
+        pos += 1
+        self.resource_name, pos = rd_string(buf, pos)
+        self.resource_pattern_type, = _u_b(buf, pos)
+        pos += 1
+        self.principal, pos = rd_string(buf, pos)
+        self.host, pos = rd_string(buf, pos)
+        self.operation, self.permission_type = _u_bb(buf, pos)
+        pos += 2
+        self.unknown_tagged_fields = None
+    else:
+        self.resource_type, = _u_b(buf, pos)
+        pos += 1
+        self.resource_name, pos = rd_string(buf, pos)
+        self.resource_pattern_type = 3
+        self.principal, pos = rd_string(buf, pos)
+        self.host, pos = rd_string(buf, pos)
+        self.operation, self.permission_type = _u_bb(buf, pos)
+        pos += 2
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_CreateAclsRequest_AclCreation(self, w, version):
-    flexible = version >= 2
-    if (version < 1) and not (self.resource_pattern_type == 3):
-        raise CodecError('AclCreation.resource_pattern_type cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    w += _p_b(self.resource_type)
-    if flexible:
+    if version >= 2:
+        w += _p_b(self.resource_type)
         wr_cstring(w, self.resource_name)
-    else:
-        wr_string(w, self.resource_name)
-    if version >= 1:
         w += _p_b(self.resource_pattern_type)
-    if flexible:
         wr_cstring(w, self.principal)
-    else:
-        wr_string(w, self.principal)
-    if flexible:
         wr_cstring(w, self.host)
-    else:
-        wr_string(w, self.host)
-    w += _p_bb(self.operation, self.permission_type)
-    if flexible:
+        w += _p_bb(self.operation, self.permission_type)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 1:
+        w += _p_b(self.resource_type)
+        wr_string(w, self.resource_name)
+        w += _p_b(self.resource_pattern_type)
+        wr_string(w, self.principal)
+        wr_string(w, self.host)
+        w += _p_bb(self.operation, self.permission_type)
+        if self.unknown_tagged_fields:
+            raise CodecError('AclCreation: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        if not (self.resource_pattern_type == 3):
+            raise CodecError('AclCreation.resource_pattern_type cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_b(self.resource_type)
+        wr_string(w, self.resource_name)
+        wr_string(w, self.principal)
+        wr_string(w, self.host)
+        w += _p_bb(self.operation, self.permission_type)
         if self.unknown_tagged_fields:
             raise CodecError('AclCreation: tagged fields set, but version ' + str(version) + ' is not flexible')
 

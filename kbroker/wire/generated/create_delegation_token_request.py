@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['CreateDelegationTokenRequest']
@@ -80,106 +81,143 @@ _C_CreateDelegationTokenRequest_CreatableRenewers = CreateDelegationTokenRequest
 
 def _read_CreateDelegationTokenRequest(buf, pos, version):
     self = _new(_C_CreateDelegationTokenRequest)
-    flexible = version >= 2
     if version >= 3:
         self.owner_principal_type, pos = rd_cnstring(buf, pos)
-    else:
-        self.owner_principal_type = ''
-    if version >= 3:
         self.owner_principal_name, pos = rd_cnstring(buf, pos)
-    else:
-        self.owner_principal_name = ''
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field CreateDelegationTokenRequest.renewers was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_CreateDelegationTokenRequest_CreatableRenewers(buf, pos, version)
-            _a(_o)
-        self.renewers = _l
-    self.max_lifetime_ms, = _u_q(buf, pos)
-    pos += 8
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field CreateDelegationTokenRequest.renewers was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_CreateDelegationTokenRequest_CreatableRenewers(buf, pos, version)
+                _a(_o)
+            self.renewers = _l
+        self.max_lifetime_ms, = _u_q(buf, pos)
+        pos += 8
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 2:
+        self.owner_principal_type = ''
+        self.owner_principal_name = ''
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field CreateDelegationTokenRequest.renewers was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_CreateDelegationTokenRequest_CreatableRenewers(buf, pos, version)
+                _a(_o)
+            self.renewers = _l
+        self.max_lifetime_ms, = _u_q(buf, pos)
+        pos += 8
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.owner_principal_type = ''
+        self.owner_principal_name = ''
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field CreateDelegationTokenRequest.renewers was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_CreateDelegationTokenRequest_CreatableRenewers(buf, pos, version)
+                _a(_o)
+            self.renewers = _l
+        self.max_lifetime_ms, = _u_q(buf, pos)
+        pos += 8
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_CreateDelegationTokenRequest(self, w, version):
-    flexible = version >= 2
-    if (version < 3) and not (self.owner_principal_type == ''):
-        raise CodecError('CreateDelegationTokenRequest.owner_principal_type cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 3) and not (self.owner_principal_name == ''):
-        raise CodecError('CreateDelegationTokenRequest.owner_principal_name cannot be written at version ' + str(version) + ' (it holds a non-default value)')
     if version >= 3:
         wr_cnstring(w, self.owner_principal_type)
-    if version >= 3:
         wr_cnstring(w, self.owner_principal_name)
-    _l = self.renewers
-    if _l is None:
-        raise CodecError('non-nullable field CreateDelegationTokenRequest.renewers is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.renewers
+        if _l is None:
+            raise CodecError('non-nullable field CreateDelegationTokenRequest.renewers is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_CreateDelegationTokenRequest_CreatableRenewers(_o, w, version)
-    w += _p_q(self.max_lifetime_ms)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_CreateDelegationTokenRequest_CreatableRenewers(_o, w, version)
+        w += _p_q(self.max_lifetime_ms)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 2:
+        if not (self.owner_principal_type == ''):
+            raise CodecError('CreateDelegationTokenRequest.owner_principal_type cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.owner_principal_name == ''):
+            raise CodecError('CreateDelegationTokenRequest.owner_principal_name cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        _l = self.renewers
+        if _l is None:
+            raise CodecError('non-nullable field CreateDelegationTokenRequest.renewers is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_CreateDelegationTokenRequest_CreatableRenewers(_o, w, version)
+        w += _p_q(self.max_lifetime_ms)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        if not (self.owner_principal_type == ''):
+            raise CodecError('CreateDelegationTokenRequest.owner_principal_type cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.owner_principal_name == ''):
+            raise CodecError('CreateDelegationTokenRequest.owner_principal_name cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        _l = self.renewers
+        if _l is None:
+            raise CodecError('non-nullable field CreateDelegationTokenRequest.renewers is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_CreateDelegationTokenRequest_CreatableRenewers(_o, w, version)
+        w += _p_q(self.max_lifetime_ms)
         if self.unknown_tagged_fields:
             raise CodecError('CreateDelegationTokenRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_CreateDelegationTokenRequest_CreatableRenewers(buf, pos, version):
     self = _new(_C_CreateDelegationTokenRequest_CreatableRenewers)
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         self.principal_type, pos = rd_cstring(buf, pos)
-    else:
-        self.principal_type, pos = rd_string(buf, pos)
-    if flexible:
         self.principal_name, pos = rd_cstring(buf, pos)
-    else:
-        self.principal_name, pos = rd_string(buf, pos)
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.principal_type, pos = rd_string(buf, pos)
+        self.principal_name, pos = rd_string(buf, pos)
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_CreateDelegationTokenRequest_CreatableRenewers(self, w, version):
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         wr_cstring(w, self.principal_type)
-    else:
-        wr_string(w, self.principal_type)
-    if flexible:
         wr_cstring(w, self.principal_name)
-    else:
-        wr_string(w, self.principal_name)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.principal_type)
+        wr_string(w, self.principal_name)
         if self.unknown_tagged_fields:
             raise CodecError('CreatableRenewers: tagged fields set, but version ' + str(version) + ' is not flexible')
 

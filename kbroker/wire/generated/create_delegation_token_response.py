@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['CreateDelegationTokenResponse']
@@ -86,81 +87,102 @@ _C_CreateDelegationTokenResponse = CreateDelegationTokenResponse
 
 def _read_CreateDelegationTokenResponse(buf, pos, version):
     self = _new(_C_CreateDelegationTokenResponse)
-    flexible = version >= 2
-    self.error_code, = _u_h(buf, pos)
-    pos += 2
-    if flexible:
+    if version >= 3:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
         self.principal_type, pos = rd_cstring(buf, pos)
-    else:
-        self.principal_type, pos = rd_string(buf, pos)
-    if flexible:
         self.principal_name, pos = rd_cstring(buf, pos)
-    else:
-        self.principal_name, pos = rd_string(buf, pos)
-    if version >= 3:
         self.token_requester_principal_type, pos = rd_cstring(buf, pos)
-    else:
-        self.token_requester_principal_type = ''
-    if version >= 3:
         self.token_requester_principal_name, pos = rd_cstring(buf, pos)
-    else:
-        self.token_requester_principal_name = ''
-    self.issue_timestamp_ms, self.expiry_timestamp_ms, self.max_timestamp_ms = _u_qqq(buf, pos)
-    pos += 24
-    if flexible:
+        self.issue_timestamp_ms, self.expiry_timestamp_ms, self.max_timestamp_ms = _u_qqq(buf, pos)
+        pos += 24
         self.token_id, pos = rd_cstring(buf, pos)
-    else:
-        self.token_id, pos = rd_string(buf, pos)
-    if flexible:
         self.hmac, pos = rd_cbytes(buf, pos)
-    else:
-        self.hmac, pos = rd_bytes(buf, pos)
-    self.throttle_time_ms, = _u_i(buf, pos)
-    pos += 4
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.throttle_time_ms, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 2:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.principal_type, pos = rd_cstring(buf, pos)
+        self.principal_name, pos = rd_cstring(buf, pos)
+        self.token_requester_principal_type = ''
+        self.token_requester_principal_name = ''
+        self.issue_timestamp_ms, self.expiry_timestamp_ms, self.max_timestamp_ms = _u_qqq(buf, pos)
+        pos += 24
+        self.token_id, pos = rd_cstring(buf, pos)
+        self.hmac, pos = rd_cbytes(buf, pos)
+        self.throttle_time_ms, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.principal_type, pos = rd_string(buf, pos)
+        self.principal_name, pos = rd_string(buf, pos)
+        self.token_requester_principal_type = ''
+        self.token_requester_principal_name = ''
+        self.issue_timestamp_ms, self.expiry_timestamp_ms, self.max_timestamp_ms = _u_qqq(buf, pos)
+        pos += 24
+        self.token_id, pos = rd_string(buf, pos)
+        self.hmac, pos = rd_bytes(buf, pos)
+        self.throttle_time_ms, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_CreateDelegationTokenResponse(self, w, version):
-    flexible = version >= 2
-    if (version < 3) and not (self.token_requester_principal_type == ''):
-        raise CodecError('CreateDelegationTokenResponse.token_requester_principal_type cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 3) and not (self.token_requester_principal_name == ''):
-        raise CodecError('CreateDelegationTokenResponse.token_requester_principal_name cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    w += _p_h(self.error_code)
-    if flexible:
+    if version >= 3:
+        w += _p_h(self.error_code)
         wr_cstring(w, self.principal_type)
-    else:
-        wr_string(w, self.principal_type)
-    if flexible:
         wr_cstring(w, self.principal_name)
-    else:
-        wr_string(w, self.principal_name)
-    if version >= 3:
         wr_cstring(w, self.token_requester_principal_type)
-    if version >= 3:
         wr_cstring(w, self.token_requester_principal_name)
-    w += _p_qqq(self.issue_timestamp_ms, self.expiry_timestamp_ms, self.max_timestamp_ms)
-    if flexible:
+        w += _p_qqq(self.issue_timestamp_ms, self.expiry_timestamp_ms, self.max_timestamp_ms)
         wr_cstring(w, self.token_id)
-    else:
-        wr_string(w, self.token_id)
-    if flexible:
         wr_cbytes(w, self.hmac)
-    else:
-        wr_bytes(w, self.hmac)
-    w += _p_i(self.throttle_time_ms)
-    if flexible:
+        w += _p_i(self.throttle_time_ms)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 2:
+        if not (self.token_requester_principal_type == ''):
+            raise CodecError('CreateDelegationTokenResponse.token_requester_principal_type cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.token_requester_principal_name == ''):
+            raise CodecError('CreateDelegationTokenResponse.token_requester_principal_name cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_h(self.error_code)
+        wr_cstring(w, self.principal_type)
+        wr_cstring(w, self.principal_name)
+        w += _p_qqq(self.issue_timestamp_ms, self.expiry_timestamp_ms, self.max_timestamp_ms)
+        wr_cstring(w, self.token_id)
+        wr_cbytes(w, self.hmac)
+        w += _p_i(self.throttle_time_ms)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        if not (self.token_requester_principal_type == ''):
+            raise CodecError('CreateDelegationTokenResponse.token_requester_principal_type cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.token_requester_principal_name == ''):
+            raise CodecError('CreateDelegationTokenResponse.token_requester_principal_name cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_h(self.error_code)
+        wr_string(w, self.principal_type)
+        wr_string(w, self.principal_name)
+        w += _p_qqq(self.issue_timestamp_ms, self.expiry_timestamp_ms, self.max_timestamp_ms)
+        wr_string(w, self.token_id)
+        wr_bytes(w, self.hmac)
+        w += _p_i(self.throttle_time_ms)
         if self.unknown_tagged_fields:
             raise CodecError('CreateDelegationTokenResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['CreatePartitionsRequest']
@@ -101,152 +102,172 @@ _C_CreatePartitionsRequest_CreatePartitionsTopic_CreatePartitionsAssignment = Cr
 
 def _read_CreatePartitionsRequest(buf, pos, version):
     self = _new(_C_CreatePartitionsRequest)
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field CreatePartitionsRequest.topics was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_CreatePartitionsRequest_CreatePartitionsTopic(buf, pos, version)
-            _a(_o)
-        self.topics = _l
-    self.timeout_ms, self.validate_only = _u_iz(buf, pos)
-    pos += 5
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field CreatePartitionsRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_CreatePartitionsRequest_CreatePartitionsTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.timeout_ms, self.validate_only = _u_iz(buf, pos)
+        pos += 5
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field CreatePartitionsRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_CreatePartitionsRequest_CreatePartitionsTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.timeout_ms, self.validate_only = _u_iz(buf, pos)
+        pos += 5
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_CreatePartitionsRequest(self, w, version):
-    flexible = version >= 2
-    _l = self.topics
-    if _l is None:
-        raise CodecError('non-nullable field CreatePartitionsRequest.topics is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+    if version >= 2:
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field CreatePartitionsRequest.topics is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_CreatePartitionsRequest_CreatePartitionsTopic(_o, w, version)
-    w += _p_iz(self.timeout_ms, self.validate_only)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_CreatePartitionsRequest_CreatePartitionsTopic(_o, w, version)
+        w += _p_iz(self.timeout_ms, self.validate_only)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field CreatePartitionsRequest.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_CreatePartitionsRequest_CreatePartitionsTopic(_o, w, version)
+        w += _p_iz(self.timeout_ms, self.validate_only)
         if self.unknown_tagged_fields:
             raise CodecError('CreatePartitionsRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_CreatePartitionsRequest_CreatePartitionsTopic(buf, pos, version):
     self = _new(_C_CreatePartitionsRequest_CreatePartitionsTopic)
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         self.name, pos = rd_cstring(buf, pos)
-    else:
-        self.name, pos = rd_string(buf, pos)
-    self.count, = _u_i(buf, pos)
-    pos += 4
-    if flexible:
+        self.count, = _u_i(buf, pos)
+        pos += 4
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        self.assignments = None
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_CreatePartitionsRequest_CreatePartitionsTopic_CreatePartitionsAssignment(buf, pos, version)
-            _a(_o)
-        self.assignments = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            self.assignments = None
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_CreatePartitionsRequest_CreatePartitionsTopic_CreatePartitionsAssignment(buf, pos, version)
+                _a(_o)
+            self.assignments = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.name, pos = rd_string(buf, pos)
+        self.count, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            self.assignments = None
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_CreatePartitionsRequest_CreatePartitionsTopic_CreatePartitionsAssignment(buf, pos, version)
+                _a(_o)
+            self.assignments = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_CreatePartitionsRequest_CreatePartitionsTopic(self, w, version):
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         wr_cstring(w, self.name)
-    else:
-        wr_string(w, self.name)
-    w += _p_i(self.count)
-    _l = self.assignments
-    if _l is None:
-        if flexible:
+        w += _p_i(self.count)
+        _l = self.assignments
+        if _l is None:
             w.append(0)
         else:
-            w += b'\xff\xff\xff\xff'
-    else:
-        if flexible:
             wr_calen(w, len(_l))
-        else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_CreatePartitionsRequest_CreatePartitionsTopic_CreatePartitionsAssignment(_o, w, version)
-    if flexible:
+            for _o in _l:
+                _write_CreatePartitionsRequest_CreatePartitionsTopic_CreatePartitionsAssignment(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.name)
+        w += _p_i(self.count)
+        _l = self.assignments
+        if _l is None:
+            w += b'\xff\xff\xff\xff'
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_CreatePartitionsRequest_CreatePartitionsTopic_CreatePartitionsAssignment(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('CreatePartitionsTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_CreatePartitionsRequest_CreatePartitionsTopic_CreatePartitionsAssignment(buf, pos, version):
     self = _new(_C_CreatePartitionsRequest_CreatePartitionsTopic_CreatePartitionsAssignment)
-    flexible = version >= 2
-    if flexible:
-        _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field CreatePartitionsAssignment.broker_ids was serialized as null')
-    else:
-        self.broker_ids, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
-    self.unknown_tagged_fields = None
-    if flexible:
+    if version >= 2:
+        self.broker_ids, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.broker_ids is None:
+            raise CodecError('non-nullable field CreatePartitionsAssignment.broker_ids was serialized as null')
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.broker_ids, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.broker_ids is None:
+            raise CodecError('non-nullable field CreatePartitionsAssignment.broker_ids was serialized as null')
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_CreatePartitionsRequest_CreatePartitionsTopic_CreatePartitionsAssignment(self, w, version):
-    flexible = version >= 2
-    _l = self.broker_ids
-    if _l is None:
-        raise CodecError('non-nullable field CreatePartitionsAssignment.broker_ids is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+    if version >= 2:
+        _l = self.broker_ids
+        if _l is None:
+            raise CodecError('non-nullable field CreatePartitionsAssignment.broker_ids is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        wr_fixed_array(w, _l, 'i')
-    if flexible:
+            wr_cfixed_array(w, _l, 'i')
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        _l = self.broker_ids
+        if _l is None:
+            raise CodecError('non-nullable field CreatePartitionsAssignment.broker_ids is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
         if self.unknown_tagged_fields:
             raise CodecError('CreatePartitionsAssignment: tagged fields set, but version ' + str(version) + ' is not flexible')
 

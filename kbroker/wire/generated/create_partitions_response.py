@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['CreatePartitionsResponse']
@@ -80,93 +81,102 @@ _C_CreatePartitionsResponse_CreatePartitionsTopicResult = CreatePartitionsRespon
 
 def _read_CreatePartitionsResponse(buf, pos, version):
     self = _new(_C_CreatePartitionsResponse)
-    flexible = version >= 2
-    self.throttle_time_ms, = _u_i(buf, pos)
-    pos += 4
-    if flexible:
+    if version >= 2:
+        self.throttle_time_ms, = _u_i(buf, pos)
+        pos += 4
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field CreatePartitionsResponse.results was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_CreatePartitionsResponse_CreatePartitionsTopicResult(buf, pos, version)
-            _a(_o)
-        self.results = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field CreatePartitionsResponse.results was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_CreatePartitionsResponse_CreatePartitionsTopicResult(buf, pos, version)
+                _a(_o)
+            self.results = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.throttle_time_ms, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field CreatePartitionsResponse.results was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_CreatePartitionsResponse_CreatePartitionsTopicResult(buf, pos, version)
+                _a(_o)
+            self.results = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_CreatePartitionsResponse(self, w, version):
-    flexible = version >= 2
-    w += _p_i(self.throttle_time_ms)
-    _l = self.results
-    if _l is None:
-        raise CodecError('non-nullable field CreatePartitionsResponse.results is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+    if version >= 2:
+        w += _p_i(self.throttle_time_ms)
+        _l = self.results
+        if _l is None:
+            raise CodecError('non-nullable field CreatePartitionsResponse.results is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_CreatePartitionsResponse_CreatePartitionsTopicResult(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_CreatePartitionsResponse_CreatePartitionsTopicResult(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        w += _p_i(self.throttle_time_ms)
+        _l = self.results
+        if _l is None:
+            raise CodecError('non-nullable field CreatePartitionsResponse.results is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_CreatePartitionsResponse_CreatePartitionsTopicResult(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('CreatePartitionsResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_CreatePartitionsResponse_CreatePartitionsTopicResult(buf, pos, version):
     self = _new(_C_CreatePartitionsResponse_CreatePartitionsTopicResult)
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         self.name, pos = rd_cstring(buf, pos)
-    else:
-        self.name, pos = rd_string(buf, pos)
-    self.error_code, = _u_h(buf, pos)
-    pos += 2
-    if flexible:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
         self.error_message, pos = rd_cnstring(buf, pos)
-    else:
-        self.error_message, pos = rd_nstring(buf, pos)
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.name, pos = rd_string(buf, pos)
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.error_message, pos = rd_nstring(buf, pos)
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_CreatePartitionsResponse_CreatePartitionsTopicResult(self, w, version):
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         wr_cstring(w, self.name)
-    else:
-        wr_string(w, self.name)
-    w += _p_h(self.error_code)
-    if flexible:
+        w += _p_h(self.error_code)
         wr_cnstring(w, self.error_message)
-    else:
-        wr_nstring(w, self.error_message)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.name)
+        w += _p_h(self.error_code)
+        wr_nstring(w, self.error_message)
         if self.unknown_tagged_fields:
             raise CodecError('CreatePartitionsTopicResult: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,21 +7,22 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['CreateTopicsRequest']
 
 _new = object.__new__
-_S_z = _Struct('>?')
-_u_z = _S_z.unpack_from
-_p_z = _S_z.pack
 _S_i = _Struct('>i')
 _u_i = _S_i.unpack_from
 _p_i = _S_i.pack
+_S_iz = _Struct('>i?')
+_u_iz = _S_iz.unpack_from
+_p_iz = _S_iz.pack
 _S_ih = _Struct('>ih')
 _u_ih = _S_ih.unpack_from
 _p_ih = _S_ih.pack
@@ -134,224 +135,272 @@ _C_CreateTopicsRequest_CreatableTopic_CreatableTopicConfig = CreateTopicsRequest
 
 def _read_CreateTopicsRequest(buf, pos, version):
     self = _new(_C_CreateTopicsRequest)
-    flexible = version >= 5
-    if flexible:
+    if version >= 5:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field CreateTopicsRequest.topics was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_CreateTopicsRequest_CreatableTopic(buf, pos, version)
-            _a(_o)
-        self.topics = _l
-    self.timeout_ms, = _u_i(buf, pos)
-    pos += 4
-    if version >= 1:
-        self.validate_only, = _u_z(buf, pos)
-        pos += 1
-    else:
-        self.validate_only = False
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field CreateTopicsRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_CreateTopicsRequest_CreatableTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.timeout_ms, self.validate_only = _u_iz(buf, pos)
+        pos += 5
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 1:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field CreateTopicsRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_CreateTopicsRequest_CreatableTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.timeout_ms, self.validate_only = _u_iz(buf, pos)
+        pos += 5
+        self.unknown_tagged_fields = None
+    else:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field CreateTopicsRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_CreateTopicsRequest_CreatableTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.timeout_ms, = _u_i(buf, pos)
+        pos += 4
+        self.validate_only = False
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_CreateTopicsRequest(self, w, version):
-    flexible = version >= 5
-    if (version < 1) and not (self.validate_only == False):
-        raise CodecError('CreateTopicsRequest.validate_only cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    _l = self.topics
-    if _l is None:
-        raise CodecError('non-nullable field CreateTopicsRequest.topics is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+    if version >= 5:
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field CreateTopicsRequest.topics is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_CreateTopicsRequest_CreatableTopic(_o, w, version)
-    w += _p_i(self.timeout_ms)
-    if version >= 1:
-        w += _p_z(self.validate_only)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_CreateTopicsRequest_CreatableTopic(_o, w, version)
+        w += _p_iz(self.timeout_ms, self.validate_only)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 1:
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field CreateTopicsRequest.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_CreateTopicsRequest_CreatableTopic(_o, w, version)
+        w += _p_iz(self.timeout_ms, self.validate_only)
+        if self.unknown_tagged_fields:
+            raise CodecError('CreateTopicsRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        if not (self.validate_only == False):
+            raise CodecError('CreateTopicsRequest.validate_only cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field CreateTopicsRequest.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_CreateTopicsRequest_CreatableTopic(_o, w, version)
+        w += _p_i(self.timeout_ms)
         if self.unknown_tagged_fields:
             raise CodecError('CreateTopicsRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_CreateTopicsRequest_CreatableTopic(buf, pos, version):
     self = _new(_C_CreateTopicsRequest_CreatableTopic)
-    flexible = version >= 5
-    if flexible:
+    if version >= 5:
         self.name, pos = rd_cstring(buf, pos)
-    else:
-        self.name, pos = rd_string(buf, pos)
-    self.num_partitions, self.replication_factor = _u_ih(buf, pos)
-    pos += 6
-    if flexible:
+        self.num_partitions, self.replication_factor = _u_ih(buf, pos)
+        pos += 6
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field CreatableTopic.assignments was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_CreateTopicsRequest_CreatableTopic_CreatableReplicaAssignment(buf, pos, version)
-            _a(_o)
-        self.assignments = _l
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field CreatableTopic.assignments was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_CreateTopicsRequest_CreatableTopic_CreatableReplicaAssignment(buf, pos, version)
+                _a(_o)
+            self.assignments = _l
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field CreatableTopic.configs was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_CreateTopicsRequest_CreatableTopic_CreatableTopicConfig(buf, pos, version)
-            _a(_o)
-        self.configs = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field CreatableTopic.configs was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_CreateTopicsRequest_CreatableTopic_CreatableTopicConfig(buf, pos, version)
+                _a(_o)
+            self.configs = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.name, pos = rd_string(buf, pos)
+        self.num_partitions, self.replication_factor = _u_ih(buf, pos)
+        pos += 6
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field CreatableTopic.assignments was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_CreateTopicsRequest_CreatableTopic_CreatableReplicaAssignment(buf, pos, version)
+                _a(_o)
+            self.assignments = _l
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field CreatableTopic.configs was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_CreateTopicsRequest_CreatableTopic_CreatableTopicConfig(buf, pos, version)
+                _a(_o)
+            self.configs = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_CreateTopicsRequest_CreatableTopic(self, w, version):
-    flexible = version >= 5
-    if flexible:
+    if version >= 5:
         wr_cstring(w, self.name)
-    else:
-        wr_string(w, self.name)
-    w += _p_ih(self.num_partitions, self.replication_factor)
-    _l = self.assignments
-    if _l is None:
-        raise CodecError('non-nullable field CreatableTopic.assignments is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        w += _p_ih(self.num_partitions, self.replication_factor)
+        _l = self.assignments
+        if _l is None:
+            raise CodecError('non-nullable field CreatableTopic.assignments is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_CreateTopicsRequest_CreatableTopic_CreatableReplicaAssignment(_o, w, version)
-    _l = self.configs
-    if _l is None:
-        raise CodecError('non-nullable field CreatableTopic.configs is None at version ' + str(version))
-    else:
-        if flexible:
             wr_calen(w, len(_l))
+            for _o in _l:
+                _write_CreateTopicsRequest_CreatableTopic_CreatableReplicaAssignment(_o, w, version)
+        _l = self.configs
+        if _l is None:
+            raise CodecError('non-nullable field CreatableTopic.configs is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_CreateTopicsRequest_CreatableTopic_CreatableTopicConfig(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_CreateTopicsRequest_CreatableTopic_CreatableTopicConfig(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.name)
+        w += _p_ih(self.num_partitions, self.replication_factor)
+        _l = self.assignments
+        if _l is None:
+            raise CodecError('non-nullable field CreatableTopic.assignments is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_CreateTopicsRequest_CreatableTopic_CreatableReplicaAssignment(_o, w, version)
+        _l = self.configs
+        if _l is None:
+            raise CodecError('non-nullable field CreatableTopic.configs is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_CreateTopicsRequest_CreatableTopic_CreatableTopicConfig(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('CreatableTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_CreateTopicsRequest_CreatableTopic_CreatableReplicaAssignment(buf, pos, version):
     self = _new(_C_CreateTopicsRequest_CreatableTopic_CreatableReplicaAssignment)
-    flexible = version >= 5
-    self.partition_index, = _u_i(buf, pos)
-    pos += 4
-    if flexible:
-        _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field CreatableReplicaAssignment.broker_ids was serialized as null')
-    else:
-        self.broker_ids, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
-    self.unknown_tagged_fields = None
-    if flexible:
+    if version >= 5:
+        self.partition_index, = _u_i(buf, pos)
+        pos += 4
+        self.broker_ids, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.broker_ids is None:
+            raise CodecError('non-nullable field CreatableReplicaAssignment.broker_ids was serialized as null')
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.partition_index, = _u_i(buf, pos)
+        pos += 4
+        self.broker_ids, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.broker_ids is None:
+            raise CodecError('non-nullable field CreatableReplicaAssignment.broker_ids was serialized as null')
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_CreateTopicsRequest_CreatableTopic_CreatableReplicaAssignment(self, w, version):
-    flexible = version >= 5
-    w += _p_i(self.partition_index)
-    _l = self.broker_ids
-    if _l is None:
-        raise CodecError('non-nullable field CreatableReplicaAssignment.broker_ids is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+    if version >= 5:
+        w += _p_i(self.partition_index)
+        _l = self.broker_ids
+        if _l is None:
+            raise CodecError('non-nullable field CreatableReplicaAssignment.broker_ids is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        wr_fixed_array(w, _l, 'i')
-    if flexible:
+            wr_cfixed_array(w, _l, 'i')
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        w += _p_i(self.partition_index)
+        _l = self.broker_ids
+        if _l is None:
+            raise CodecError('non-nullable field CreatableReplicaAssignment.broker_ids is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
         if self.unknown_tagged_fields:
             raise CodecError('CreatableReplicaAssignment: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_CreateTopicsRequest_CreatableTopic_CreatableTopicConfig(buf, pos, version):
     self = _new(_C_CreateTopicsRequest_CreatableTopic_CreatableTopicConfig)
-    flexible = version >= 5
-    if flexible:
+    if version >= 5:
         self.name, pos = rd_cstring(buf, pos)
-    else:
-        self.name, pos = rd_string(buf, pos)
-    if flexible:
         self.value, pos = rd_cnstring(buf, pos)
-    else:
-        self.value, pos = rd_nstring(buf, pos)
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.name, pos = rd_string(buf, pos)
+        self.value, pos = rd_nstring(buf, pos)
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_CreateTopicsRequest_CreatableTopic_CreatableTopicConfig(self, w, version):
-    flexible = version >= 5
-    if flexible:
+    if version >= 5:
         wr_cstring(w, self.name)
-    else:
-        wr_string(w, self.name)
-    if flexible:
         wr_cnstring(w, self.value)
-    else:
-        wr_nstring(w, self.value)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.name)
+        wr_nstring(w, self.value)
         if self.unknown_tagged_fields:
             raise CodecError('CreatableTopicConfig: tagged fields set, but version ' + str(version) + ' is not flexible')
 

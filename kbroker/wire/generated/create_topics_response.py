@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['CreateTopicsResponse']
@@ -131,86 +132,102 @@ _C_CreateTopicsResponse_CreatableTopicResult_CreatableTopicConfigs = CreateTopic
 
 def _read_CreateTopicsResponse(buf, pos, version):
     self = _new(_C_CreateTopicsResponse)
-    flexible = version >= 5
-    if version >= 2:
+    if version >= 5:
         self.throttle_time_ms, = _u_i(buf, pos)
         pos += 4
-    else:
-        self.throttle_time_ms = 0
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field CreateTopicsResponse.topics was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_CreateTopicsResponse_CreatableTopicResult(buf, pos, version)
-            _a(_o)
-        self.topics = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field CreateTopicsResponse.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_CreateTopicsResponse_CreatableTopicResult(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 2:
+        self.throttle_time_ms, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field CreateTopicsResponse.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_CreateTopicsResponse_CreatableTopicResult(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
+    else:
+        self.throttle_time_ms = 0
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field CreateTopicsResponse.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_CreateTopicsResponse_CreatableTopicResult(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_CreateTopicsResponse(self, w, version):
-    flexible = version >= 5
-    if version >= 2:
+    if version >= 5:
         w += _p_i(self.throttle_time_ms)
-    _l = self.topics
-    if _l is None:
-        raise CodecError('non-nullable field CreateTopicsResponse.topics is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field CreateTopicsResponse.topics is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_CreateTopicsResponse_CreatableTopicResult(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_CreateTopicsResponse_CreatableTopicResult(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 2:
+        w += _p_i(self.throttle_time_ms)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field CreateTopicsResponse.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_CreateTopicsResponse_CreatableTopicResult(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('CreateTopicsResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field CreateTopicsResponse.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_CreateTopicsResponse_CreatableTopicResult(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('CreateTopicsResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_CreateTopicsResponse_CreatableTopicResult(buf, pos, version):
     self = _new(_C_CreateTopicsResponse_CreatableTopicResult)
-    flexible = version >= 5
-    if flexible:
-        self.name, pos = rd_cstring(buf, pos)
-    else:
-        self.name, pos = rd_string(buf, pos)
     if version >= 7:
+        self.name, pos = rd_cstring(buf, pos)
         self.topic_id, pos = rd_uuid(buf, pos)
-    else:
-        self.topic_id = ZERO_UUID
-    self.error_code, = _u_h(buf, pos)
-    pos += 2
-    if version >= 1:
-        if flexible:
-            self.error_message, pos = rd_cnstring(buf, pos)
-        else:
-            self.error_message, pos = rd_nstring(buf, pos)
-    else:
-        self.error_message = ''
-    self.topic_config_error_code = 0
-    if version >= 5:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.error_message, pos = rd_cnstring(buf, pos)
+        self.topic_config_error_code = 0
         self.num_partitions, self.replication_factor = _u_ih(buf, pos)
         pos += 6
-    else:
-        self.num_partitions = -1
-        self.replication_factor = -1
-    if version >= 5:
         _n, pos = rd_calen(buf, pos)
         if _n < 0:
             self.configs = None
@@ -221,14 +238,57 @@ def _read_CreateTopicsResponse_CreatableTopicResult(buf, pos, version):
                 _o, pos = _read_CreateTopicsResponse_CreatableTopicResult_CreatableTopicConfigs(buf, pos, version)
                 _a(_o)
             self.configs = _l
-    else:
-        self.configs = []
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             pos = _tags_CreateTopicsResponse_CreatableTopicResult(self, buf, pos, version)
         else:
             pos += 1
+    elif version >= 5:
+        self.name, pos = rd_cstring(buf, pos)
+        self.topic_id = ZERO_UUID
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.error_message, pos = rd_cnstring(buf, pos)
+        self.topic_config_error_code = 0
+        self.num_partitions, self.replication_factor = _u_ih(buf, pos)
+        pos += 6
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            self.configs = None
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_CreateTopicsResponse_CreatableTopicResult_CreatableTopicConfigs(buf, pos, version)
+                _a(_o)
+            self.configs = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            pos = _tags_CreateTopicsResponse_CreatableTopicResult(self, buf, pos, version)
+        else:
+            pos += 1
+    elif version >= 1:
+        self.name, pos = rd_string(buf, pos)
+        self.topic_id = ZERO_UUID
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.error_message, pos = rd_nstring(buf, pos)
+        self.topic_config_error_code = 0
+        self.num_partitions = -1
+        self.replication_factor = -1
+        self.configs = []
+        self.unknown_tagged_fields = None
+    else:
+        self.name, pos = rd_string(buf, pos)
+        self.topic_id = ZERO_UUID
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.error_message = ''
+        self.topic_config_error_code = 0
+        self.num_partitions = -1
+        self.replication_factor = -1
+        self.configs = []
+        self.unknown_tagged_fields = None
     return self, pos
 
 
@@ -253,22 +313,12 @@ def _tags_CreateTopicsResponse_CreatableTopicResult(self, buf, pos, version):
 
 
 def _write_CreateTopicsResponse_CreatableTopicResult(self, w, version):
-    flexible = version >= 5
-    if flexible:
-        wr_cstring(w, self.name)
-    else:
-        wr_string(w, self.name)
     if version >= 7:
+        wr_cstring(w, self.name)
         w += self.topic_id.bytes
-    w += _p_h(self.error_code)
-    if version >= 1:
-        if flexible:
-            wr_cnstring(w, self.error_message)
-        else:
-            wr_nstring(w, self.error_message)
-    if version >= 5:
+        w += _p_h(self.error_code)
+        wr_cnstring(w, self.error_message)
         w += _p_ih(self.num_partitions, self.replication_factor)
-    if version >= 5:
         _l = self.configs
         if _l is None:
             w.append(0)
@@ -276,14 +326,49 @@ def _write_CreateTopicsResponse_CreatableTopicResult(self, w, version):
             wr_calen(w, len(_l))
             for _o in _l:
                 _write_CreateTopicsResponse_CreatableTopicResult_CreatableTopicConfigs(_o, w, version)
-    if flexible:
-        _t = []
+        _t = None
         if not (self.topic_config_error_code == 0):
             _v = _Writer()
             _v += _p_h(self.topic_config_error_code)
+            if _t is None:
+                _t = []
             _t.append((0, _v))
-        wr_tags(w, _t, self.unknown_tagged_fields)
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
+        else:
+            wr_tags(w, _t, self.unknown_tagged_fields)
+    elif version >= 5:
+        wr_cstring(w, self.name)
+        w += _p_h(self.error_code)
+        wr_cnstring(w, self.error_message)
+        w += _p_ih(self.num_partitions, self.replication_factor)
+        _l = self.configs
+        if _l is None:
+            w.append(0)
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_CreateTopicsResponse_CreatableTopicResult_CreatableTopicConfigs(_o, w, version)
+        _t = None
+        if not (self.topic_config_error_code == 0):
+            _v = _Writer()
+            _v += _p_h(self.topic_config_error_code)
+            if _t is None:
+                _t = []
+            _t.append((0, _v))
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
+        else:
+            wr_tags(w, _t, self.unknown_tagged_fields)
+    elif version >= 1:
+        wr_string(w, self.name)
+        w += _p_h(self.error_code)
+        wr_nstring(w, self.error_message)
+        if self.unknown_tagged_fields:
+            raise CodecError('CreatableTopicResult: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        wr_string(w, self.name)
+        w += _p_h(self.error_code)
         if self.unknown_tagged_fields:
             raise CodecError('CreatableTopicResult: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['DeleteGroupsResponse']
@@ -77,85 +78,98 @@ _C_DeleteGroupsResponse_DeletableGroupResult = DeleteGroupsResponse.DeletableGro
 
 def _read_DeleteGroupsResponse(buf, pos, version):
     self = _new(_C_DeleteGroupsResponse)
-    flexible = version >= 2
-    self.throttle_time_ms, = _u_i(buf, pos)
-    pos += 4
-    if flexible:
+    if version >= 2:
+        self.throttle_time_ms, = _u_i(buf, pos)
+        pos += 4
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field DeleteGroupsResponse.results was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_DeleteGroupsResponse_DeletableGroupResult(buf, pos, version)
-            _a(_o)
-        self.results = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field DeleteGroupsResponse.results was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DeleteGroupsResponse_DeletableGroupResult(buf, pos, version)
+                _a(_o)
+            self.results = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.throttle_time_ms, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DeleteGroupsResponse.results was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DeleteGroupsResponse_DeletableGroupResult(buf, pos, version)
+                _a(_o)
+            self.results = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_DeleteGroupsResponse(self, w, version):
-    flexible = version >= 2
-    w += _p_i(self.throttle_time_ms)
-    _l = self.results
-    if _l is None:
-        raise CodecError('non-nullable field DeleteGroupsResponse.results is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+    if version >= 2:
+        w += _p_i(self.throttle_time_ms)
+        _l = self.results
+        if _l is None:
+            raise CodecError('non-nullable field DeleteGroupsResponse.results is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_DeleteGroupsResponse_DeletableGroupResult(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_DeleteGroupsResponse_DeletableGroupResult(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        w += _p_i(self.throttle_time_ms)
+        _l = self.results
+        if _l is None:
+            raise CodecError('non-nullable field DeleteGroupsResponse.results is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_DeleteGroupsResponse_DeletableGroupResult(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('DeleteGroupsResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_DeleteGroupsResponse_DeletableGroupResult(buf, pos, version):
     self = _new(_C_DeleteGroupsResponse_DeletableGroupResult)
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         self.group_id, pos = rd_cstring(buf, pos)
-    else:
-        self.group_id, pos = rd_string(buf, pos)
-    self.error_code, = _u_h(buf, pos)
-    pos += 2
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.group_id, pos = rd_string(buf, pos)
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_DeleteGroupsResponse_DeletableGroupResult(self, w, version):
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         wr_cstring(w, self.group_id)
-    else:
-        wr_string(w, self.group_id)
-    w += _p_h(self.error_code)
-    if flexible:
+        w += _p_h(self.error_code)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.group_id)
+        w += _p_h(self.error_code)
         if self.unknown_tagged_fields:
             raise CodecError('DeletableGroupResult: tagged fields set, but version ' + str(version) + ' is not flexible')
 

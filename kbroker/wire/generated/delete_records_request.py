@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['DeleteRecordsRequest']
@@ -98,132 +99,156 @@ _C_DeleteRecordsRequest_DeleteRecordsTopic_DeleteRecordsPartition = DeleteRecord
 
 def _read_DeleteRecordsRequest(buf, pos, version):
     self = _new(_C_DeleteRecordsRequest)
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field DeleteRecordsRequest.topics was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_DeleteRecordsRequest_DeleteRecordsTopic(buf, pos, version)
-            _a(_o)
-        self.topics = _l
-    self.timeout_ms, = _u_i(buf, pos)
-    pos += 4
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field DeleteRecordsRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DeleteRecordsRequest_DeleteRecordsTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.timeout_ms, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DeleteRecordsRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DeleteRecordsRequest_DeleteRecordsTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.timeout_ms, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_DeleteRecordsRequest(self, w, version):
-    flexible = version >= 2
-    _l = self.topics
-    if _l is None:
-        raise CodecError('non-nullable field DeleteRecordsRequest.topics is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+    if version >= 2:
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field DeleteRecordsRequest.topics is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_DeleteRecordsRequest_DeleteRecordsTopic(_o, w, version)
-    w += _p_i(self.timeout_ms)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_DeleteRecordsRequest_DeleteRecordsTopic(_o, w, version)
+        w += _p_i(self.timeout_ms)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field DeleteRecordsRequest.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_DeleteRecordsRequest_DeleteRecordsTopic(_o, w, version)
+        w += _p_i(self.timeout_ms)
         if self.unknown_tagged_fields:
             raise CodecError('DeleteRecordsRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_DeleteRecordsRequest_DeleteRecordsTopic(buf, pos, version):
     self = _new(_C_DeleteRecordsRequest_DeleteRecordsTopic)
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         self.name, pos = rd_cstring(buf, pos)
-    else:
-        self.name, pos = rd_string(buf, pos)
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field DeleteRecordsTopic.partitions was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_DeleteRecordsRequest_DeleteRecordsTopic_DeleteRecordsPartition(buf, pos, version)
-            _a(_o)
-        self.partitions = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field DeleteRecordsTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DeleteRecordsRequest_DeleteRecordsTopic_DeleteRecordsPartition(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.name, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DeleteRecordsTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DeleteRecordsRequest_DeleteRecordsTopic_DeleteRecordsPartition(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_DeleteRecordsRequest_DeleteRecordsTopic(self, w, version):
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         wr_cstring(w, self.name)
-    else:
-        wr_string(w, self.name)
-    _l = self.partitions
-    if _l is None:
-        raise CodecError('non-nullable field DeleteRecordsTopic.partitions is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field DeleteRecordsTopic.partitions is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_DeleteRecordsRequest_DeleteRecordsTopic_DeleteRecordsPartition(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_DeleteRecordsRequest_DeleteRecordsTopic_DeleteRecordsPartition(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.name)
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field DeleteRecordsTopic.partitions is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_DeleteRecordsRequest_DeleteRecordsTopic_DeleteRecordsPartition(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('DeleteRecordsTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_DeleteRecordsRequest_DeleteRecordsTopic_DeleteRecordsPartition(buf, pos, version):
     self = _new(_C_DeleteRecordsRequest_DeleteRecordsTopic_DeleteRecordsPartition)
-    flexible = version >= 2
-    self.partition_index, self.offset = _u_iq(buf, pos)
-    pos += 12
-    self.unknown_tagged_fields = None
-    if flexible:
+    if version >= 2:
+        self.partition_index, self.offset = _u_iq(buf, pos)
+        pos += 12
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.partition_index, self.offset = _u_iq(buf, pos)
+        pos += 12
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_DeleteRecordsRequest_DeleteRecordsTopic_DeleteRecordsPartition(self, w, version):
-    flexible = version >= 2
-    w += _p_iq(self.partition_index, self.offset)
-    if flexible:
+    if version >= 2:
+        w += _p_iq(self.partition_index, self.offset)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        w += _p_iq(self.partition_index, self.offset)
         if self.unknown_tagged_fields:
             raise CodecError('DeleteRecordsPartition: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['DeleteTopicsRequest']
@@ -77,7 +78,6 @@ _C_DeleteTopicsRequest_DeleteTopicState = DeleteTopicsRequest.DeleteTopicState
 
 def _read_DeleteTopicsRequest(buf, pos, version):
     self = _new(_C_DeleteTopicsRequest)
-    flexible = version >= 4
     if version >= 6:
         _n, pos = rd_calen(buf, pos)
         if _n < 0:
@@ -89,42 +89,52 @@ def _read_DeleteTopicsRequest(buf, pos, version):
                 _o, pos = _read_DeleteTopicsRequest_DeleteTopicState(buf, pos, version)
                 _a(_o)
             self.topics = _l
-    else:
-        self.topics = []
-    if version <= 5:
-        if flexible:
-            _n, pos = rd_calen(buf, pos)
+        self.topic_names = []
+        self.timeout_ms, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
-            _n, pos = rd_alen(buf, pos)
+            pos += 1
+    elif version >= 4:
+        self.topics = []
+        _n, pos = rd_calen(buf, pos)
         if _n < 0:
             raise CodecError('non-nullable field DeleteTopicsRequest.topic_names was serialized as null')
         else:
             _l = []
             _a = _l.append
             for _ in range(_n):
-                if flexible:
-                    _o, pos = rd_cstring(buf, pos)
-                else:
-                    _o, pos = rd_string(buf, pos)
+                _o, pos = rd_cstring(buf, pos)
                 _a(_o)
             self.topic_names = _l
-    else:
-        self.topic_names = []
-    self.timeout_ms, = _u_i(buf, pos)
-    pos += 4
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.timeout_ms, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.topics = []
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DeleteTopicsRequest.topic_names was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = rd_string(buf, pos)
+                _a(_o)
+            self.topic_names = _l
+        self.timeout_ms, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_DeleteTopicsRequest(self, w, version):
-    flexible = version >= 4
-    if (version < 6) and not ((self.topics is not None and not self.topics)):
-        raise CodecError('DeleteTopicsRequest.topics cannot be written at version ' + str(version) + ' (it holds a non-default value)')
     if version >= 6:
         _l = self.topics
         if _l is None:
@@ -133,27 +143,37 @@ def _write_DeleteTopicsRequest(self, w, version):
             wr_calen(w, len(_l))
             for _o in _l:
                 _write_DeleteTopicsRequest_DeleteTopicState(_o, w, version)
-    if version <= 5:
+        w += _p_i(self.timeout_ms)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 4:
+        if not ((self.topics is not None and not self.topics)):
+            raise CodecError('DeleteTopicsRequest.topics cannot be written at version ' + str(version) + ' (it holds a non-default value)')
         _l = self.topic_names
         if _l is None:
             raise CodecError('non-nullable field DeleteTopicsRequest.topic_names is None at version ' + str(version))
         else:
-            if flexible:
-                wr_calen(w, len(_l))
-            else:
-                wr_alen(w, len(_l))
+            wr_calen(w, len(_l))
             for _o in _l:
-                if flexible:
-                    wr_cstring(w, _o)
-                else:
-                    wr_string(w, _o)
-    w += _p_i(self.timeout_ms)
-    if flexible:
+                wr_cstring(w, _o)
+        w += _p_i(self.timeout_ms)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        if not ((self.topics is not None and not self.topics)):
+            raise CodecError('DeleteTopicsRequest.topics cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        _l = self.topic_names
+        if _l is None:
+            raise CodecError('non-nullable field DeleteTopicsRequest.topic_names is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                wr_string(w, _o)
+        w += _p_i(self.timeout_ms)
         if self.unknown_tagged_fields:
             raise CodecError('DeleteTopicsRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['DeleteTopicsResponse']
@@ -83,113 +84,164 @@ _C_DeleteTopicsResponse_DeletableTopicResult = DeleteTopicsResponse.DeletableTop
 
 def _read_DeleteTopicsResponse(buf, pos, version):
     self = _new(_C_DeleteTopicsResponse)
-    flexible = version >= 4
-    if version >= 1:
+    if version >= 4:
         self.throttle_time_ms, = _u_i(buf, pos)
         pos += 4
-    else:
-        self.throttle_time_ms = 0
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field DeleteTopicsResponse.responses was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_DeleteTopicsResponse_DeletableTopicResult(buf, pos, version)
-            _a(_o)
-        self.responses = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field DeleteTopicsResponse.responses was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DeleteTopicsResponse_DeletableTopicResult(buf, pos, version)
+                _a(_o)
+            self.responses = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 1:
+        self.throttle_time_ms, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DeleteTopicsResponse.responses was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DeleteTopicsResponse_DeletableTopicResult(buf, pos, version)
+                _a(_o)
+            self.responses = _l
+        self.unknown_tagged_fields = None
+    else:
+        self.throttle_time_ms = 0
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DeleteTopicsResponse.responses was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DeleteTopicsResponse_DeletableTopicResult(buf, pos, version)
+                _a(_o)
+            self.responses = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_DeleteTopicsResponse(self, w, version):
-    flexible = version >= 4
-    if version >= 1:
+    if version >= 4:
         w += _p_i(self.throttle_time_ms)
-    _l = self.responses
-    if _l is None:
-        raise CodecError('non-nullable field DeleteTopicsResponse.responses is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.responses
+        if _l is None:
+            raise CodecError('non-nullable field DeleteTopicsResponse.responses is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_DeleteTopicsResponse_DeletableTopicResult(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_DeleteTopicsResponse_DeletableTopicResult(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 1:
+        w += _p_i(self.throttle_time_ms)
+        _l = self.responses
+        if _l is None:
+            raise CodecError('non-nullable field DeleteTopicsResponse.responses is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_DeleteTopicsResponse_DeletableTopicResult(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('DeleteTopicsResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        _l = self.responses
+        if _l is None:
+            raise CodecError('non-nullable field DeleteTopicsResponse.responses is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_DeleteTopicsResponse_DeletableTopicResult(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('DeleteTopicsResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_DeleteTopicsResponse_DeletableTopicResult(buf, pos, version):
     self = _new(_C_DeleteTopicsResponse_DeletableTopicResult)
-    flexible = version >= 4
-    if flexible:
-        if version >= 6:
-            self.name, pos = rd_cnstring(buf, pos)
-        else:
-            self.name, pos = rd_cstring(buf, pos)
-    else:
-        if version >= 6:
-            self.name, pos = rd_nstring(buf, pos)
-        else:
-            self.name, pos = rd_string(buf, pos)
     if version >= 6:
+        self.name, pos = rd_cnstring(buf, pos)
         self.topic_id, pos = rd_uuid(buf, pos)
-    else:
-        self.topic_id = ZERO_UUID
-    self.error_code, = _u_h(buf, pos)
-    pos += 2
-    if version >= 5:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
         self.error_message, pos = rd_cnstring(buf, pos)
-    else:
-        self.error_message = None
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 5:
+        self.name, pos = rd_cstring(buf, pos)
+        self.topic_id = ZERO_UUID
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.error_message, pos = rd_cnstring(buf, pos)
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 4:
+        self.name, pos = rd_cstring(buf, pos)
+        self.topic_id = ZERO_UUID
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.error_message = None
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.name, pos = rd_string(buf, pos)
+        self.topic_id = ZERO_UUID
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.error_message = None
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_DeleteTopicsResponse_DeletableTopicResult(self, w, version):
-    flexible = version >= 4
-    if flexible:
-        if version >= 6:
-            wr_cnstring(w, self.name)
-        else:
-            wr_cstring(w, self.name)
-    else:
-        if version >= 6:
-            wr_nstring(w, self.name)
-        else:
-            wr_string(w, self.name)
     if version >= 6:
+        wr_cnstring(w, self.name)
         w += self.topic_id.bytes
-    w += _p_h(self.error_code)
-    if version >= 5:
+        w += _p_h(self.error_code)
         wr_cnstring(w, self.error_message)
-    if flexible:
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 5:
+        wr_cstring(w, self.name)
+        w += _p_h(self.error_code)
+        wr_cnstring(w, self.error_message)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 4:
+        wr_cstring(w, self.name)
+        w += _p_h(self.error_code)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.name)
+        w += _p_h(self.error_code)
         if self.unknown_tagged_fields:
             raise CodecError('DeletableTopicResult: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['DescribeClientQuotasRequest']
@@ -80,93 +81,102 @@ _C_DescribeClientQuotasRequest_ComponentData = DescribeClientQuotasRequest.Compo
 
 def _read_DescribeClientQuotasRequest(buf, pos, version):
     self = _new(_C_DescribeClientQuotasRequest)
-    flexible = version >= 1
-    if flexible:
+    if version >= 1:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field DescribeClientQuotasRequest.components was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_DescribeClientQuotasRequest_ComponentData(buf, pos, version)
-            _a(_o)
-        self.components = _l
-    self.strict, = _u_z(buf, pos)
-    pos += 1
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeClientQuotasRequest.components was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeClientQuotasRequest_ComponentData(buf, pos, version)
+                _a(_o)
+            self.components = _l
+        self.strict, = _u_z(buf, pos)
+        pos += 1
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeClientQuotasRequest.components was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeClientQuotasRequest_ComponentData(buf, pos, version)
+                _a(_o)
+            self.components = _l
+        self.strict, = _u_z(buf, pos)
+        pos += 1
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_DescribeClientQuotasRequest(self, w, version):
-    flexible = version >= 1
-    _l = self.components
-    if _l is None:
-        raise CodecError('non-nullable field DescribeClientQuotasRequest.components is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+    if version >= 1:
+        _l = self.components
+        if _l is None:
+            raise CodecError('non-nullable field DescribeClientQuotasRequest.components is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_DescribeClientQuotasRequest_ComponentData(_o, w, version)
-    w += _p_z(self.strict)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_DescribeClientQuotasRequest_ComponentData(_o, w, version)
+        w += _p_z(self.strict)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        _l = self.components
+        if _l is None:
+            raise CodecError('non-nullable field DescribeClientQuotasRequest.components is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_DescribeClientQuotasRequest_ComponentData(_o, w, version)
+        w += _p_z(self.strict)
         if self.unknown_tagged_fields:
             raise CodecError('DescribeClientQuotasRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_DescribeClientQuotasRequest_ComponentData(buf, pos, version):
     self = _new(_C_DescribeClientQuotasRequest_ComponentData)
-    flexible = version >= 1
-    if flexible:
+    if version >= 1:
         self.entity_type, pos = rd_cstring(buf, pos)
-    else:
-        self.entity_type, pos = rd_string(buf, pos)
-    self.match_type, = _u_b(buf, pos)
-    pos += 1
-    if flexible:
+        self.match_type, = _u_b(buf, pos)
+        pos += 1
         self.match, pos = rd_cnstring(buf, pos)
-    else:
-        self.match, pos = rd_nstring(buf, pos)
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.entity_type, pos = rd_string(buf, pos)
+        self.match_type, = _u_b(buf, pos)
+        pos += 1
+        self.match, pos = rd_nstring(buf, pos)
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_DescribeClientQuotasRequest_ComponentData(self, w, version):
-    flexible = version >= 1
-    if flexible:
+    if version >= 1:
         wr_cstring(w, self.entity_type)
-    else:
-        wr_string(w, self.entity_type)
-    w += _p_b(self.match_type)
-    if flexible:
+        w += _p_b(self.match_type)
         wr_cnstring(w, self.match)
-    else:
-        wr_nstring(w, self.match)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.entity_type)
+        w += _p_b(self.match_type)
+        wr_nstring(w, self.match)
         if self.unknown_tagged_fields:
             raise CodecError('ComponentData: tagged fields set, but version ' + str(version) + ' is not flexible')
 

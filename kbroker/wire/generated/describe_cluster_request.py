@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['DescribeClusterRequest']
@@ -19,9 +20,9 @@ _new = object.__new__
 _S_z = _Struct('>?')
 _u_z = _S_z.unpack_from
 _p_z = _S_z.pack
-_S_b = _Struct('>b')
-_u_b = _S_b.unpack_from
-_p_b = _S_b.pack
+_S_zb = _Struct('>?b')
+_u_zb = _S_zb.unpack_from
+_p_zb = _S_zb.pack
 
 
 class DescribeClusterRequest(Message):
@@ -56,31 +57,41 @@ _C_DescribeClusterRequest = DescribeClusterRequest
 
 def _read_DescribeClusterRequest(buf, pos, version):
     self = _new(_C_DescribeClusterRequest)
-    self.include_cluster_authorized_operations, = _u_z(buf, pos)
-    pos += 1
     if version >= 1:
-        self.endpoint_type, = _u_b(buf, pos)
-        pos += 1
+        self.include_cluster_authorized_operations, self.endpoint_type = _u_zb(buf, pos)
+        pos += 2
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
     else:
+        self.include_cluster_authorized_operations, = _u_z(buf, pos)
+        pos += 1
         self.endpoint_type = 1
-    self.unknown_tagged_fields = None
-    if buf[pos]:
-        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
-    else:
-        pos += 1
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
     return self, pos
 
 
 def _write_DescribeClusterRequest(self, w, version):
-    if (version < 1) and not (self.endpoint_type == 1):
-        raise CodecError('DescribeClusterRequest.endpoint_type cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    w += _p_z(self.include_cluster_authorized_operations)
     if version >= 1:
-        w += _p_b(self.endpoint_type)
-    if self.unknown_tagged_fields:
-        wr_tags(w, None, self.unknown_tagged_fields)
+        w += _p_zb(self.include_cluster_authorized_operations, self.endpoint_type)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
     else:
-        w.append(0)
+        if not (self.endpoint_type == 1):
+            raise CodecError('DescribeClusterRequest.endpoint_type cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_z(self.include_cluster_authorized_operations)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 DescribeClusterRequest._read = staticmethod(_read_DescribeClusterRequest)

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['DescribeClusterResponse']
@@ -104,58 +105,98 @@ _C_DescribeClusterResponse_DescribeClusterBroker = DescribeClusterResponse.Descr
 
 def _read_DescribeClusterResponse(buf, pos, version):
     self = _new(_C_DescribeClusterResponse)
-    self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
-    pos += 6
-    self.error_message, pos = rd_cnstring(buf, pos)
     if version >= 1:
+        self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
+        pos += 6
+        self.error_message, pos = rd_cnstring(buf, pos)
         self.endpoint_type, = _u_b(buf, pos)
         pos += 1
+        self.cluster_id, pos = rd_cstring(buf, pos)
+        self.controller_id, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeClusterResponse.brokers was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeClusterResponse_DescribeClusterBroker(buf, pos, version)
+                _a(_o)
+            self.brokers = _l
+        self.cluster_authorized_operations, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
     else:
+        self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
+        pos += 6
+        self.error_message, pos = rd_cnstring(buf, pos)
         self.endpoint_type = 1
-    self.cluster_id, pos = rd_cstring(buf, pos)
-    self.controller_id, = _u_i(buf, pos)
-    pos += 4
-    _n, pos = rd_calen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field DescribeClusterResponse.brokers was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_DescribeClusterResponse_DescribeClusterBroker(buf, pos, version)
-            _a(_o)
-        self.brokers = _l
-    self.cluster_authorized_operations, = _u_i(buf, pos)
-    pos += 4
-    self.unknown_tagged_fields = None
-    if buf[pos]:
-        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
-    else:
-        pos += 1
+        self.cluster_id, pos = rd_cstring(buf, pos)
+        self.controller_id, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeClusterResponse.brokers was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeClusterResponse_DescribeClusterBroker(buf, pos, version)
+                _a(_o)
+            self.brokers = _l
+        self.cluster_authorized_operations, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
     return self, pos
 
 
 def _write_DescribeClusterResponse(self, w, version):
-    if (version < 1) and not (self.endpoint_type == 1):
-        raise CodecError('DescribeClusterResponse.endpoint_type cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    w += _p_ih(self.throttle_time_ms, self.error_code)
-    wr_cnstring(w, self.error_message)
     if version >= 1:
+        w += _p_ih(self.throttle_time_ms, self.error_code)
+        wr_cnstring(w, self.error_message)
         w += _p_b(self.endpoint_type)
-    wr_cstring(w, self.cluster_id)
-    w += _p_i(self.controller_id)
-    _l = self.brokers
-    if _l is None:
-        raise CodecError('non-nullable field DescribeClusterResponse.brokers is None at version ' + str(version))
+        wr_cstring(w, self.cluster_id)
+        w += _p_i(self.controller_id)
+        _l = self.brokers
+        if _l is None:
+            raise CodecError('non-nullable field DescribeClusterResponse.brokers is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_DescribeClusterResponse_DescribeClusterBroker(_o, w, version)
+        w += _p_i(self.cluster_authorized_operations)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
     else:
-        wr_calen(w, len(_l))
-        for _o in _l:
-            _write_DescribeClusterResponse_DescribeClusterBroker(_o, w, version)
-    w += _p_i(self.cluster_authorized_operations)
-    if self.unknown_tagged_fields:
-        wr_tags(w, None, self.unknown_tagged_fields)
-    else:
-        w.append(0)
+        if not (self.endpoint_type == 1):
+            raise CodecError('DescribeClusterResponse.endpoint_type cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_ih(self.throttle_time_ms, self.error_code)
+        wr_cnstring(w, self.error_message)
+        wr_cstring(w, self.cluster_id)
+        w += _p_i(self.controller_id)
+        _l = self.brokers
+        if _l is None:
+            raise CodecError('non-nullable field DescribeClusterResponse.brokers is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_DescribeClusterResponse_DescribeClusterBroker(_o, w, version)
+        w += _p_i(self.cluster_authorized_operations)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_DescribeClusterResponse_DescribeClusterBroker(buf, pos, version):

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['DescribeConfigsRequest']
@@ -19,6 +20,9 @@ _new = object.__new__
 _S_z = _Struct('>?')
 _u_z = _S_z.unpack_from
 _p_z = _S_z.pack
+_S_zz = _Struct('>??')
+_u_zz = _S_zz.unpack_from
+_p_zz = _S_zz.pack
 _S_b = _Struct('>b')
 _u_b = _S_b.unpack_from
 _p_b = _S_b.pack
@@ -83,132 +87,188 @@ _C_DescribeConfigsRequest_DescribeConfigsResource = DescribeConfigsRequest.Descr
 
 def _read_DescribeConfigsRequest(buf, pos, version):
     self = _new(_C_DescribeConfigsRequest)
-    flexible = version >= 4
-    if flexible:
+    if version >= 4:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field DescribeConfigsRequest.resources was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_DescribeConfigsRequest_DescribeConfigsResource(buf, pos, version)
-            _a(_o)
-        self.resources = _l
-    if version >= 1:
-        self.include_synonyms, = _u_z(buf, pos)
-        pos += 1
-    else:
-        self.include_synonyms = False
-    if version >= 3:
-        self.include_documentation, = _u_z(buf, pos)
-        pos += 1
-    else:
-        self.include_documentation = False
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeConfigsRequest.resources was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeConfigsRequest_DescribeConfigsResource(buf, pos, version)
+                _a(_o)
+            self.resources = _l
+        self.include_synonyms, self.include_documentation = _u_zz(buf, pos)
+        pos += 2
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 3:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeConfigsRequest.resources was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeConfigsRequest_DescribeConfigsResource(buf, pos, version)
+                _a(_o)
+            self.resources = _l
+        self.include_synonyms, self.include_documentation = _u_zz(buf, pos)
+        pos += 2
+        self.unknown_tagged_fields = None
+    elif version >= 1:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeConfigsRequest.resources was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeConfigsRequest_DescribeConfigsResource(buf, pos, version)
+                _a(_o)
+            self.resources = _l
+        self.include_synonyms, = _u_z(buf, pos)
+        pos += 1
+        self.include_documentation = False
+        self.unknown_tagged_fields = None
+    else:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeConfigsRequest.resources was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeConfigsRequest_DescribeConfigsResource(buf, pos, version)
+                _a(_o)
+            self.resources = _l
+        self.include_synonyms = False
+        self.include_documentation = False
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_DescribeConfigsRequest(self, w, version):
-    flexible = version >= 4
-    if (version < 1) and not (self.include_synonyms == False):
-        raise CodecError('DescribeConfigsRequest.include_synonyms cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 3) and not (self.include_documentation == False):
-        raise CodecError('DescribeConfigsRequest.include_documentation cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    _l = self.resources
-    if _l is None:
-        raise CodecError('non-nullable field DescribeConfigsRequest.resources is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+    if version >= 4:
+        _l = self.resources
+        if _l is None:
+            raise CodecError('non-nullable field DescribeConfigsRequest.resources is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_DescribeConfigsRequest_DescribeConfigsResource(_o, w, version)
-    if version >= 1:
-        w += _p_z(self.include_synonyms)
-    if version >= 3:
-        w += _p_z(self.include_documentation)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_DescribeConfigsRequest_DescribeConfigsResource(_o, w, version)
+        w += _p_zz(self.include_synonyms, self.include_documentation)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 3:
+        _l = self.resources
+        if _l is None:
+            raise CodecError('non-nullable field DescribeConfigsRequest.resources is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_DescribeConfigsRequest_DescribeConfigsResource(_o, w, version)
+        w += _p_zz(self.include_synonyms, self.include_documentation)
+        if self.unknown_tagged_fields:
+            raise CodecError('DescribeConfigsRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 1:
+        if not (self.include_documentation == False):
+            raise CodecError('DescribeConfigsRequest.include_documentation cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        _l = self.resources
+        if _l is None:
+            raise CodecError('non-nullable field DescribeConfigsRequest.resources is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_DescribeConfigsRequest_DescribeConfigsResource(_o, w, version)
+        w += _p_z(self.include_synonyms)
+        if self.unknown_tagged_fields:
+            raise CodecError('DescribeConfigsRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        if not (self.include_synonyms == False):
+            raise CodecError('DescribeConfigsRequest.include_synonyms cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.include_documentation == False):
+            raise CodecError('DescribeConfigsRequest.include_documentation cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        _l = self.resources
+        if _l is None:
+            raise CodecError('non-nullable field DescribeConfigsRequest.resources is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_DescribeConfigsRequest_DescribeConfigsResource(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('DescribeConfigsRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_DescribeConfigsRequest_DescribeConfigsResource(buf, pos, version):
     self = _new(_C_DescribeConfigsRequest_DescribeConfigsResource)
-    flexible = version >= 4
-    self.resource_type, = _u_b(buf, pos)
-    pos += 1
-    if flexible:
+    if version >= 4:
+        self.resource_type, = _u_b(buf, pos)
+        pos += 1
         self.resource_name, pos = rd_cstring(buf, pos)
-    else:
-        self.resource_name, pos = rd_string(buf, pos)
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        self.configuration_keys = None
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            if flexible:
+        if _n < 0:
+            self.configuration_keys = None
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
                 _o, pos = rd_cstring(buf, pos)
-            else:
-                _o, pos = rd_string(buf, pos)
-            _a(_o)
-        self.configuration_keys = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+                _a(_o)
+            self.configuration_keys = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.resource_type, = _u_b(buf, pos)
+        pos += 1
+        self.resource_name, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            self.configuration_keys = None
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = rd_string(buf, pos)
+                _a(_o)
+            self.configuration_keys = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_DescribeConfigsRequest_DescribeConfigsResource(self, w, version):
-    flexible = version >= 4
-    w += _p_b(self.resource_type)
-    if flexible:
+    if version >= 4:
+        w += _p_b(self.resource_type)
         wr_cstring(w, self.resource_name)
-    else:
-        wr_string(w, self.resource_name)
-    _l = self.configuration_keys
-    if _l is None:
-        if flexible:
+        _l = self.configuration_keys
+        if _l is None:
             w.append(0)
         else:
-            w += b'\xff\xff\xff\xff'
-    else:
-        if flexible:
             wr_calen(w, len(_l))
-        else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            if flexible:
+            for _o in _l:
                 wr_cstring(w, _o)
-            else:
-                wr_string(w, _o)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        w += _p_b(self.resource_type)
+        wr_string(w, self.resource_name)
+        _l = self.configuration_keys
+        if _l is None:
+            w += b'\xff\xff\xff\xff'
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                wr_string(w, _o)
         if self.unknown_tagged_fields:
             raise CodecError('DescribeConfigsResource: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['DescribeConfigsResponse']
@@ -19,9 +20,15 @@ _new = object.__new__
 _S_z = _Struct('>?')
 _u_z = _S_z.unpack_from
 _p_z = _S_z.pack
+_S_zz = _Struct('>??')
+_u_zz = _S_zz.unpack_from
+_p_zz = _S_zz.pack
 _S_b = _Struct('>b')
 _u_b = _S_b.unpack_from
 _p_b = _S_b.pack
+_S_bz = _Struct('>b?')
+_u_bz = _S_bz.unpack_from
+_p_bz = _S_bz.pack
 _S_h = _Struct('>h')
 _u_h = _S_h.unpack_from
 _p_h = _S_h.pack
@@ -158,153 +165,157 @@ _C_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_D
 
 def _read_DescribeConfigsResponse(buf, pos, version):
     self = _new(_C_DescribeConfigsResponse)
-    flexible = version >= 4
-    self.throttle_time_ms, = _u_i(buf, pos)
-    pos += 4
-    if flexible:
+    if version >= 4:
+        self.throttle_time_ms, = _u_i(buf, pos)
+        pos += 4
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field DescribeConfigsResponse.results was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_DescribeConfigsResponse_DescribeConfigsResult(buf, pos, version)
-            _a(_o)
-        self.results = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeConfigsResponse.results was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeConfigsResponse_DescribeConfigsResult(buf, pos, version)
+                _a(_o)
+            self.results = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.throttle_time_ms, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeConfigsResponse.results was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeConfigsResponse_DescribeConfigsResult(buf, pos, version)
+                _a(_o)
+            self.results = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_DescribeConfigsResponse(self, w, version):
-    flexible = version >= 4
-    w += _p_i(self.throttle_time_ms)
-    _l = self.results
-    if _l is None:
-        raise CodecError('non-nullable field DescribeConfigsResponse.results is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+    if version >= 4:
+        w += _p_i(self.throttle_time_ms)
+        _l = self.results
+        if _l is None:
+            raise CodecError('non-nullable field DescribeConfigsResponse.results is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_DescribeConfigsResponse_DescribeConfigsResult(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_DescribeConfigsResponse_DescribeConfigsResult(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        w += _p_i(self.throttle_time_ms)
+        _l = self.results
+        if _l is None:
+            raise CodecError('non-nullable field DescribeConfigsResponse.results is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_DescribeConfigsResponse_DescribeConfigsResult(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('DescribeConfigsResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_DescribeConfigsResponse_DescribeConfigsResult(buf, pos, version):
     self = _new(_C_DescribeConfigsResponse_DescribeConfigsResult)
-    flexible = version >= 4
-    self.error_code, = _u_h(buf, pos)
-    pos += 2
-    if flexible:
+    if version >= 4:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
         self.error_message, pos = rd_cnstring(buf, pos)
-    else:
-        self.error_message, pos = rd_nstring(buf, pos)
-    self.resource_type, = _u_b(buf, pos)
-    pos += 1
-    if flexible:
+        self.resource_type, = _u_b(buf, pos)
+        pos += 1
         self.resource_name, pos = rd_cstring(buf, pos)
-    else:
-        self.resource_name, pos = rd_string(buf, pos)
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field DescribeConfigsResult.configs was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult(buf, pos, version)
-            _a(_o)
-        self.configs = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeConfigsResult.configs was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult(buf, pos, version)
+                _a(_o)
+            self.configs = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.error_message, pos = rd_nstring(buf, pos)
+        self.resource_type, = _u_b(buf, pos)
+        pos += 1
+        self.resource_name, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeConfigsResult.configs was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult(buf, pos, version)
+                _a(_o)
+            self.configs = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_DescribeConfigsResponse_DescribeConfigsResult(self, w, version):
-    flexible = version >= 4
-    w += _p_h(self.error_code)
-    if flexible:
+    if version >= 4:
+        w += _p_h(self.error_code)
         wr_cnstring(w, self.error_message)
-    else:
-        wr_nstring(w, self.error_message)
-    w += _p_b(self.resource_type)
-    if flexible:
+        w += _p_b(self.resource_type)
         wr_cstring(w, self.resource_name)
-    else:
-        wr_string(w, self.resource_name)
-    _l = self.configs
-    if _l is None:
-        raise CodecError('non-nullable field DescribeConfigsResult.configs is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.configs
+        if _l is None:
+            raise CodecError('non-nullable field DescribeConfigsResult.configs is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        w += _p_h(self.error_code)
+        wr_nstring(w, self.error_message)
+        w += _p_b(self.resource_type)
+        wr_string(w, self.resource_name)
+        _l = self.configs
+        if _l is None:
+            raise CodecError('non-nullable field DescribeConfigsResult.configs is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('DescribeConfigsResult: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult(buf, pos, version):
     self = _new(_C_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult)
-    flexible = version >= 4
-    if flexible:
+    if version >= 4:
         self.name, pos = rd_cstring(buf, pos)
-    else:
-        self.name, pos = rd_string(buf, pos)
-    if flexible:
         self.value, pos = rd_cnstring(buf, pos)
-    else:
-        self.value, pos = rd_nstring(buf, pos)
-    self.read_only, = _u_z(buf, pos)
-    pos += 1
-    if version <= 0:
-        self.is_default, = _u_z(buf, pos)
+        self.read_only, = _u_z(buf, pos)
         pos += 1
-    else:
         self.is_default = False
-    if version >= 1:
-        self.config_source, = _u_b(buf, pos)
-        pos += 1
-    else:
-        self.config_source = -1
-    self.is_sensitive, = _u_z(buf, pos)
-    pos += 1
-    if version >= 1:
-        if flexible:
-            _n, pos = rd_calen(buf, pos)
-        else:
-            _n, pos = rd_alen(buf, pos)
+        self.config_source, self.is_sensitive = _u_bz(buf, pos)
+        pos += 2
+        _n, pos = rd_calen(buf, pos)
         if _n < 0:
             raise CodecError('non-nullable field DescribeConfigsResourceResult.synonyms was serialized as null')
         else:
@@ -314,114 +325,170 @@ def _read_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceR
                 _o, pos = _read_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_DescribeConfigsSynonym(buf, pos, version)
                 _a(_o)
             self.synonyms = _l
-    else:
-        self.synonyms = []
-    if version >= 3:
         self.config_type, = _u_b(buf, pos)
         pos += 1
-    else:
-        self.config_type = 0
-    if version >= 3:
-        if flexible:
-            self.documentation, pos = rd_cnstring(buf, pos)
-        else:
-            self.documentation, pos = rd_nstring(buf, pos)
-    else:
-        self.documentation = ''
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.documentation, pos = rd_cnstring(buf, pos)
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 3:
+        self.name, pos = rd_string(buf, pos)
+        self.value, pos = rd_nstring(buf, pos)
+        self.read_only, = _u_z(buf, pos)
+        pos += 1
+        self.is_default = False
+        self.config_source, self.is_sensitive = _u_bz(buf, pos)
+        pos += 2
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeConfigsResourceResult.synonyms was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_DescribeConfigsSynonym(buf, pos, version)
+                _a(_o)
+            self.synonyms = _l
+        self.config_type, = _u_b(buf, pos)
+        pos += 1
+        self.documentation, pos = rd_nstring(buf, pos)
+        self.unknown_tagged_fields = None
+    elif version >= 1:
+        self.name, pos = rd_string(buf, pos)
+        self.value, pos = rd_nstring(buf, pos)
+        self.read_only, = _u_z(buf, pos)
+        pos += 1
+        self.is_default = False
+        self.config_source, self.is_sensitive = _u_bz(buf, pos)
+        pos += 2
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeConfigsResourceResult.synonyms was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_DescribeConfigsSynonym(buf, pos, version)
+                _a(_o)
+            self.synonyms = _l
+        self.config_type = 0
+        self.documentation = ''
+        self.unknown_tagged_fields = None
+    else:
+        self.name, pos = rd_string(buf, pos)
+        self.value, pos = rd_nstring(buf, pos)
+        self.read_only, self.is_default = _u_zz(buf, pos)
+        pos += 2
+        self.config_source = -1
+        self.is_sensitive, = _u_z(buf, pos)
+        pos += 1
+        self.synonyms = []
+        self.config_type = 0
+        self.documentation = ''
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult(self, w, version):
-    flexible = version >= 4
-    if (version > 0) and not (self.is_default == False):
-        raise CodecError('DescribeConfigsResourceResult.is_default cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if flexible:
+    if version >= 4:
+        if not (self.is_default == False):
+            raise CodecError('DescribeConfigsResourceResult.is_default cannot be written at version ' + str(version) + ' (it holds a non-default value)')
         wr_cstring(w, self.name)
-    else:
-        wr_string(w, self.name)
-    if flexible:
         wr_cnstring(w, self.value)
-    else:
-        wr_nstring(w, self.value)
-    w += _p_z(self.read_only)
-    if version <= 0:
-        w += _p_z(self.is_default)
-    if version >= 1:
-        w += _p_b(self.config_source)
-    w += _p_z(self.is_sensitive)
-    if version >= 1:
+        w += _p_z(self.read_only)
+        w += _p_bz(self.config_source, self.is_sensitive)
         _l = self.synonyms
         if _l is None:
             raise CodecError('non-nullable field DescribeConfigsResourceResult.synonyms is None at version ' + str(version))
         else:
-            if flexible:
-                wr_calen(w, len(_l))
-            else:
-                wr_alen(w, len(_l))
+            wr_calen(w, len(_l))
             for _o in _l:
                 _write_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_DescribeConfigsSynonym(_o, w, version)
-    if version >= 3:
         w += _p_b(self.config_type)
-    if version >= 3:
-        if flexible:
-            wr_cnstring(w, self.documentation)
-        else:
-            wr_nstring(w, self.documentation)
-    if flexible:
+        wr_cnstring(w, self.documentation)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 3:
+        if not (self.is_default == False):
+            raise CodecError('DescribeConfigsResourceResult.is_default cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        wr_string(w, self.name)
+        wr_nstring(w, self.value)
+        w += _p_z(self.read_only)
+        w += _p_bz(self.config_source, self.is_sensitive)
+        _l = self.synonyms
+        if _l is None:
+            raise CodecError('non-nullable field DescribeConfigsResourceResult.synonyms is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_DescribeConfigsSynonym(_o, w, version)
+        w += _p_b(self.config_type)
+        wr_nstring(w, self.documentation)
+        if self.unknown_tagged_fields:
+            raise CodecError('DescribeConfigsResourceResult: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 1:
+        if not (self.is_default == False):
+            raise CodecError('DescribeConfigsResourceResult.is_default cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        wr_string(w, self.name)
+        wr_nstring(w, self.value)
+        w += _p_z(self.read_only)
+        w += _p_bz(self.config_source, self.is_sensitive)
+        _l = self.synonyms
+        if _l is None:
+            raise CodecError('non-nullable field DescribeConfigsResourceResult.synonyms is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_DescribeConfigsSynonym(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('DescribeConfigsResourceResult: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        wr_string(w, self.name)
+        wr_nstring(w, self.value)
+        w += _p_zz(self.read_only, self.is_default)
+        w += _p_z(self.is_sensitive)
         if self.unknown_tagged_fields:
             raise CodecError('DescribeConfigsResourceResult: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_DescribeConfigsSynonym(buf, pos, version):
     self = _new(_C_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_DescribeConfigsSynonym)
-    flexible = version >= 4
-    if flexible:
+    if version >= 4:
         self.name, pos = rd_cstring(buf, pos)
-    else:
-        self.name, pos = rd_string(buf, pos)
-    if flexible:
         self.value, pos = rd_cnstring(buf, pos)
-    else:
-        self.value, pos = rd_nstring(buf, pos)
-    self.source, = _u_b(buf, pos)
-    pos += 1
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.source, = _u_b(buf, pos)
+        pos += 1
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.name, pos = rd_string(buf, pos)
+        self.value, pos = rd_nstring(buf, pos)
+        self.source, = _u_b(buf, pos)
+        pos += 1
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_DescribeConfigsSynonym(self, w, version):
-    flexible = version >= 4
-    if flexible:
+    if version >= 4:
         wr_cstring(w, self.name)
-    else:
-        wr_string(w, self.name)
-    if flexible:
         wr_cnstring(w, self.value)
-    else:
-        wr_nstring(w, self.value)
-    w += _p_b(self.source)
-    if flexible:
+        w += _p_b(self.source)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.name)
+        wr_nstring(w, self.value)
+        w += _p_b(self.source)
         if self.unknown_tagged_fields:
             raise CodecError('DescribeConfigsSynonym: tagged fields set, but version ' + str(version) + ' is not flexible')
 

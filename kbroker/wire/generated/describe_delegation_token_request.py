@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['DescribeDelegationTokenRequest']
@@ -68,90 +69,90 @@ _C_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner = DescribeDelegat
 
 def _read_DescribeDelegationTokenRequest(buf, pos, version):
     self = _new(_C_DescribeDelegationTokenRequest)
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        self.owners = None
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner(buf, pos, version)
-            _a(_o)
-        self.owners = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            self.owners = None
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner(buf, pos, version)
+                _a(_o)
+            self.owners = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            self.owners = None
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner(buf, pos, version)
+                _a(_o)
+            self.owners = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_DescribeDelegationTokenRequest(self, w, version):
-    flexible = version >= 2
-    _l = self.owners
-    if _l is None:
-        if flexible:
+    if version >= 2:
+        _l = self.owners
+        if _l is None:
             w.append(0)
         else:
-            w += b'\xff\xff\xff\xff'
-    else:
-        if flexible:
             wr_calen(w, len(_l))
-        else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner(_o, w, version)
-    if flexible:
+            for _o in _l:
+                _write_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        _l = self.owners
+        if _l is None:
+            w += b'\xff\xff\xff\xff'
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('DescribeDelegationTokenRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner(buf, pos, version):
     self = _new(_C_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner)
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         self.principal_type, pos = rd_cstring(buf, pos)
-    else:
-        self.principal_type, pos = rd_string(buf, pos)
-    if flexible:
         self.principal_name, pos = rd_cstring(buf, pos)
-    else:
-        self.principal_name, pos = rd_string(buf, pos)
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.principal_type, pos = rd_string(buf, pos)
+        self.principal_name, pos = rd_string(buf, pos)
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner(self, w, version):
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         wr_cstring(w, self.principal_type)
-    else:
-        wr_string(w, self.principal_type)
-    if flexible:
         wr_cstring(w, self.principal_name)
-    else:
-        wr_string(w, self.principal_name)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.principal_type)
+        wr_string(w, self.principal_name)
         if self.unknown_tagged_fields:
             raise CodecError('DescribeDelegationTokenOwner: tagged fields set, but version ' + str(version) + ' is not flexible')
 

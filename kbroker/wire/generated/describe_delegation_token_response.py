@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['DescribeDelegationTokenResponse']
@@ -128,191 +129,237 @@ _C_DescribeDelegationTokenResponse_DescribedDelegationToken_DescribedDelegationT
 
 def _read_DescribeDelegationTokenResponse(buf, pos, version):
     self = _new(_C_DescribeDelegationTokenResponse)
-    flexible = version >= 2
-    self.error_code, = _u_h(buf, pos)
-    pos += 2
-    if flexible:
+    if version >= 2:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field DescribeDelegationTokenResponse.tokens was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_DescribeDelegationTokenResponse_DescribedDelegationToken(buf, pos, version)
-            _a(_o)
-        self.tokens = _l
-    self.throttle_time_ms, = _u_i(buf, pos)
-    pos += 4
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeDelegationTokenResponse.tokens was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeDelegationTokenResponse_DescribedDelegationToken(buf, pos, version)
+                _a(_o)
+            self.tokens = _l
+        self.throttle_time_ms, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeDelegationTokenResponse.tokens was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeDelegationTokenResponse_DescribedDelegationToken(buf, pos, version)
+                _a(_o)
+            self.tokens = _l
+        self.throttle_time_ms, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_DescribeDelegationTokenResponse(self, w, version):
-    flexible = version >= 2
-    w += _p_h(self.error_code)
-    _l = self.tokens
-    if _l is None:
-        raise CodecError('non-nullable field DescribeDelegationTokenResponse.tokens is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+    if version >= 2:
+        w += _p_h(self.error_code)
+        _l = self.tokens
+        if _l is None:
+            raise CodecError('non-nullable field DescribeDelegationTokenResponse.tokens is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_DescribeDelegationTokenResponse_DescribedDelegationToken(_o, w, version)
-    w += _p_i(self.throttle_time_ms)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_DescribeDelegationTokenResponse_DescribedDelegationToken(_o, w, version)
+        w += _p_i(self.throttle_time_ms)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        w += _p_h(self.error_code)
+        _l = self.tokens
+        if _l is None:
+            raise CodecError('non-nullable field DescribeDelegationTokenResponse.tokens is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_DescribeDelegationTokenResponse_DescribedDelegationToken(_o, w, version)
+        w += _p_i(self.throttle_time_ms)
         if self.unknown_tagged_fields:
             raise CodecError('DescribeDelegationTokenResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_DescribeDelegationTokenResponse_DescribedDelegationToken(buf, pos, version):
     self = _new(_C_DescribeDelegationTokenResponse_DescribedDelegationToken)
-    flexible = version >= 2
-    if flexible:
+    if version >= 3:
         self.principal_type, pos = rd_cstring(buf, pos)
-    else:
-        self.principal_type, pos = rd_string(buf, pos)
-    if flexible:
         self.principal_name, pos = rd_cstring(buf, pos)
-    else:
-        self.principal_name, pos = rd_string(buf, pos)
-    if version >= 3:
         self.token_requester_principal_type, pos = rd_cstring(buf, pos)
-    else:
-        self.token_requester_principal_type = ''
-    if version >= 3:
         self.token_requester_principal_name, pos = rd_cstring(buf, pos)
-    else:
-        self.token_requester_principal_name = ''
-    self.issue_timestamp, self.expiry_timestamp, self.max_timestamp = _u_qqq(buf, pos)
-    pos += 24
-    if flexible:
+        self.issue_timestamp, self.expiry_timestamp, self.max_timestamp = _u_qqq(buf, pos)
+        pos += 24
         self.token_id, pos = rd_cstring(buf, pos)
-    else:
-        self.token_id, pos = rd_string(buf, pos)
-    if flexible:
         self.hmac, pos = rd_cbytes(buf, pos)
-    else:
-        self.hmac, pos = rd_bytes(buf, pos)
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field DescribedDelegationToken.renewers was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_DescribeDelegationTokenResponse_DescribedDelegationToken_DescribedDelegationTokenRenewer(buf, pos, version)
-            _a(_o)
-        self.renewers = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field DescribedDelegationToken.renewers was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeDelegationTokenResponse_DescribedDelegationToken_DescribedDelegationTokenRenewer(buf, pos, version)
+                _a(_o)
+            self.renewers = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 2:
+        self.principal_type, pos = rd_cstring(buf, pos)
+        self.principal_name, pos = rd_cstring(buf, pos)
+        self.token_requester_principal_type = ''
+        self.token_requester_principal_name = ''
+        self.issue_timestamp, self.expiry_timestamp, self.max_timestamp = _u_qqq(buf, pos)
+        pos += 24
+        self.token_id, pos = rd_cstring(buf, pos)
+        self.hmac, pos = rd_cbytes(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DescribedDelegationToken.renewers was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeDelegationTokenResponse_DescribedDelegationToken_DescribedDelegationTokenRenewer(buf, pos, version)
+                _a(_o)
+            self.renewers = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.principal_type, pos = rd_string(buf, pos)
+        self.principal_name, pos = rd_string(buf, pos)
+        self.token_requester_principal_type = ''
+        self.token_requester_principal_name = ''
+        self.issue_timestamp, self.expiry_timestamp, self.max_timestamp = _u_qqq(buf, pos)
+        pos += 24
+        self.token_id, pos = rd_string(buf, pos)
+        self.hmac, pos = rd_bytes(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DescribedDelegationToken.renewers was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeDelegationTokenResponse_DescribedDelegationToken_DescribedDelegationTokenRenewer(buf, pos, version)
+                _a(_o)
+            self.renewers = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_DescribeDelegationTokenResponse_DescribedDelegationToken(self, w, version):
-    flexible = version >= 2
-    if (version < 3) and not (self.token_requester_principal_type == ''):
-        raise CodecError('DescribedDelegationToken.token_requester_principal_type cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 3) and not (self.token_requester_principal_name == ''):
-        raise CodecError('DescribedDelegationToken.token_requester_principal_name cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if flexible:
+    if version >= 3:
         wr_cstring(w, self.principal_type)
-    else:
-        wr_string(w, self.principal_type)
-    if flexible:
         wr_cstring(w, self.principal_name)
-    else:
-        wr_string(w, self.principal_name)
-    if version >= 3:
         wr_cstring(w, self.token_requester_principal_type)
-    if version >= 3:
         wr_cstring(w, self.token_requester_principal_name)
-    w += _p_qqq(self.issue_timestamp, self.expiry_timestamp, self.max_timestamp)
-    if flexible:
+        w += _p_qqq(self.issue_timestamp, self.expiry_timestamp, self.max_timestamp)
         wr_cstring(w, self.token_id)
-    else:
-        wr_string(w, self.token_id)
-    if flexible:
         wr_cbytes(w, self.hmac)
-    else:
-        wr_bytes(w, self.hmac)
-    _l = self.renewers
-    if _l is None:
-        raise CodecError('non-nullable field DescribedDelegationToken.renewers is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.renewers
+        if _l is None:
+            raise CodecError('non-nullable field DescribedDelegationToken.renewers is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_DescribeDelegationTokenResponse_DescribedDelegationToken_DescribedDelegationTokenRenewer(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_DescribeDelegationTokenResponse_DescribedDelegationToken_DescribedDelegationTokenRenewer(_o, w, version)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 2:
+        if not (self.token_requester_principal_type == ''):
+            raise CodecError('DescribedDelegationToken.token_requester_principal_type cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.token_requester_principal_name == ''):
+            raise CodecError('DescribedDelegationToken.token_requester_principal_name cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        wr_cstring(w, self.principal_type)
+        wr_cstring(w, self.principal_name)
+        w += _p_qqq(self.issue_timestamp, self.expiry_timestamp, self.max_timestamp)
+        wr_cstring(w, self.token_id)
+        wr_cbytes(w, self.hmac)
+        _l = self.renewers
+        if _l is None:
+            raise CodecError('non-nullable field DescribedDelegationToken.renewers is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_DescribeDelegationTokenResponse_DescribedDelegationToken_DescribedDelegationTokenRenewer(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        if not (self.token_requester_principal_type == ''):
+            raise CodecError('DescribedDelegationToken.token_requester_principal_type cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.token_requester_principal_name == ''):
+            raise CodecError('DescribedDelegationToken.token_requester_principal_name cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        wr_string(w, self.principal_type)
+        wr_string(w, self.principal_name)
+        w += _p_qqq(self.issue_timestamp, self.expiry_timestamp, self.max_timestamp)
+        wr_string(w, self.token_id)
+        wr_bytes(w, self.hmac)
+        _l = self.renewers
+        if _l is None:
+            raise CodecError('non-nullable field DescribedDelegationToken.renewers is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_DescribeDelegationTokenResponse_DescribedDelegationToken_DescribedDelegationTokenRenewer(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('DescribedDelegationToken: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_DescribeDelegationTokenResponse_DescribedDelegationToken_DescribedDelegationTokenRenewer(buf, pos, version):
     self = _new(_C_DescribeDelegationTokenResponse_DescribedDelegationToken_DescribedDelegationTokenRenewer)
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         self.principal_type, pos = rd_cstring(buf, pos)
-    else:
-        self.principal_type, pos = rd_string(buf, pos)
-    if flexible:
         self.principal_name, pos = rd_cstring(buf, pos)
-    else:
-        self.principal_name, pos = rd_string(buf, pos)
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.principal_type, pos = rd_string(buf, pos)
+        self.principal_name, pos = rd_string(buf, pos)
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_DescribeDelegationTokenResponse_DescribedDelegationToken_DescribedDelegationTokenRenewer(self, w, version):
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         wr_cstring(w, self.principal_type)
-    else:
-        wr_string(w, self.principal_type)
-    if flexible:
         wr_cstring(w, self.principal_name)
-    else:
-        wr_string(w, self.principal_name)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.principal_type)
+        wr_string(w, self.principal_name)
         if self.unknown_tagged_fields:
             raise CodecError('DescribedDelegationTokenRenewer: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['DescribeGroupsRequest']
@@ -53,62 +54,89 @@ _C_DescribeGroupsRequest = DescribeGroupsRequest
 
 def _read_DescribeGroupsRequest(buf, pos, version):
     self = _new(_C_DescribeGroupsRequest)
-    flexible = version >= 5
-    if flexible:
+    if version >= 5:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field DescribeGroupsRequest.groups was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeGroupsRequest.groups was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
                 _o, pos = rd_cstring(buf, pos)
-            else:
-                _o, pos = rd_string(buf, pos)
-            _a(_o)
-        self.groups = _l
-    if version >= 3:
+                _a(_o)
+            self.groups = _l
         self.include_authorized_operations, = _u_z(buf, pos)
         pos += 1
-    else:
-        self.include_authorized_operations = False
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 3:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeGroupsRequest.groups was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = rd_string(buf, pos)
+                _a(_o)
+            self.groups = _l
+        self.include_authorized_operations, = _u_z(buf, pos)
+        pos += 1
+        self.unknown_tagged_fields = None
+    else:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeGroupsRequest.groups was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = rd_string(buf, pos)
+                _a(_o)
+            self.groups = _l
+        self.include_authorized_operations = False
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_DescribeGroupsRequest(self, w, version):
-    flexible = version >= 5
-    if (version < 3) and not (self.include_authorized_operations == False):
-        raise CodecError('DescribeGroupsRequest.include_authorized_operations cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    _l = self.groups
-    if _l is None:
-        raise CodecError('non-nullable field DescribeGroupsRequest.groups is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+    if version >= 5:
+        _l = self.groups
+        if _l is None:
+            raise CodecError('non-nullable field DescribeGroupsRequest.groups is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
                 wr_cstring(w, _o)
-            else:
-                wr_string(w, _o)
-    if version >= 3:
         w += _p_z(self.include_authorized_operations)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 3:
+        _l = self.groups
+        if _l is None:
+            raise CodecError('non-nullable field DescribeGroupsRequest.groups is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                wr_string(w, _o)
+        w += _p_z(self.include_authorized_operations)
+        if self.unknown_tagged_fields:
+            raise CodecError('DescribeGroupsRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        if not (self.include_authorized_operations == False):
+            raise CodecError('DescribeGroupsRequest.include_authorized_operations cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        _l = self.groups
+        if _l is None:
+            raise CodecError('non-nullable field DescribeGroupsRequest.groups is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                wr_string(w, _o)
         if self.unknown_tagged_fields:
             raise CodecError('DescribeGroupsRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['DescribeGroupsResponse']
@@ -125,221 +126,273 @@ _C_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember = DescribeGroupsRe
 
 def _read_DescribeGroupsResponse(buf, pos, version):
     self = _new(_C_DescribeGroupsResponse)
-    flexible = version >= 5
-    if version >= 1:
+    if version >= 5:
         self.throttle_time_ms, = _u_i(buf, pos)
         pos += 4
-    else:
-        self.throttle_time_ms = 0
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field DescribeGroupsResponse.groups was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_DescribeGroupsResponse_DescribedGroup(buf, pos, version)
-            _a(_o)
-        self.groups = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeGroupsResponse.groups was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeGroupsResponse_DescribedGroup(buf, pos, version)
+                _a(_o)
+            self.groups = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 1:
+        self.throttle_time_ms, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeGroupsResponse.groups was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeGroupsResponse_DescribedGroup(buf, pos, version)
+                _a(_o)
+            self.groups = _l
+        self.unknown_tagged_fields = None
+    else:
+        self.throttle_time_ms = 0
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeGroupsResponse.groups was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeGroupsResponse_DescribedGroup(buf, pos, version)
+                _a(_o)
+            self.groups = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_DescribeGroupsResponse(self, w, version):
-    flexible = version >= 5
-    if version >= 1:
+    if version >= 5:
         w += _p_i(self.throttle_time_ms)
-    _l = self.groups
-    if _l is None:
-        raise CodecError('non-nullable field DescribeGroupsResponse.groups is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.groups
+        if _l is None:
+            raise CodecError('non-nullable field DescribeGroupsResponse.groups is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_DescribeGroupsResponse_DescribedGroup(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_DescribeGroupsResponse_DescribedGroup(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 1:
+        w += _p_i(self.throttle_time_ms)
+        _l = self.groups
+        if _l is None:
+            raise CodecError('non-nullable field DescribeGroupsResponse.groups is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_DescribeGroupsResponse_DescribedGroup(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('DescribeGroupsResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        _l = self.groups
+        if _l is None:
+            raise CodecError('non-nullable field DescribeGroupsResponse.groups is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_DescribeGroupsResponse_DescribedGroup(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('DescribeGroupsResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_DescribeGroupsResponse_DescribedGroup(buf, pos, version):
     self = _new(_C_DescribeGroupsResponse_DescribedGroup)
-    flexible = version >= 5
-    self.error_code, = _u_h(buf, pos)
-    pos += 2
-    if flexible:
+    if version >= 5:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
         self.group_id, pos = rd_cstring(buf, pos)
-    else:
-        self.group_id, pos = rd_string(buf, pos)
-    if flexible:
         self.group_state, pos = rd_cstring(buf, pos)
-    else:
-        self.group_state, pos = rd_string(buf, pos)
-    if flexible:
         self.protocol_type, pos = rd_cstring(buf, pos)
-    else:
-        self.protocol_type, pos = rd_string(buf, pos)
-    if flexible:
         self.protocol_data, pos = rd_cstring(buf, pos)
-    else:
-        self.protocol_data, pos = rd_string(buf, pos)
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field DescribedGroup.members was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember(buf, pos, version)
-            _a(_o)
-        self.members = _l
-    if version >= 3:
+        if _n < 0:
+            raise CodecError('non-nullable field DescribedGroup.members was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember(buf, pos, version)
+                _a(_o)
+            self.members = _l
         self.authorized_operations, = _u_i(buf, pos)
         pos += 4
-    else:
-        self.authorized_operations = -2147483648
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 3:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.group_id, pos = rd_string(buf, pos)
+        self.group_state, pos = rd_string(buf, pos)
+        self.protocol_type, pos = rd_string(buf, pos)
+        self.protocol_data, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DescribedGroup.members was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember(buf, pos, version)
+                _a(_o)
+            self.members = _l
+        self.authorized_operations, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
+    else:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.group_id, pos = rd_string(buf, pos)
+        self.group_state, pos = rd_string(buf, pos)
+        self.protocol_type, pos = rd_string(buf, pos)
+        self.protocol_data, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DescribedGroup.members was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember(buf, pos, version)
+                _a(_o)
+            self.members = _l
+        self.authorized_operations = -2147483648
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_DescribeGroupsResponse_DescribedGroup(self, w, version):
-    flexible = version >= 5
-    if (version < 3) and not (self.authorized_operations == -2147483648):
-        raise CodecError('DescribedGroup.authorized_operations cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    w += _p_h(self.error_code)
-    if flexible:
+    if version >= 5:
+        w += _p_h(self.error_code)
         wr_cstring(w, self.group_id)
-    else:
-        wr_string(w, self.group_id)
-    if flexible:
         wr_cstring(w, self.group_state)
-    else:
-        wr_string(w, self.group_state)
-    if flexible:
         wr_cstring(w, self.protocol_type)
-    else:
-        wr_string(w, self.protocol_type)
-    if flexible:
         wr_cstring(w, self.protocol_data)
-    else:
-        wr_string(w, self.protocol_data)
-    _l = self.members
-    if _l is None:
-        raise CodecError('non-nullable field DescribedGroup.members is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.members
+        if _l is None:
+            raise CodecError('non-nullable field DescribedGroup.members is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember(_o, w, version)
-    if version >= 3:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember(_o, w, version)
         w += _p_i(self.authorized_operations)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 3:
+        w += _p_h(self.error_code)
+        wr_string(w, self.group_id)
+        wr_string(w, self.group_state)
+        wr_string(w, self.protocol_type)
+        wr_string(w, self.protocol_data)
+        _l = self.members
+        if _l is None:
+            raise CodecError('non-nullable field DescribedGroup.members is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember(_o, w, version)
+        w += _p_i(self.authorized_operations)
+        if self.unknown_tagged_fields:
+            raise CodecError('DescribedGroup: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        if not (self.authorized_operations == -2147483648):
+            raise CodecError('DescribedGroup.authorized_operations cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_h(self.error_code)
+        wr_string(w, self.group_id)
+        wr_string(w, self.group_state)
+        wr_string(w, self.protocol_type)
+        wr_string(w, self.protocol_data)
+        _l = self.members
+        if _l is None:
+            raise CodecError('non-nullable field DescribedGroup.members is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('DescribedGroup: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember(buf, pos, version):
     self = _new(_C_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember)
-    flexible = version >= 5
-    if flexible:
+    if version >= 5:
         self.member_id, pos = rd_cstring(buf, pos)
-    else:
-        self.member_id, pos = rd_string(buf, pos)
-    if version >= 4:
-        if flexible:
-            self.group_instance_id, pos = rd_cnstring(buf, pos)
-        else:
-            self.group_instance_id, pos = rd_nstring(buf, pos)
-    else:
-        self.group_instance_id = None
-    if flexible:
+        self.group_instance_id, pos = rd_cnstring(buf, pos)
         self.client_id, pos = rd_cstring(buf, pos)
-    else:
-        self.client_id, pos = rd_string(buf, pos)
-    if flexible:
         self.client_host, pos = rd_cstring(buf, pos)
-    else:
-        self.client_host, pos = rd_string(buf, pos)
-    if flexible:
         self.member_metadata, pos = rd_cbytes(buf, pos)
-    else:
-        self.member_metadata, pos = rd_bytes(buf, pos)
-    if flexible:
         self.member_assignment, pos = rd_cbytes(buf, pos)
-    else:
-        self.member_assignment, pos = rd_bytes(buf, pos)
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 4:
+        self.member_id, pos = rd_string(buf, pos)
+        self.group_instance_id, pos = rd_nstring(buf, pos)
+        self.client_id, pos = rd_string(buf, pos)
+        self.client_host, pos = rd_string(buf, pos)
+        self.member_metadata, pos = rd_bytes(buf, pos)
+        self.member_assignment, pos = rd_bytes(buf, pos)
+        self.unknown_tagged_fields = None
+    else:
+        self.member_id, pos = rd_string(buf, pos)
+        self.group_instance_id = None
+        self.client_id, pos = rd_string(buf, pos)
+        self.client_host, pos = rd_string(buf, pos)
+        self.member_metadata, pos = rd_bytes(buf, pos)
+        self.member_assignment, pos = rd_bytes(buf, pos)
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember(self, w, version):
-    flexible = version >= 5
-    if flexible:
+    if version >= 5:
         wr_cstring(w, self.member_id)
-    else:
-        wr_string(w, self.member_id)
-    if version >= 4:
-        if flexible:
-            wr_cnstring(w, self.group_instance_id)
-        else:
-            wr_nstring(w, self.group_instance_id)
-    if flexible:
+        wr_cnstring(w, self.group_instance_id)
         wr_cstring(w, self.client_id)
-    else:
-        wr_string(w, self.client_id)
-    if flexible:
         wr_cstring(w, self.client_host)
-    else:
-        wr_string(w, self.client_host)
-    if flexible:
         wr_cbytes(w, self.member_metadata)
-    else:
-        wr_bytes(w, self.member_metadata)
-    if flexible:
         wr_cbytes(w, self.member_assignment)
-    else:
-        wr_bytes(w, self.member_assignment)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 4:
+        wr_string(w, self.member_id)
+        wr_nstring(w, self.group_instance_id)
+        wr_string(w, self.client_id)
+        wr_string(w, self.client_host)
+        wr_bytes(w, self.member_metadata)
+        wr_bytes(w, self.member_assignment)
+        if self.unknown_tagged_fields:
+            raise CodecError('DescribedGroupMember: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        wr_string(w, self.member_id)
+        wr_string(w, self.client_id)
+        wr_string(w, self.client_host)
+        wr_bytes(w, self.member_metadata)
+        wr_bytes(w, self.member_assignment)
         if self.unknown_tagged_fields:
             raise CodecError('DescribedGroupMember: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['DescribeLogDirsResponse']
@@ -22,6 +23,9 @@ _p_h = _S_h.pack
 _S_i = _Struct('>i')
 _u_i = _S_i.unpack_from
 _p_i = _S_i.pack
+_S_ih = _Struct('>ih')
+_u_ih = _S_ih.unpack_from
+_p_ih = _S_ih.pack
 _S_iqqz = _Struct('>iqq?')
 _u_iqqz = _S_iqqz.unpack_from
 _p_iqqz = _S_iqqz.pack
@@ -143,205 +147,297 @@ _C_DescribeLogDirsResponse_DescribeLogDirsResult_DescribeLogDirsTopic_DescribeLo
 
 def _read_DescribeLogDirsResponse(buf, pos, version):
     self = _new(_C_DescribeLogDirsResponse)
-    flexible = version >= 2
-    self.throttle_time_ms, = _u_i(buf, pos)
-    pos += 4
     if version >= 3:
-        self.error_code, = _u_h(buf, pos)
-        pos += 2
-    else:
-        self.error_code = 0
-    if flexible:
+        self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
+        pos += 6
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field DescribeLogDirsResponse.results was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_DescribeLogDirsResponse_DescribeLogDirsResult(buf, pos, version)
-            _a(_o)
-        self.results = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeLogDirsResponse.results was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeLogDirsResponse_DescribeLogDirsResult(buf, pos, version)
+                _a(_o)
+            self.results = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 2:
+        self.throttle_time_ms, = _u_i(buf, pos)
+        pos += 4
+        self.error_code = 0
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeLogDirsResponse.results was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeLogDirsResponse_DescribeLogDirsResult(buf, pos, version)
+                _a(_o)
+            self.results = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.throttle_time_ms, = _u_i(buf, pos)
+        pos += 4
+        self.error_code = 0
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeLogDirsResponse.results was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeLogDirsResponse_DescribeLogDirsResult(buf, pos, version)
+                _a(_o)
+            self.results = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_DescribeLogDirsResponse(self, w, version):
-    flexible = version >= 2
-    w += _p_i(self.throttle_time_ms)
     if version >= 3:
-        w += _p_h(self.error_code)
-    _l = self.results
-    if _l is None:
-        raise CodecError('non-nullable field DescribeLogDirsResponse.results is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        w += _p_ih(self.throttle_time_ms, self.error_code)
+        _l = self.results
+        if _l is None:
+            raise CodecError('non-nullable field DescribeLogDirsResponse.results is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_DescribeLogDirsResponse_DescribeLogDirsResult(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_DescribeLogDirsResponse_DescribeLogDirsResult(_o, w, version)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 2:
+        w += _p_i(self.throttle_time_ms)
+        _l = self.results
+        if _l is None:
+            raise CodecError('non-nullable field DescribeLogDirsResponse.results is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_DescribeLogDirsResponse_DescribeLogDirsResult(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        w += _p_i(self.throttle_time_ms)
+        _l = self.results
+        if _l is None:
+            raise CodecError('non-nullable field DescribeLogDirsResponse.results is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_DescribeLogDirsResponse_DescribeLogDirsResult(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('DescribeLogDirsResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_DescribeLogDirsResponse_DescribeLogDirsResult(buf, pos, version):
     self = _new(_C_DescribeLogDirsResponse_DescribeLogDirsResult)
-    flexible = version >= 2
-    self.error_code, = _u_h(buf, pos)
-    pos += 2
-    if flexible:
-        self.log_dir, pos = rd_cstring(buf, pos)
-    else:
-        self.log_dir, pos = rd_string(buf, pos)
-    if flexible:
-        _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field DescribeLogDirsResult.topics was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_DescribeLogDirsResponse_DescribeLogDirsResult_DescribeLogDirsTopic(buf, pos, version)
-            _a(_o)
-        self.topics = _l
     if version >= 4:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.log_dir, pos = rd_cstring(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeLogDirsResult.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeLogDirsResponse_DescribeLogDirsResult_DescribeLogDirsTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
         self.total_bytes, self.usable_bytes = _u_qq(buf, pos)
         pos += 16
-    else:
-        self.total_bytes = -1
-        self.usable_bytes = -1
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 2:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.log_dir, pos = rd_cstring(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeLogDirsResult.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeLogDirsResponse_DescribeLogDirsResult_DescribeLogDirsTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.total_bytes = -1
+        self.usable_bytes = -1
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.log_dir, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeLogDirsResult.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeLogDirsResponse_DescribeLogDirsResult_DescribeLogDirsTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.total_bytes = -1
+        self.usable_bytes = -1
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_DescribeLogDirsResponse_DescribeLogDirsResult(self, w, version):
-    flexible = version >= 2
-    w += _p_h(self.error_code)
-    if flexible:
-        wr_cstring(w, self.log_dir)
-    else:
-        wr_string(w, self.log_dir)
-    _l = self.topics
-    if _l is None:
-        raise CodecError('non-nullable field DescribeLogDirsResult.topics is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
-        else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_DescribeLogDirsResponse_DescribeLogDirsResult_DescribeLogDirsTopic(_o, w, version)
     if version >= 4:
+        w += _p_h(self.error_code)
+        wr_cstring(w, self.log_dir)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field DescribeLogDirsResult.topics is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_DescribeLogDirsResponse_DescribeLogDirsResult_DescribeLogDirsTopic(_o, w, version)
         w += _p_qq(self.total_bytes, self.usable_bytes)
-    if flexible:
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 2:
+        w += _p_h(self.error_code)
+        wr_cstring(w, self.log_dir)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field DescribeLogDirsResult.topics is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_DescribeLogDirsResponse_DescribeLogDirsResult_DescribeLogDirsTopic(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        w += _p_h(self.error_code)
+        wr_string(w, self.log_dir)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field DescribeLogDirsResult.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_DescribeLogDirsResponse_DescribeLogDirsResult_DescribeLogDirsTopic(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('DescribeLogDirsResult: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_DescribeLogDirsResponse_DescribeLogDirsResult_DescribeLogDirsTopic(buf, pos, version):
     self = _new(_C_DescribeLogDirsResponse_DescribeLogDirsResult_DescribeLogDirsTopic)
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         self.name, pos = rd_cstring(buf, pos)
-    else:
-        self.name, pos = rd_string(buf, pos)
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field DescribeLogDirsTopic.partitions was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_DescribeLogDirsResponse_DescribeLogDirsResult_DescribeLogDirsTopic_DescribeLogDirsPartition(buf, pos, version)
-            _a(_o)
-        self.partitions = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeLogDirsTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeLogDirsResponse_DescribeLogDirsResult_DescribeLogDirsTopic_DescribeLogDirsPartition(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.name, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeLogDirsTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeLogDirsResponse_DescribeLogDirsResult_DescribeLogDirsTopic_DescribeLogDirsPartition(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_DescribeLogDirsResponse_DescribeLogDirsResult_DescribeLogDirsTopic(self, w, version):
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         wr_cstring(w, self.name)
-    else:
-        wr_string(w, self.name)
-    _l = self.partitions
-    if _l is None:
-        raise CodecError('non-nullable field DescribeLogDirsTopic.partitions is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field DescribeLogDirsTopic.partitions is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_DescribeLogDirsResponse_DescribeLogDirsResult_DescribeLogDirsTopic_DescribeLogDirsPartition(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_DescribeLogDirsResponse_DescribeLogDirsResult_DescribeLogDirsTopic_DescribeLogDirsPartition(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.name)
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field DescribeLogDirsTopic.partitions is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_DescribeLogDirsResponse_DescribeLogDirsResult_DescribeLogDirsTopic_DescribeLogDirsPartition(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('DescribeLogDirsTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_DescribeLogDirsResponse_DescribeLogDirsResult_DescribeLogDirsTopic_DescribeLogDirsPartition(buf, pos, version):
     self = _new(_C_DescribeLogDirsResponse_DescribeLogDirsResult_DescribeLogDirsTopic_DescribeLogDirsPartition)
-    flexible = version >= 2
-    self.partition_index, self.partition_size, self.offset_lag, self.is_future_key = _u_iqqz(buf, pos)
-    pos += 21
-    self.unknown_tagged_fields = None
-    if flexible:
+    if version >= 2:
+        self.partition_index, self.partition_size, self.offset_lag, self.is_future_key = _u_iqqz(buf, pos)
+        pos += 21
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.partition_index, self.partition_size, self.offset_lag, self.is_future_key = _u_iqqz(buf, pos)
+        pos += 21
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_DescribeLogDirsResponse_DescribeLogDirsResult_DescribeLogDirsTopic_DescribeLogDirsPartition(self, w, version):
-    flexible = version >= 2
-    w += _p_iqqz(self.partition_index, self.partition_size, self.offset_lag, self.is_future_key)
-    if flexible:
+    if version >= 2:
+        w += _p_iqqz(self.partition_index, self.partition_size, self.offset_lag, self.is_future_key)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        w += _p_iqqz(self.partition_index, self.partition_size, self.offset_lag, self.is_future_key)
         if self.unknown_tagged_fields:
             raise CodecError('DescribeLogDirsPartition: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['DescribeQuorumResponse']
@@ -34,9 +35,9 @@ _p_iiq = _S_iiq.pack
 _S_q = _Struct('>q')
 _u_q = _S_q.unpack_from
 _p_q = _S_q.pack
-_S_qq = _Struct('>qq')
-_u_qq = _S_qq.unpack_from
-_p_qq = _S_qq.pack
+_S_qqq = _Struct('>qqq')
+_u_qqq = _S_qqq.unpack_from
+_p_qqq = _S_qqq.pack
 
 
 class DescribeQuorumResponse(Message):
@@ -212,23 +213,20 @@ _C_DescribeQuorumResponse_Node_Listener = DescribeQuorumResponse.Node.Listener
 
 def _read_DescribeQuorumResponse(buf, pos, version):
     self = _new(_C_DescribeQuorumResponse)
-    self.error_code, = _u_h(buf, pos)
-    pos += 2
     if version >= 2:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
         self.error_message, pos = rd_cnstring(buf, pos)
-    else:
-        self.error_message = ''
-    _n, pos = rd_calen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field DescribeQuorumResponse.topics was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_DescribeQuorumResponse_TopicData(buf, pos, version)
-            _a(_o)
-        self.topics = _l
-    if version >= 2:
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeQuorumResponse.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeQuorumResponse_TopicData(buf, pos, version)
+                _a(_o)
+            self.topics = _l
         _n, pos = rd_calen(buf, pos)
         if _n < 0:
             raise CodecError('non-nullable field DescribeQuorumResponse.nodes was serialized as null')
@@ -239,30 +237,45 @@ def _read_DescribeQuorumResponse(buf, pos, version):
                 _o, pos = _read_DescribeQuorumResponse_Node(buf, pos, version)
                 _a(_o)
             self.nodes = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
     else:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.error_message = ''
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeQuorumResponse.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeQuorumResponse_TopicData(buf, pos, version)
+                _a(_o)
+            self.topics = _l
         self.nodes = []
-    self.unknown_tagged_fields = None
-    if buf[pos]:
-        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
-    else:
-        pos += 1
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
     return self, pos
 
 
 def _write_DescribeQuorumResponse(self, w, version):
-    if (version < 2) and not ((self.nodes is not None and not self.nodes)):
-        raise CodecError('DescribeQuorumResponse.nodes cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    w += _p_h(self.error_code)
     if version >= 2:
+        w += _p_h(self.error_code)
         wr_cnstring(w, self.error_message)
-    _l = self.topics
-    if _l is None:
-        raise CodecError('non-nullable field DescribeQuorumResponse.topics is None at version ' + str(version))
-    else:
-        wr_calen(w, len(_l))
-        for _o in _l:
-            _write_DescribeQuorumResponse_TopicData(_o, w, version)
-    if version >= 2:
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field DescribeQuorumResponse.topics is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_DescribeQuorumResponse_TopicData(_o, w, version)
         _l = self.nodes
         if _l is None:
             raise CodecError('non-nullable field DescribeQuorumResponse.nodes is None at version ' + str(version))
@@ -270,49 +283,94 @@ def _write_DescribeQuorumResponse(self, w, version):
             wr_calen(w, len(_l))
             for _o in _l:
                 _write_DescribeQuorumResponse_Node(_o, w, version)
-    if self.unknown_tagged_fields:
-        wr_tags(w, None, self.unknown_tagged_fields)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
     else:
-        w.append(0)
+        if not ((self.nodes is not None and not self.nodes)):
+            raise CodecError('DescribeQuorumResponse.nodes cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_h(self.error_code)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field DescribeQuorumResponse.topics is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_DescribeQuorumResponse_TopicData(_o, w, version)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_DescribeQuorumResponse_ReplicaState(buf, pos, version):
     self = _new(_C_DescribeQuorumResponse_ReplicaState)
-    self.replica_id, = _u_i(buf, pos)
-    pos += 4
     if version >= 2:
+        self.replica_id, = _u_i(buf, pos)
+        pos += 4
         self.replica_directory_id, pos = rd_uuid(buf, pos)
-    else:
+        self.log_end_offset, self.last_fetch_timestamp, self.last_caught_up_timestamp = _u_qqq(buf, pos)
+        pos += 24
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 1:
+        self.replica_id, = _u_i(buf, pos)
+        pos += 4
         self.replica_directory_id = ZERO_UUID
-    self.log_end_offset, = _u_q(buf, pos)
-    pos += 8
-    if version >= 1:
-        self.last_fetch_timestamp, self.last_caught_up_timestamp = _u_qq(buf, pos)
-        pos += 16
+        self.log_end_offset, self.last_fetch_timestamp, self.last_caught_up_timestamp = _u_qqq(buf, pos)
+        pos += 24
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
     else:
+        self.replica_id, = _u_i(buf, pos)
+        pos += 4
+        self.replica_directory_id = ZERO_UUID
+        self.log_end_offset, = _u_q(buf, pos)
+        pos += 8
         self.last_fetch_timestamp = -1
         self.last_caught_up_timestamp = -1
-    self.unknown_tagged_fields = None
-    if buf[pos]:
-        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
-    else:
-        pos += 1
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
     return self, pos
 
 
 def _write_DescribeQuorumResponse_ReplicaState(self, w, version):
-    if (version < 2) and not (self.replica_directory_id == ZERO_UUID):
-        raise CodecError('ReplicaState.replica_directory_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    w += _p_i(self.replica_id)
     if version >= 2:
+        w += _p_i(self.replica_id)
         w += self.replica_directory_id.bytes
-    w += _p_q(self.log_end_offset)
-    if version >= 1:
-        w += _p_qq(self.last_fetch_timestamp, self.last_caught_up_timestamp)
-    if self.unknown_tagged_fields:
-        wr_tags(w, None, self.unknown_tagged_fields)
+        w += _p_qqq(self.log_end_offset, self.last_fetch_timestamp, self.last_caught_up_timestamp)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 1:
+        if not (self.replica_directory_id == ZERO_UUID):
+            raise CodecError('ReplicaState.replica_directory_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.replica_id)
+        w += _p_qqq(self.log_end_offset, self.last_fetch_timestamp, self.last_caught_up_timestamp)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
     else:
-        w.append(0)
+        if not (self.replica_directory_id == ZERO_UUID):
+            raise CodecError('ReplicaState.replica_directory_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.replica_id)
+        w += _p_q(self.log_end_offset)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_DescribeQuorumResponse_TopicData(buf, pos, version):
@@ -353,65 +411,115 @@ def _write_DescribeQuorumResponse_TopicData(self, w, version):
 
 def _read_DescribeQuorumResponse_TopicData_PartitionData(buf, pos, version):
     self = _new(_C_DescribeQuorumResponse_TopicData_PartitionData)
-    self.partition_index, self.error_code = _u_ih(buf, pos)
-    pos += 6
     if version >= 2:
+        self.partition_index, self.error_code = _u_ih(buf, pos)
+        pos += 6
         self.error_message, pos = rd_cnstring(buf, pos)
+        self.leader_id, self.leader_epoch, self.high_watermark = _u_iiq(buf, pos)
+        pos += 16
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field PartitionData.current_voters was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeQuorumResponse_ReplicaState(buf, pos, version)
+                _a(_o)
+            self.current_voters = _l
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field PartitionData.observers was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeQuorumResponse_ReplicaState(buf, pos, version)
+                _a(_o)
+            self.observers = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
     else:
+        self.partition_index, self.error_code = _u_ih(buf, pos)
+        pos += 6
         self.error_message = ''
-    self.leader_id, self.leader_epoch, self.high_watermark = _u_iiq(buf, pos)
-    pos += 16
-    _n, pos = rd_calen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field PartitionData.current_voters was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_DescribeQuorumResponse_ReplicaState(buf, pos, version)
-            _a(_o)
-        self.current_voters = _l
-    _n, pos = rd_calen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field PartitionData.observers was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_DescribeQuorumResponse_ReplicaState(buf, pos, version)
-            _a(_o)
-        self.observers = _l
-    self.unknown_tagged_fields = None
-    if buf[pos]:
-        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
-    else:
-        pos += 1
+        self.leader_id, self.leader_epoch, self.high_watermark = _u_iiq(buf, pos)
+        pos += 16
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field PartitionData.current_voters was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeQuorumResponse_ReplicaState(buf, pos, version)
+                _a(_o)
+            self.current_voters = _l
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field PartitionData.observers was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_DescribeQuorumResponse_ReplicaState(buf, pos, version)
+                _a(_o)
+            self.observers = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
     return self, pos
 
 
 def _write_DescribeQuorumResponse_TopicData_PartitionData(self, w, version):
-    w += _p_ih(self.partition_index, self.error_code)
     if version >= 2:
+        w += _p_ih(self.partition_index, self.error_code)
         wr_cnstring(w, self.error_message)
-    w += _p_iiq(self.leader_id, self.leader_epoch, self.high_watermark)
-    _l = self.current_voters
-    if _l is None:
-        raise CodecError('non-nullable field PartitionData.current_voters is None at version ' + str(version))
+        w += _p_iiq(self.leader_id, self.leader_epoch, self.high_watermark)
+        _l = self.current_voters
+        if _l is None:
+            raise CodecError('non-nullable field PartitionData.current_voters is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_DescribeQuorumResponse_ReplicaState(_o, w, version)
+        _l = self.observers
+        if _l is None:
+            raise CodecError('non-nullable field PartitionData.observers is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_DescribeQuorumResponse_ReplicaState(_o, w, version)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
     else:
-        wr_calen(w, len(_l))
-        for _o in _l:
-            _write_DescribeQuorumResponse_ReplicaState(_o, w, version)
-    _l = self.observers
-    if _l is None:
-        raise CodecError('non-nullable field PartitionData.observers is None at version ' + str(version))
-    else:
-        wr_calen(w, len(_l))
-        for _o in _l:
-            _write_DescribeQuorumResponse_ReplicaState(_o, w, version)
-    if self.unknown_tagged_fields:
-        wr_tags(w, None, self.unknown_tagged_fields)
-    else:
-        w.append(0)
+        w += _p_ih(self.partition_index, self.error_code)
+        w += _p_iiq(self.leader_id, self.leader_epoch, self.high_watermark)
+        _l = self.current_voters
+        if _l is None:
+            raise CodecError('non-nullable field PartitionData.current_voters is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_DescribeQuorumResponse_ReplicaState(_o, w, version)
+        _l = self.observers
+        if _l is None:
+            raise CodecError('non-nullable field PartitionData.observers is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_DescribeQuorumResponse_ReplicaState(_o, w, version)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_DescribeQuorumResponse_Node(buf, pos, version):

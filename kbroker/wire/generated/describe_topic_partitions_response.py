@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['DescribeTopicPartitionsResponse']
@@ -262,31 +263,17 @@ def _read_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponseTopic_D
     self = _new(_C_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponseTopic_DescribeTopicPartitionsResponsePartition)
     self.error_code, self.partition_index, self.leader_id, self.leader_epoch = _u_hiii(buf, pos)
     pos += 14
-    _n, pos = rd_calen(buf, pos)
-    if _n < 0:
+    self.replica_nodes, pos = rd_cfixed_array(buf, pos, 'i', 4)
+    if self.replica_nodes is None:
         raise CodecError('non-nullable field DescribeTopicPartitionsResponsePartition.replica_nodes was serialized as null')
-    else:
-        self.replica_nodes, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
-    _n, pos = rd_calen(buf, pos)
-    if _n < 0:
+    self.isr_nodes, pos = rd_cfixed_array(buf, pos, 'i', 4)
+    if self.isr_nodes is None:
         raise CodecError('non-nullable field DescribeTopicPartitionsResponsePartition.isr_nodes was serialized as null')
-    else:
-        self.isr_nodes, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
-    _n, pos = rd_calen(buf, pos)
-    if _n < 0:
-        self.eligible_leader_replicas = None
-    else:
-        self.eligible_leader_replicas, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
-    _n, pos = rd_calen(buf, pos)
-    if _n < 0:
-        self.last_known_elr = None
-    else:
-        self.last_known_elr, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
-    _n, pos = rd_calen(buf, pos)
-    if _n < 0:
+    self.eligible_leader_replicas, pos = rd_cfixed_array(buf, pos, 'i', 4)
+    self.last_known_elr, pos = rd_cfixed_array(buf, pos, 'i', 4)
+    self.offline_replicas, pos = rd_cfixed_array(buf, pos, 'i', 4)
+    if self.offline_replicas is None:
         raise CodecError('non-nullable field DescribeTopicPartitionsResponsePartition.offline_replicas was serialized as null')
-    else:
-        self.offline_replicas, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
     self.unknown_tagged_fields = None
     if buf[pos]:
         self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
@@ -301,32 +288,27 @@ def _write_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponseTopic_
     if _l is None:
         raise CodecError('non-nullable field DescribeTopicPartitionsResponsePartition.replica_nodes is None at version ' + str(version))
     else:
-        wr_calen(w, len(_l))
-        wr_fixed_array(w, _l, 'i')
+        wr_cfixed_array(w, _l, 'i')
     _l = self.isr_nodes
     if _l is None:
         raise CodecError('non-nullable field DescribeTopicPartitionsResponsePartition.isr_nodes is None at version ' + str(version))
     else:
-        wr_calen(w, len(_l))
-        wr_fixed_array(w, _l, 'i')
+        wr_cfixed_array(w, _l, 'i')
     _l = self.eligible_leader_replicas
     if _l is None:
         w.append(0)
     else:
-        wr_calen(w, len(_l))
-        wr_fixed_array(w, _l, 'i')
+        wr_cfixed_array(w, _l, 'i')
     _l = self.last_known_elr
     if _l is None:
         w.append(0)
     else:
-        wr_calen(w, len(_l))
-        wr_fixed_array(w, _l, 'i')
+        wr_cfixed_array(w, _l, 'i')
     _l = self.offline_replicas
     if _l is None:
         raise CodecError('non-nullable field DescribeTopicPartitionsResponsePartition.offline_replicas is None at version ' + str(version))
     else:
-        wr_calen(w, len(_l))
-        wr_fixed_array(w, _l, 'i')
+        wr_cfixed_array(w, _l, 'i')
     if self.unknown_tagged_fields:
         wr_tags(w, None, self.unknown_tagged_fields)
     else:

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['ElectLeadersRequest']
@@ -80,111 +81,142 @@ _C_ElectLeadersRequest_TopicPartitions = ElectLeadersRequest.TopicPartitions
 
 def _read_ElectLeadersRequest(buf, pos, version):
     self = _new(_C_ElectLeadersRequest)
-    flexible = version >= 2
-    if version >= 1:
+    if version >= 2:
         self.election_type, = _u_b(buf, pos)
         pos += 1
-    else:
-        self.election_type = 0
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        self.topic_partitions = None
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_ElectLeadersRequest_TopicPartitions(buf, pos, version)
-            _a(_o)
-        self.topic_partitions = _l
-    self.timeout_ms, = _u_i(buf, pos)
-    pos += 4
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            self.topic_partitions = None
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ElectLeadersRequest_TopicPartitions(buf, pos, version)
+                _a(_o)
+            self.topic_partitions = _l
+        self.timeout_ms, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 1:
+        self.election_type, = _u_b(buf, pos)
+        pos += 1
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            self.topic_partitions = None
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ElectLeadersRequest_TopicPartitions(buf, pos, version)
+                _a(_o)
+            self.topic_partitions = _l
+        self.timeout_ms, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
+    else:
+        self.election_type = 0
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            self.topic_partitions = None
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ElectLeadersRequest_TopicPartitions(buf, pos, version)
+                _a(_o)
+            self.topic_partitions = _l
+        self.timeout_ms, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_ElectLeadersRequest(self, w, version):
-    flexible = version >= 2
-    if (version < 1) and not (self.election_type == 0):
-        raise CodecError('ElectLeadersRequest.election_type cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if version >= 1:
+    if version >= 2:
         w += _p_b(self.election_type)
-    _l = self.topic_partitions
-    if _l is None:
-        if flexible:
+        _l = self.topic_partitions
+        if _l is None:
             w.append(0)
         else:
-            w += b'\xff\xff\xff\xff'
-    else:
-        if flexible:
             wr_calen(w, len(_l))
-        else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_ElectLeadersRequest_TopicPartitions(_o, w, version)
-    w += _p_i(self.timeout_ms)
-    if flexible:
+            for _o in _l:
+                _write_ElectLeadersRequest_TopicPartitions(_o, w, version)
+        w += _p_i(self.timeout_ms)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 1:
+        w += _p_b(self.election_type)
+        _l = self.topic_partitions
+        if _l is None:
+            w += b'\xff\xff\xff\xff'
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_ElectLeadersRequest_TopicPartitions(_o, w, version)
+        w += _p_i(self.timeout_ms)
+        if self.unknown_tagged_fields:
+            raise CodecError('ElectLeadersRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        if not (self.election_type == 0):
+            raise CodecError('ElectLeadersRequest.election_type cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        _l = self.topic_partitions
+        if _l is None:
+            w += b'\xff\xff\xff\xff'
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_ElectLeadersRequest_TopicPartitions(_o, w, version)
+        w += _p_i(self.timeout_ms)
         if self.unknown_tagged_fields:
             raise CodecError('ElectLeadersRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_ElectLeadersRequest_TopicPartitions(buf, pos, version):
     self = _new(_C_ElectLeadersRequest_TopicPartitions)
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         self.topic, pos = rd_cstring(buf, pos)
-    else:
-        self.topic, pos = rd_string(buf, pos)
-    if flexible:
-        _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field TopicPartitions.partitions was serialized as null')
-    else:
-        self.partitions, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.partitions, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.partitions is None:
+            raise CodecError('non-nullable field TopicPartitions.partitions was serialized as null')
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.topic, pos = rd_string(buf, pos)
+        self.partitions, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.partitions is None:
+            raise CodecError('non-nullable field TopicPartitions.partitions was serialized as null')
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_ElectLeadersRequest_TopicPartitions(self, w, version):
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         wr_cstring(w, self.topic)
-    else:
-        wr_string(w, self.topic)
-    _l = self.partitions
-    if _l is None:
-        raise CodecError('non-nullable field TopicPartitions.partitions is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field TopicPartitions.partitions is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        wr_fixed_array(w, _l, 'i')
-    if flexible:
+            wr_cfixed_array(w, _l, 'i')
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.topic)
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field TopicPartitions.partitions is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
         if self.unknown_tagged_fields:
             raise CodecError('TopicPartitions: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,18 +7,16 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['ElectLeadersResponse']
 
 _new = object.__new__
-_S_h = _Struct('>h')
-_u_h = _S_h.unpack_from
-_p_h = _S_h.pack
 _S_i = _Struct('>i')
 _u_i = _S_i.unpack_from
 _p_i = _S_i.pack
@@ -107,149 +105,188 @@ _C_ElectLeadersResponse_ReplicaElectionResult_PartitionResult = ElectLeadersResp
 
 def _read_ElectLeadersResponse(buf, pos, version):
     self = _new(_C_ElectLeadersResponse)
-    flexible = version >= 2
-    self.throttle_time_ms, = _u_i(buf, pos)
-    pos += 4
-    if version >= 1:
-        self.error_code, = _u_h(buf, pos)
-        pos += 2
-    else:
-        self.error_code = 0
-    if flexible:
+    if version >= 2:
+        self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
+        pos += 6
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field ElectLeadersResponse.replica_election_results was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_ElectLeadersResponse_ReplicaElectionResult(buf, pos, version)
-            _a(_o)
-        self.replica_election_results = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field ElectLeadersResponse.replica_election_results was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ElectLeadersResponse_ReplicaElectionResult(buf, pos, version)
+                _a(_o)
+            self.replica_election_results = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 1:
+        self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
+        pos += 6
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ElectLeadersResponse.replica_election_results was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ElectLeadersResponse_ReplicaElectionResult(buf, pos, version)
+                _a(_o)
+            self.replica_election_results = _l
+        self.unknown_tagged_fields = None
+    else:
+        self.throttle_time_ms, = _u_i(buf, pos)
+        pos += 4
+        self.error_code = 0
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ElectLeadersResponse.replica_election_results was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ElectLeadersResponse_ReplicaElectionResult(buf, pos, version)
+                _a(_o)
+            self.replica_election_results = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_ElectLeadersResponse(self, w, version):
-    flexible = version >= 2
-    if (version < 1) and not (self.error_code == 0):
-        raise CodecError('ElectLeadersResponse.error_code cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    w += _p_i(self.throttle_time_ms)
-    if version >= 1:
-        w += _p_h(self.error_code)
-    _l = self.replica_election_results
-    if _l is None:
-        raise CodecError('non-nullable field ElectLeadersResponse.replica_election_results is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+    if version >= 2:
+        w += _p_ih(self.throttle_time_ms, self.error_code)
+        _l = self.replica_election_results
+        if _l is None:
+            raise CodecError('non-nullable field ElectLeadersResponse.replica_election_results is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_ElectLeadersResponse_ReplicaElectionResult(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_ElectLeadersResponse_ReplicaElectionResult(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 1:
+        w += _p_ih(self.throttle_time_ms, self.error_code)
+        _l = self.replica_election_results
+        if _l is None:
+            raise CodecError('non-nullable field ElectLeadersResponse.replica_election_results is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_ElectLeadersResponse_ReplicaElectionResult(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('ElectLeadersResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        if not (self.error_code == 0):
+            raise CodecError('ElectLeadersResponse.error_code cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.throttle_time_ms)
+        _l = self.replica_election_results
+        if _l is None:
+            raise CodecError('non-nullable field ElectLeadersResponse.replica_election_results is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_ElectLeadersResponse_ReplicaElectionResult(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('ElectLeadersResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_ElectLeadersResponse_ReplicaElectionResult(buf, pos, version):
     self = _new(_C_ElectLeadersResponse_ReplicaElectionResult)
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         self.topic, pos = rd_cstring(buf, pos)
-    else:
-        self.topic, pos = rd_string(buf, pos)
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field ReplicaElectionResult.partition_result was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_ElectLeadersResponse_ReplicaElectionResult_PartitionResult(buf, pos, version)
-            _a(_o)
-        self.partition_result = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field ReplicaElectionResult.partition_result was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ElectLeadersResponse_ReplicaElectionResult_PartitionResult(buf, pos, version)
+                _a(_o)
+            self.partition_result = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.topic, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ReplicaElectionResult.partition_result was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ElectLeadersResponse_ReplicaElectionResult_PartitionResult(buf, pos, version)
+                _a(_o)
+            self.partition_result = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_ElectLeadersResponse_ReplicaElectionResult(self, w, version):
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         wr_cstring(w, self.topic)
-    else:
-        wr_string(w, self.topic)
-    _l = self.partition_result
-    if _l is None:
-        raise CodecError('non-nullable field ReplicaElectionResult.partition_result is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.partition_result
+        if _l is None:
+            raise CodecError('non-nullable field ReplicaElectionResult.partition_result is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_ElectLeadersResponse_ReplicaElectionResult_PartitionResult(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_ElectLeadersResponse_ReplicaElectionResult_PartitionResult(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.topic)
+        _l = self.partition_result
+        if _l is None:
+            raise CodecError('non-nullable field ReplicaElectionResult.partition_result is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_ElectLeadersResponse_ReplicaElectionResult_PartitionResult(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('ReplicaElectionResult: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_ElectLeadersResponse_ReplicaElectionResult_PartitionResult(buf, pos, version):
     self = _new(_C_ElectLeadersResponse_ReplicaElectionResult_PartitionResult)
-    flexible = version >= 2
-    self.partition_id, self.error_code = _u_ih(buf, pos)
-    pos += 6
-    if flexible:
+    if version >= 2:
+        self.partition_id, self.error_code = _u_ih(buf, pos)
+        pos += 6
         self.error_message, pos = rd_cnstring(buf, pos)
-    else:
-        self.error_message, pos = rd_nstring(buf, pos)
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.partition_id, self.error_code = _u_ih(buf, pos)
+        pos += 6
+        self.error_message, pos = rd_nstring(buf, pos)
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_ElectLeadersResponse_ReplicaElectionResult_PartitionResult(self, w, version):
-    flexible = version >= 2
-    w += _p_ih(self.partition_id, self.error_code)
-    if flexible:
+    if version >= 2:
+        w += _p_ih(self.partition_id, self.error_code)
         wr_cnstring(w, self.error_message)
-    else:
-        wr_nstring(w, self.error_message)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        w += _p_ih(self.partition_id, self.error_code)
+        wr_nstring(w, self.error_message)
         if self.unknown_tagged_fields:
             raise CodecError('PartitionResult: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['EndQuorumEpochRequest']
@@ -158,25 +159,18 @@ _C_EndQuorumEpochRequest_LeaderEndpoint = EndQuorumEpochRequest.LeaderEndpoint
 
 def _read_EndQuorumEpochRequest(buf, pos, version):
     self = _new(_C_EndQuorumEpochRequest)
-    flexible = version >= 1
-    if flexible:
-        self.cluster_id, pos = rd_cnstring(buf, pos)
-    else:
-        self.cluster_id, pos = rd_nstring(buf, pos)
-    if flexible:
-        _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field EndQuorumEpochRequest.topics was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_EndQuorumEpochRequest_TopicData(buf, pos, version)
-            _a(_o)
-        self.topics = _l
     if version >= 1:
+        self.cluster_id, pos = rd_cnstring(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field EndQuorumEpochRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_EndQuorumEpochRequest_TopicData(buf, pos, version)
+                _a(_o)
+            self.topics = _l
         _n, pos = rd_calen(buf, pos)
         if _n < 0:
             raise CodecError('non-nullable field EndQuorumEpochRequest.leader_endpoints was serialized as null')
@@ -187,34 +181,38 @@ def _read_EndQuorumEpochRequest(buf, pos, version):
                 _o, pos = _read_EndQuorumEpochRequest_LeaderEndpoint(buf, pos, version)
                 _a(_o)
             self.leader_endpoints = _l
-    else:
-        self.leader_endpoints = []
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.cluster_id, pos = rd_nstring(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field EndQuorumEpochRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_EndQuorumEpochRequest_TopicData(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.leader_endpoints = []
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_EndQuorumEpochRequest(self, w, version):
-    flexible = version >= 1
-    if flexible:
-        wr_cnstring(w, self.cluster_id)
-    else:
-        wr_nstring(w, self.cluster_id)
-    _l = self.topics
-    if _l is None:
-        raise CodecError('non-nullable field EndQuorumEpochRequest.topics is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
-        else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_EndQuorumEpochRequest_TopicData(_o, w, version)
     if version >= 1:
+        wr_cnstring(w, self.cluster_id)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field EndQuorumEpochRequest.topics is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_EndQuorumEpochRequest_TopicData(_o, w, version)
         _l = self.leader_endpoints
         if _l is None:
             raise CodecError('non-nullable field EndQuorumEpochRequest.leader_endpoints is None at version ' + str(version))
@@ -222,85 +220,91 @@ def _write_EndQuorumEpochRequest(self, w, version):
             wr_calen(w, len(_l))
             for _o in _l:
                 _write_EndQuorumEpochRequest_LeaderEndpoint(_o, w, version)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_nstring(w, self.cluster_id)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field EndQuorumEpochRequest.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_EndQuorumEpochRequest_TopicData(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('EndQuorumEpochRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_EndQuorumEpochRequest_TopicData(buf, pos, version):
     self = _new(_C_EndQuorumEpochRequest_TopicData)
-    flexible = version >= 1
-    if flexible:
+    if version >= 1:
         self.topic_name, pos = rd_cstring(buf, pos)
-    else:
-        self.topic_name, pos = rd_string(buf, pos)
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field TopicData.partitions was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_EndQuorumEpochRequest_TopicData_PartitionData(buf, pos, version)
-            _a(_o)
-        self.partitions = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field TopicData.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_EndQuorumEpochRequest_TopicData_PartitionData(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.topic_name, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field TopicData.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_EndQuorumEpochRequest_TopicData_PartitionData(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_EndQuorumEpochRequest_TopicData(self, w, version):
-    flexible = version >= 1
-    if flexible:
+    if version >= 1:
         wr_cstring(w, self.topic_name)
-    else:
-        wr_string(w, self.topic_name)
-    _l = self.partitions
-    if _l is None:
-        raise CodecError('non-nullable field TopicData.partitions is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field TopicData.partitions is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_EndQuorumEpochRequest_TopicData_PartitionData(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_EndQuorumEpochRequest_TopicData_PartitionData(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.topic_name)
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field TopicData.partitions is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_EndQuorumEpochRequest_TopicData_PartitionData(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('TopicData: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_EndQuorumEpochRequest_TopicData_PartitionData(buf, pos, version):
     self = _new(_C_EndQuorumEpochRequest_TopicData_PartitionData)
-    flexible = version >= 1
-    self.partition_index, self.leader_id, self.leader_epoch = _u_iii(buf, pos)
-    pos += 12
-    if version <= 0:
-        _n, pos = rd_alen(buf, pos)
-        if _n < 0:
-            raise CodecError('non-nullable field PartitionData.preferred_successors was serialized as null')
-        else:
-            self.preferred_successors, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
-    else:
-        self.preferred_successors = []
     if version >= 1:
+        self.partition_index, self.leader_id, self.leader_epoch = _u_iii(buf, pos)
+        pos += 12
+        self.preferred_successors = []
         _n, pos = rd_calen(buf, pos)
         if _n < 0:
             raise CodecError('non-nullable field PartitionData.preferred_candidates was serialized as null')
@@ -311,28 +315,25 @@ def _read_EndQuorumEpochRequest_TopicData_PartitionData(buf, pos, version):
                 _o, pos = _read_EndQuorumEpochRequest_TopicData_PartitionData_ReplicaInfo(buf, pos, version)
                 _a(_o)
             self.preferred_candidates = _l
-    else:
-        self.preferred_candidates = []
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.partition_index, self.leader_id, self.leader_epoch = _u_iii(buf, pos)
+        pos += 12
+        self.preferred_successors, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.preferred_successors is None:
+            raise CodecError('non-nullable field PartitionData.preferred_successors was serialized as null')
+        self.preferred_candidates = []
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_EndQuorumEpochRequest_TopicData_PartitionData(self, w, version):
-    flexible = version >= 1
-    w += _p_iii(self.partition_index, self.leader_id, self.leader_epoch)
-    if version <= 0:
-        _l = self.preferred_successors
-        if _l is None:
-            raise CodecError('non-nullable field PartitionData.preferred_successors is None at version ' + str(version))
-        else:
-            wr_alen(w, len(_l))
-            wr_fixed_array(w, _l, 'i')
     if version >= 1:
+        w += _p_iii(self.partition_index, self.leader_id, self.leader_epoch)
         _l = self.preferred_candidates
         if _l is None:
             raise CodecError('non-nullable field PartitionData.preferred_candidates is None at version ' + str(version))
@@ -340,12 +341,17 @@ def _write_EndQuorumEpochRequest_TopicData_PartitionData(self, w, version):
             wr_calen(w, len(_l))
             for _o in _l:
                 _write_EndQuorumEpochRequest_TopicData_PartitionData_ReplicaInfo(_o, w, version)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        w += _p_iii(self.partition_index, self.leader_id, self.leader_epoch)
+        _l = self.preferred_successors
+        if _l is None:
+            raise CodecError('non-nullable field PartitionData.preferred_successors is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
         if self.unknown_tagged_fields:
             raise CodecError('PartitionData: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['EndQuorumEpochResponse']
@@ -137,29 +138,40 @@ _C_EndQuorumEpochResponse_NodeEndpoint = EndQuorumEpochResponse.NodeEndpoint
 
 def _read_EndQuorumEpochResponse(buf, pos, version):
     self = _new(_C_EndQuorumEpochResponse)
-    flexible = version >= 1
-    self.error_code, = _u_h(buf, pos)
-    pos += 2
-    if flexible:
+    if version >= 1:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field EndQuorumEpochResponse.topics was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_EndQuorumEpochResponse_TopicData(buf, pos, version)
-            _a(_o)
-        self.topics = _l
-    self.node_endpoints = []
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field EndQuorumEpochResponse.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_EndQuorumEpochResponse_TopicData(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.node_endpoints = []
+        self.unknown_tagged_fields = None
         if buf[pos]:
             pos = _tags_EndQuorumEpochResponse(self, buf, pos, version)
         else:
             pos += 1
+    else:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field EndQuorumEpochResponse.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_EndQuorumEpochResponse_TopicData(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.node_endpoints = []
+        self.unknown_tagged_fields = None
     return self, pos
 
 
@@ -192,22 +204,16 @@ def _tags_EndQuorumEpochResponse(self, buf, pos, version):
 
 
 def _write_EndQuorumEpochResponse(self, w, version):
-    flexible = version >= 1
-    if (version < 1) and not ((self.node_endpoints is not None and not self.node_endpoints)):
-        raise CodecError('EndQuorumEpochResponse.node_endpoints cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    w += _p_h(self.error_code)
-    _l = self.topics
-    if _l is None:
-        raise CodecError('non-nullable field EndQuorumEpochResponse.topics is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+    if version >= 1:
+        w += _p_h(self.error_code)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field EndQuorumEpochResponse.topics is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_EndQuorumEpochResponse_TopicData(_o, w, version)
-    if flexible:
-        _t = []
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_EndQuorumEpochResponse_TopicData(_o, w, version)
+        _t = None
         if not ((self.node_endpoints is not None and not self.node_endpoints)):
             _v = _Writer()
             _l = self.node_endpoints
@@ -217,91 +223,116 @@ def _write_EndQuorumEpochResponse(self, w, version):
                 wr_calen(_v, len(_l))
                 for _o in _l:
                     _write_EndQuorumEpochResponse_NodeEndpoint(_o, _v, version)
+            if _t is None:
+                _t = []
             _t.append((0, _v))
-        wr_tags(w, _t, self.unknown_tagged_fields)
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
+        else:
+            wr_tags(w, _t, self.unknown_tagged_fields)
     else:
+        if not ((self.node_endpoints is not None and not self.node_endpoints)):
+            raise CodecError('EndQuorumEpochResponse.node_endpoints cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_h(self.error_code)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field EndQuorumEpochResponse.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_EndQuorumEpochResponse_TopicData(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('EndQuorumEpochResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_EndQuorumEpochResponse_TopicData(buf, pos, version):
     self = _new(_C_EndQuorumEpochResponse_TopicData)
-    flexible = version >= 1
-    if flexible:
+    if version >= 1:
         self.topic_name, pos = rd_cstring(buf, pos)
-    else:
-        self.topic_name, pos = rd_string(buf, pos)
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field TopicData.partitions was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_EndQuorumEpochResponse_TopicData_PartitionData(buf, pos, version)
-            _a(_o)
-        self.partitions = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field TopicData.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_EndQuorumEpochResponse_TopicData_PartitionData(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.topic_name, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field TopicData.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_EndQuorumEpochResponse_TopicData_PartitionData(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_EndQuorumEpochResponse_TopicData(self, w, version):
-    flexible = version >= 1
-    if flexible:
+    if version >= 1:
         wr_cstring(w, self.topic_name)
-    else:
-        wr_string(w, self.topic_name)
-    _l = self.partitions
-    if _l is None:
-        raise CodecError('non-nullable field TopicData.partitions is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field TopicData.partitions is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_EndQuorumEpochResponse_TopicData_PartitionData(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_EndQuorumEpochResponse_TopicData_PartitionData(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.topic_name)
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field TopicData.partitions is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_EndQuorumEpochResponse_TopicData_PartitionData(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('TopicData: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_EndQuorumEpochResponse_TopicData_PartitionData(buf, pos, version):
     self = _new(_C_EndQuorumEpochResponse_TopicData_PartitionData)
-    flexible = version >= 1
-    self.partition_index, self.error_code, self.leader_id, self.leader_epoch = _u_ihii(buf, pos)
-    pos += 14
-    self.unknown_tagged_fields = None
-    if flexible:
+    if version >= 1:
+        self.partition_index, self.error_code, self.leader_id, self.leader_epoch = _u_ihii(buf, pos)
+        pos += 14
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.partition_index, self.error_code, self.leader_id, self.leader_epoch = _u_ihii(buf, pos)
+        pos += 14
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_EndQuorumEpochResponse_TopicData_PartitionData(self, w, version):
-    flexible = version >= 1
-    w += _p_ihii(self.partition_index, self.error_code, self.leader_id, self.leader_epoch)
-    if flexible:
+    if version >= 1:
+        w += _p_ihii(self.partition_index, self.error_code, self.leader_id, self.leader_epoch)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        w += _p_ihii(self.partition_index, self.error_code, self.leader_id, self.leader_epoch)
         if self.unknown_tagged_fields:
             raise CodecError('PartitionData: tagged fields set, but version ' + str(version) + ' is not flexible')
 

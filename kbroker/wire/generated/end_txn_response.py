@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['EndTxnResponse']
@@ -19,9 +20,9 @@ _new = object.__new__
 _S_ih = _Struct('>ih')
 _u_ih = _S_ih.unpack_from
 _p_ih = _S_ih.pack
-_S_qh = _Struct('>qh')
-_u_qh = _S_qh.unpack_from
-_p_qh = _S_qh.pack
+_S_ihqh = _Struct('>ihqh')
+_u_ihqh = _S_ihqh.unpack_from
+_p_ihqh = _S_ihqh.pack
 
 
 class EndTxnResponse(Message):
@@ -62,35 +63,48 @@ _C_EndTxnResponse = EndTxnResponse
 
 def _read_EndTxnResponse(buf, pos, version):
     self = _new(_C_EndTxnResponse)
-    flexible = version >= 3
-    self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
-    pos += 6
     if version >= 5:
-        self.producer_id, self.producer_epoch = _u_qh(buf, pos)
-        pos += 10
-    else:
-        self.producer_id = -1
-        self.producer_epoch = -1
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.throttle_time_ms, self.error_code, self.producer_id, self.producer_epoch = _u_ihqh(buf, pos)
+        pos += 16
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 3:
+        self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
+        pos += 6
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
+        pos += 6
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_EndTxnResponse(self, w, version):
-    flexible = version >= 3
-    w += _p_ih(self.throttle_time_ms, self.error_code)
     if version >= 5:
-        w += _p_qh(self.producer_id, self.producer_epoch)
-    if flexible:
+        w += _p_ihqh(self.throttle_time_ms, self.error_code, self.producer_id, self.producer_epoch)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 3:
+        w += _p_ih(self.throttle_time_ms, self.error_code)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        w += _p_ih(self.throttle_time_ms, self.error_code)
         if self.unknown_tagged_fields:
             raise CodecError('EndTxnResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,30 +7,46 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['FetchRequest']
 
 _new = object.__new__
-_S_b = _Struct('>b')
-_u_b = _S_b.unpack_from
-_p_b = _S_b.pack
 _S_i = _Struct('>i')
 _u_i = _S_i.unpack_from
 _p_i = _S_i.pack
 _S_ii = _Struct('>ii')
 _u_ii = _S_ii.unpack_from
 _p_ii = _S_ii.pack
+_S_iii = _Struct('>iii')
+_u_iii = _S_iii.unpack_from
+_p_iii = _S_iii.pack
+_S_iiib = _Struct('>iiib')
+_u_iiib = _S_iiib.unpack_from
+_p_iiib = _S_iiib.pack
+_S_iiibii = _Struct('>iiibii')
+_u_iiibii = _S_iiibii.unpack_from
+_p_iiibii = _S_iiibii.pack
+_S_iiq = _Struct('>iiq')
+_u_iiq = _S_iiq.unpack_from
+_p_iiq = _S_iiq.pack
+_S_iiqiqi = _Struct('>iiqiqi')
+_u_iiqiqi = _S_iiqiqi.unpack_from
+_p_iiqiqi = _S_iiqiqi.pack
 _S_iq = _Struct('>iq')
 _u_iq = _S_iq.unpack_from
 _p_iq = _S_iq.pack
 _S_q = _Struct('>q')
 _u_q = _S_q.unpack_from
 _p_q = _S_q.pack
+_S_qi = _Struct('>qi')
+_u_qi = _S_qi.unpack_from
+_p_qi = _S_qi.pack
 
 
 class FetchRequest(Message):
@@ -177,7 +193,7 @@ class FetchRequest(Message):
     def _is_default(self):
         return (self.cluster_id is None
             and self.replica_id == -1
-            and (self.replica_state is not None and self.replica_state._is_default())
+            and (self.replica_state is not None and self.replica_state.replica_id == -1 and self.replica_state.replica_epoch == -1 and not self.replica_state.unknown_tagged_fields)
             and self.max_wait_ms == 0
             and self.min_bytes == 0
             and self.max_bytes == 2147483647
@@ -200,50 +216,23 @@ _C_FetchRequest_ForgottenTopic = FetchRequest.ForgottenTopic
 
 def _read_FetchRequest(buf, pos, version):
     self = _new(_C_FetchRequest)
-    flexible = version >= 12
-    self.cluster_id = None
-    if version <= 14:
-        self.replica_id, = _u_i(buf, pos)
-        pos += 4
-    else:
+    if version >= 15:
+        self.cluster_id = None
         self.replica_id = -1
-    self.replica_state = _C_FetchRequest_ReplicaState()
-    self.max_wait_ms, self.min_bytes = _u_ii(buf, pos)
-    pos += 8
-    if version >= 3:
-        self.max_bytes, = _u_i(buf, pos)
-        pos += 4
-    else:
-        self.max_bytes = 2147483647
-    if version >= 4:
-        self.isolation_level, = _u_b(buf, pos)
-        pos += 1
-    else:
-        self.isolation_level = 0
-    if version >= 7:
-        self.session_id, self.session_epoch = _u_ii(buf, pos)
-        pos += 8
-    else:
-        self.session_id = 0
-        self.session_epoch = -1
-    if flexible:
+        self.replica_state = _C_FetchRequest_ReplicaState()
+        self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch = _u_iiibii(buf, pos)
+        pos += 21
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field FetchRequest.topics was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_FetchRequest_FetchTopic(buf, pos, version)
-            _a(_o)
-        self.topics = _l
-    if version >= 7:
-        if flexible:
-            _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field FetchRequest.topics was serialized as null')
         else:
-            _n, pos = rd_alen(buf, pos)
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_FetchRequest_FetchTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        _n, pos = rd_calen(buf, pos)
         if _n < 0:
             raise CodecError('non-nullable field FetchRequest.forgotten_topics_data was serialized as null')
         else:
@@ -253,21 +242,172 @@ def _read_FetchRequest(buf, pos, version):
                 _o, pos = _read_FetchRequest_ForgottenTopic(buf, pos, version)
                 _a(_o)
             self.forgotten_topics_data = _l
-    else:
-        self.forgotten_topics_data = []
-    if version >= 11:
-        if flexible:
-            self.rack_id, pos = rd_cstring(buf, pos)
-        else:
-            self.rack_id, pos = rd_string(buf, pos)
-    else:
-        self.rack_id = ''
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.rack_id, pos = rd_cstring(buf, pos)
+        self.unknown_tagged_fields = None
         if buf[pos]:
             pos = _tags_FetchRequest(self, buf, pos, version)
         else:
             pos += 1
+    elif version >= 12:
+        self.cluster_id = None
+        self.replica_id, = _u_i(buf, pos)
+        pos += 4
+        self.replica_state = _C_FetchRequest_ReplicaState()
+        self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch = _u_iiibii(buf, pos)
+        pos += 21
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field FetchRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_FetchRequest_FetchTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field FetchRequest.forgotten_topics_data was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_FetchRequest_ForgottenTopic(buf, pos, version)
+                _a(_o)
+            self.forgotten_topics_data = _l
+        self.rack_id, pos = rd_cstring(buf, pos)
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            pos = _tags_FetchRequest(self, buf, pos, version)
+        else:
+            pos += 1
+    elif version >= 11:
+        self.cluster_id = None
+        self.replica_id, = _u_i(buf, pos)
+        pos += 4
+        self.replica_state = _C_FetchRequest_ReplicaState()
+        self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch = _u_iiibii(buf, pos)
+        pos += 21
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field FetchRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_FetchRequest_FetchTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field FetchRequest.forgotten_topics_data was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_FetchRequest_ForgottenTopic(buf, pos, version)
+                _a(_o)
+            self.forgotten_topics_data = _l
+        self.rack_id, pos = rd_string(buf, pos)
+        self.unknown_tagged_fields = None
+    elif version >= 7:
+        self.cluster_id = None
+        self.replica_id, = _u_i(buf, pos)
+        pos += 4
+        self.replica_state = _C_FetchRequest_ReplicaState()
+        self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch = _u_iiibii(buf, pos)
+        pos += 21
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field FetchRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_FetchRequest_FetchTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field FetchRequest.forgotten_topics_data was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_FetchRequest_ForgottenTopic(buf, pos, version)
+                _a(_o)
+            self.forgotten_topics_data = _l
+        self.rack_id = ''
+        self.unknown_tagged_fields = None
+    elif version >= 4:
+        self.cluster_id = None
+        self.replica_id, = _u_i(buf, pos)
+        pos += 4
+        self.replica_state = _C_FetchRequest_ReplicaState()
+        self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level = _u_iiib(buf, pos)
+        pos += 13
+        self.session_id = 0
+        self.session_epoch = -1
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field FetchRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_FetchRequest_FetchTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.forgotten_topics_data = []
+        self.rack_id = ''
+        self.unknown_tagged_fields = None
+    elif version >= 3:
+        self.cluster_id = None
+        self.replica_id, = _u_i(buf, pos)
+        pos += 4
+        self.replica_state = _C_FetchRequest_ReplicaState()
+        self.max_wait_ms, self.min_bytes, self.max_bytes = _u_iii(buf, pos)
+        pos += 12
+        self.isolation_level = 0
+        self.session_id = 0
+        self.session_epoch = -1
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field FetchRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_FetchRequest_FetchTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.forgotten_topics_data = []
+        self.rack_id = ''
+        self.unknown_tagged_fields = None
+    else:
+        self.cluster_id = None
+        self.replica_id, = _u_i(buf, pos)
+        pos += 4
+        self.replica_state = _C_FetchRequest_ReplicaState()
+        self.max_wait_ms, self.min_bytes = _u_ii(buf, pos)
+        pos += 8
+        self.max_bytes = 2147483647
+        self.isolation_level = 0
+        self.session_id = 0
+        self.session_epoch = -1
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field FetchRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_FetchRequest_FetchTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.forgotten_topics_data = []
+        self.rack_id = ''
+        self.unknown_tagged_fields = None
     return self, pos
 
 
@@ -294,64 +434,166 @@ def _tags_FetchRequest(self, buf, pos, version):
 
 
 def _write_FetchRequest(self, w, version):
-    flexible = version >= 12
-    if (version > 14) and not (self.replica_id == -1):
-        raise CodecError('FetchRequest.replica_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 15) and not ((self.replica_state is not None and self.replica_state._is_default())):
-        raise CodecError('FetchRequest.replica_state cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 7) and not ((self.forgotten_topics_data is not None and not self.forgotten_topics_data)):
-        raise CodecError('FetchRequest.forgotten_topics_data cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if version <= 14:
-        w += _p_i(self.replica_id)
-    w += _p_ii(self.max_wait_ms, self.min_bytes)
-    if version >= 3:
-        w += _p_i(self.max_bytes)
-    if version >= 4:
-        w += _p_b(self.isolation_level)
-    if version >= 7:
-        w += _p_ii(self.session_id, self.session_epoch)
-    _l = self.topics
-    if _l is None:
-        raise CodecError('non-nullable field FetchRequest.topics is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+    if version >= 15:
+        if not (self.replica_id == -1):
+            raise CodecError('FetchRequest.replica_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_iiibii(self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field FetchRequest.topics is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_FetchRequest_FetchTopic(_o, w, version)
-    if version >= 7:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_FetchRequest_FetchTopic(_o, w, version)
         _l = self.forgotten_topics_data
         if _l is None:
             raise CodecError('non-nullable field FetchRequest.forgotten_topics_data is None at version ' + str(version))
         else:
-            if flexible:
-                wr_calen(w, len(_l))
-            else:
-                wr_alen(w, len(_l))
+            wr_calen(w, len(_l))
             for _o in _l:
                 _write_FetchRequest_ForgottenTopic(_o, w, version)
-    if version >= 11:
-        if flexible:
-            wr_cstring(w, self.rack_id)
-        else:
-            wr_string(w, self.rack_id)
-    if flexible:
-        _t = []
+        wr_cstring(w, self.rack_id)
+        _t = None
         if not (self.cluster_id is None):
             _v = _Writer()
             wr_cnstring(_v, self.cluster_id)
+            if _t is None:
+                _t = []
             _t.append((0, _v))
-        if version >= 15 and not ((self.replica_state is not None and self.replica_state._is_default())):
+        if not ((self.replica_state is not None and self.replica_state.replica_id == -1 and self.replica_state.replica_epoch == -1 and not self.replica_state.unknown_tagged_fields)):
             _v = _Writer()
             _s = self.replica_state
             if _s is None:
                 raise CodecError('non-nullable field FetchRequest.replica_state is None at version ' + str(version))
             else:
                 _write_FetchRequest_ReplicaState(_s, _v, version)
+            if _t is None:
+                _t = []
             _t.append((1, _v))
-        wr_tags(w, _t, self.unknown_tagged_fields)
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
+        else:
+            wr_tags(w, _t, self.unknown_tagged_fields)
+    elif version >= 12:
+        if not ((self.replica_state is not None and self.replica_state.replica_id == -1 and self.replica_state.replica_epoch == -1 and not self.replica_state.unknown_tagged_fields)):
+            raise CodecError('FetchRequest.replica_state cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.replica_id)
+        w += _p_iiibii(self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field FetchRequest.topics is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_FetchRequest_FetchTopic(_o, w, version)
+        _l = self.forgotten_topics_data
+        if _l is None:
+            raise CodecError('non-nullable field FetchRequest.forgotten_topics_data is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_FetchRequest_ForgottenTopic(_o, w, version)
+        wr_cstring(w, self.rack_id)
+        _t = None
+        if not (self.cluster_id is None):
+            _v = _Writer()
+            wr_cnstring(_v, self.cluster_id)
+            if _t is None:
+                _t = []
+            _t.append((0, _v))
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
+        else:
+            wr_tags(w, _t, self.unknown_tagged_fields)
+    elif version >= 11:
+        if not ((self.replica_state is not None and self.replica_state.replica_id == -1 and self.replica_state.replica_epoch == -1 and not self.replica_state.unknown_tagged_fields)):
+            raise CodecError('FetchRequest.replica_state cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.replica_id)
+        w += _p_iiibii(self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field FetchRequest.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_FetchRequest_FetchTopic(_o, w, version)
+        _l = self.forgotten_topics_data
+        if _l is None:
+            raise CodecError('non-nullable field FetchRequest.forgotten_topics_data is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_FetchRequest_ForgottenTopic(_o, w, version)
+        wr_string(w, self.rack_id)
+        if self.unknown_tagged_fields:
+            raise CodecError('FetchRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 7:
+        if not ((self.replica_state is not None and self.replica_state.replica_id == -1 and self.replica_state.replica_epoch == -1 and not self.replica_state.unknown_tagged_fields)):
+            raise CodecError('FetchRequest.replica_state cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.replica_id)
+        w += _p_iiibii(self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field FetchRequest.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_FetchRequest_FetchTopic(_o, w, version)
+        _l = self.forgotten_topics_data
+        if _l is None:
+            raise CodecError('non-nullable field FetchRequest.forgotten_topics_data is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_FetchRequest_ForgottenTopic(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('FetchRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 4:
+        if not ((self.replica_state is not None and self.replica_state.replica_id == -1 and self.replica_state.replica_epoch == -1 and not self.replica_state.unknown_tagged_fields)):
+            raise CodecError('FetchRequest.replica_state cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.forgotten_topics_data is not None and not self.forgotten_topics_data)):
+            raise CodecError('FetchRequest.forgotten_topics_data cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.replica_id)
+        w += _p_iiib(self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field FetchRequest.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_FetchRequest_FetchTopic(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('FetchRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 3:
+        if not ((self.replica_state is not None and self.replica_state.replica_id == -1 and self.replica_state.replica_epoch == -1 and not self.replica_state.unknown_tagged_fields)):
+            raise CodecError('FetchRequest.replica_state cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.forgotten_topics_data is not None and not self.forgotten_topics_data)):
+            raise CodecError('FetchRequest.forgotten_topics_data cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.replica_id)
+        w += _p_iii(self.max_wait_ms, self.min_bytes, self.max_bytes)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field FetchRequest.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_FetchRequest_FetchTopic(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('FetchRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        if not ((self.replica_state is not None and self.replica_state.replica_id == -1 and self.replica_state.replica_epoch == -1 and not self.replica_state.unknown_tagged_fields)):
+            raise CodecError('FetchRequest.replica_state cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.forgotten_topics_data is not None and not self.forgotten_topics_data)):
+            raise CodecError('FetchRequest.forgotten_topics_data cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.replica_id)
+        w += _p_ii(self.max_wait_ms, self.min_bytes)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field FetchRequest.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_FetchRequest_FetchTopic(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('FetchRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
@@ -378,100 +620,150 @@ def _write_FetchRequest_ReplicaState(self, w, version):
 
 def _read_FetchRequest_FetchTopic(buf, pos, version):
     self = _new(_C_FetchRequest_FetchTopic)
-    flexible = version >= 12
-    if version <= 12:
-        if flexible:
-            self.topic, pos = rd_cstring(buf, pos)
-        else:
-            self.topic, pos = rd_string(buf, pos)
-    else:
-        self.topic = ''
     if version >= 13:
+        self.topic = ''
         self.topic_id, pos = rd_uuid(buf, pos)
-    else:
-        self.topic_id = ZERO_UUID
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field FetchTopic.partitions was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_FetchRequest_FetchTopic_FetchPartition(buf, pos, version)
-            _a(_o)
-        self.partitions = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field FetchTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_FetchRequest_FetchTopic_FetchPartition(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 12:
+        self.topic, pos = rd_cstring(buf, pos)
+        self.topic_id = ZERO_UUID
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field FetchTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_FetchRequest_FetchTopic_FetchPartition(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.topic, pos = rd_string(buf, pos)
+        self.topic_id = ZERO_UUID
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field FetchTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_FetchRequest_FetchTopic_FetchPartition(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_FetchRequest_FetchTopic(self, w, version):
-    flexible = version >= 12
-    if version <= 12:
-        if flexible:
-            wr_cstring(w, self.topic)
-        else:
-            wr_string(w, self.topic)
     if version >= 13:
         w += self.topic_id.bytes
-    _l = self.partitions
-    if _l is None:
-        raise CodecError('non-nullable field FetchTopic.partitions is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field FetchTopic.partitions is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_FetchRequest_FetchTopic_FetchPartition(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_FetchRequest_FetchTopic_FetchPartition(_o, w, version)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 12:
+        wr_cstring(w, self.topic)
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field FetchTopic.partitions is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_FetchRequest_FetchTopic_FetchPartition(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.topic)
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field FetchTopic.partitions is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_FetchRequest_FetchTopic_FetchPartition(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('FetchTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_FetchRequest_FetchTopic_FetchPartition(buf, pos, version):
     self = _new(_C_FetchRequest_FetchTopic_FetchPartition)
-    flexible = version >= 12
-    self.partition, = _u_i(buf, pos)
-    pos += 4
-    if version >= 9:
-        self.current_leader_epoch, = _u_i(buf, pos)
-        pos += 4
-    else:
-        self.current_leader_epoch = -1
-    self.fetch_offset, = _u_q(buf, pos)
-    pos += 8
-    if version >= 12:
-        self.last_fetched_epoch, = _u_i(buf, pos)
-        pos += 4
-    else:
-        self.last_fetched_epoch = -1
-    if version >= 5:
-        self.log_start_offset, = _u_q(buf, pos)
-        pos += 8
-    else:
-        self.log_start_offset = -1
-    self.partition_max_bytes, = _u_i(buf, pos)
-    pos += 4
-    self.replica_directory_id = ZERO_UUID
-    self.unknown_tagged_fields = None
-    if flexible:
+    if version >= 17:
+        self.partition, self.current_leader_epoch, self.fetch_offset, self.last_fetched_epoch, self.log_start_offset, self.partition_max_bytes = _u_iiqiqi(buf, pos)
+        pos += 32
+        self.replica_directory_id = ZERO_UUID
+        self.unknown_tagged_fields = None
         if buf[pos]:
             pos = _tags_FetchRequest_FetchTopic_FetchPartition(self, buf, pos, version)
         else:
             pos += 1
+    elif version >= 12:
+        self.partition, self.current_leader_epoch, self.fetch_offset, self.last_fetched_epoch, self.log_start_offset, self.partition_max_bytes = _u_iiqiqi(buf, pos)
+        pos += 32
+        self.replica_directory_id = ZERO_UUID
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            pos = _tags_FetchRequest_FetchTopic_FetchPartition(self, buf, pos, version)
+        else:
+            pos += 1
+    elif version >= 9:
+        self.partition, self.current_leader_epoch, self.fetch_offset = _u_iiq(buf, pos)
+        pos += 16
+        self.last_fetched_epoch = -1
+        self.log_start_offset, self.partition_max_bytes = _u_qi(buf, pos)
+        pos += 12
+        self.replica_directory_id = ZERO_UUID
+        self.unknown_tagged_fields = None
+    elif version >= 5:
+        self.partition, = _u_i(buf, pos)
+        pos += 4
+        self.current_leader_epoch = -1
+        self.fetch_offset, = _u_q(buf, pos)
+        pos += 8
+        self.last_fetched_epoch = -1
+        self.log_start_offset, self.partition_max_bytes = _u_qi(buf, pos)
+        pos += 12
+        self.replica_directory_id = ZERO_UUID
+        self.unknown_tagged_fields = None
+    else:
+        self.partition, = _u_i(buf, pos)
+        pos += 4
+        self.current_leader_epoch = -1
+        self.fetch_offset, = _u_q(buf, pos)
+        pos += 8
+        self.last_fetched_epoch = -1
+        self.log_start_offset = -1
+        self.partition_max_bytes, = _u_i(buf, pos)
+        pos += 4
+        self.replica_directory_id = ZERO_UUID
+        self.unknown_tagged_fields = None
     return self, pos
 
 
@@ -495,85 +787,115 @@ def _tags_FetchRequest_FetchTopic_FetchPartition(self, buf, pos, version):
 
 
 def _write_FetchRequest_FetchTopic_FetchPartition(self, w, version):
-    flexible = version >= 12
-    if (version < 12) and not (self.last_fetched_epoch == -1):
-        raise CodecError('FetchPartition.last_fetched_epoch cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    w += _p_i(self.partition)
-    if version >= 9:
-        w += _p_i(self.current_leader_epoch)
-    w += _p_q(self.fetch_offset)
-    if version >= 12:
-        w += _p_i(self.last_fetched_epoch)
-    if version >= 5:
-        w += _p_q(self.log_start_offset)
-    w += _p_i(self.partition_max_bytes)
-    if flexible:
-        _t = []
-        if version >= 17 and not (self.replica_directory_id == ZERO_UUID):
+    if version >= 17:
+        w += _p_iiqiqi(self.partition, self.current_leader_epoch, self.fetch_offset, self.last_fetched_epoch, self.log_start_offset, self.partition_max_bytes)
+        _t = None
+        if not (self.replica_directory_id == ZERO_UUID):
             _v = _Writer()
             _v += self.replica_directory_id.bytes
+            if _t is None:
+                _t = []
             _t.append((0, _v))
-        wr_tags(w, _t, self.unknown_tagged_fields)
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
+        else:
+            wr_tags(w, _t, self.unknown_tagged_fields)
+    elif version >= 12:
+        w += _p_iiqiqi(self.partition, self.current_leader_epoch, self.fetch_offset, self.last_fetched_epoch, self.log_start_offset, self.partition_max_bytes)
+        _t = None
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
+        else:
+            wr_tags(w, _t, self.unknown_tagged_fields)
+    elif version >= 9:
+        if not (self.last_fetched_epoch == -1):
+            raise CodecError('FetchPartition.last_fetched_epoch cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_iiq(self.partition, self.current_leader_epoch, self.fetch_offset)
+        w += _p_qi(self.log_start_offset, self.partition_max_bytes)
+        if self.unknown_tagged_fields:
+            raise CodecError('FetchPartition: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 5:
+        if not (self.last_fetched_epoch == -1):
+            raise CodecError('FetchPartition.last_fetched_epoch cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.partition)
+        w += _p_q(self.fetch_offset)
+        w += _p_qi(self.log_start_offset, self.partition_max_bytes)
+        if self.unknown_tagged_fields:
+            raise CodecError('FetchPartition: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        if not (self.last_fetched_epoch == -1):
+            raise CodecError('FetchPartition.last_fetched_epoch cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.partition)
+        w += _p_q(self.fetch_offset)
+        w += _p_i(self.partition_max_bytes)
         if self.unknown_tagged_fields:
             raise CodecError('FetchPartition: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_FetchRequest_ForgottenTopic(buf, pos, version):
     self = _new(_C_FetchRequest_ForgottenTopic)
-    flexible = version >= 12
-    if version <= 12:
-        if flexible:
-            self.topic, pos = rd_cstring(buf, pos)
-        else:
-            self.topic, pos = rd_string(buf, pos)
-    else:
-        self.topic = ''
     if version >= 13:
+        self.topic = ''
         self.topic_id, pos = rd_uuid(buf, pos)
-    else:
-        self.topic_id = ZERO_UUID
-    if flexible:
-        _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field ForgottenTopic.partitions was serialized as null')
-    else:
-        self.partitions, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.partitions, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.partitions is None:
+            raise CodecError('non-nullable field ForgottenTopic.partitions was serialized as null')
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 12:
+        self.topic, pos = rd_cstring(buf, pos)
+        self.topic_id = ZERO_UUID
+        self.partitions, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.partitions is None:
+            raise CodecError('non-nullable field ForgottenTopic.partitions was serialized as null')
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.topic, pos = rd_string(buf, pos)
+        self.topic_id = ZERO_UUID
+        self.partitions, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.partitions is None:
+            raise CodecError('non-nullable field ForgottenTopic.partitions was serialized as null')
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_FetchRequest_ForgottenTopic(self, w, version):
-    flexible = version >= 12
-    if version <= 12:
-        if flexible:
-            wr_cstring(w, self.topic)
-        else:
-            wr_string(w, self.topic)
     if version >= 13:
         w += self.topic_id.bytes
-    _l = self.partitions
-    if _l is None:
-        raise CodecError('non-nullable field ForgottenTopic.partitions is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field ForgottenTopic.partitions is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        wr_fixed_array(w, _l, 'i')
-    if flexible:
+            wr_cfixed_array(w, _l, 'i')
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 12:
+        wr_cstring(w, self.topic)
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field ForgottenTopic.partitions is None at version ' + str(version))
+        else:
+            wr_cfixed_array(w, _l, 'i')
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.topic)
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field ForgottenTopic.partitions is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
         if self.unknown_tagged_fields:
             raise CodecError('ForgottenTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,33 +7,37 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['FetchResponse']
 
 _new = object.__new__
-_S_hi = _Struct('>hi')
-_u_hi = _S_hi.unpack_from
-_p_hi = _S_hi.pack
 _S_i = _Struct('>i')
 _u_i = _S_i.unpack_from
 _p_i = _S_i.pack
+_S_ihi = _Struct('>ihi')
+_u_ihi = _S_ihi.unpack_from
+_p_ihi = _S_ihi.pack
 _S_ihq = _Struct('>ihq')
 _u_ihq = _S_ihq.unpack_from
 _p_ihq = _S_ihq.pack
+_S_ihqq = _Struct('>ihqq')
+_u_ihqq = _S_ihqq.unpack_from
+_p_ihqq = _S_ihqq.pack
+_S_ihqqq = _Struct('>ihqqq')
+_u_ihqqq = _S_ihqqq.unpack_from
+_p_ihqqq = _S_ihqqq.pack
 _S_ii = _Struct('>ii')
 _u_ii = _S_ii.unpack_from
 _p_ii = _S_ii.pack
 _S_iq = _Struct('>iq')
 _u_iq = _S_iq.unpack_from
 _p_iq = _S_iq.pack
-_S_q = _Struct('>q')
-_u_q = _S_q.unpack_from
-_p_q = _S_q.pack
 _S_qi = _Struct('>qi')
 _u_qi = _S_qi.unpack_from
 _p_qi = _S_qi.pack
@@ -190,9 +194,9 @@ class FetchResponse(Message):
             and self.high_watermark == 0
             and self.last_stable_offset == -1
             and self.log_start_offset == -1
-            and (self.diverging_epoch is not None and self.diverging_epoch._is_default())
-            and (self.current_leader is not None and self.current_leader._is_default())
-            and (self.snapshot_id is not None and self.snapshot_id._is_default())
+            and (self.diverging_epoch is not None and self.diverging_epoch.epoch == -1 and self.diverging_epoch.end_offset == -1 and not self.diverging_epoch.unknown_tagged_fields)
+            and (self.current_leader is not None and self.current_leader.leader_id == -1 and self.current_leader.leader_epoch == -1 and not self.current_leader.unknown_tagged_fields)
+            and (self.snapshot_id is not None and self.snapshot_id.end_offset == -1 and self.snapshot_id.epoch == -1 and not self.snapshot_id.unknown_tagged_fields)
             and (self.aborted_transactions is not None and not self.aborted_transactions)
             and self.preferred_read_replica == -1
             and self.records is None
@@ -266,38 +270,92 @@ _C_FetchResponse_NodeEndpoint = FetchResponse.NodeEndpoint
 
 def _read_FetchResponse(buf, pos, version):
     self = _new(_C_FetchResponse)
-    flexible = version >= 12
-    if version >= 1:
-        self.throttle_time_ms, = _u_i(buf, pos)
-        pos += 4
-    else:
-        self.throttle_time_ms = 0
-    if version >= 7:
-        self.error_code, self.session_id = _u_hi(buf, pos)
-        pos += 6
-    else:
-        self.error_code = 0
-        self.session_id = 0
-    if flexible:
+    if version >= 16:
+        self.throttle_time_ms, self.error_code, self.session_id = _u_ihi(buf, pos)
+        pos += 10
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field FetchResponse.responses was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_FetchResponse_FetchableTopicResponse(buf, pos, version)
-            _a(_o)
-        self.responses = _l
-    self.node_endpoints = []
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field FetchResponse.responses was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_FetchResponse_FetchableTopicResponse(buf, pos, version)
+                _a(_o)
+            self.responses = _l
+        self.node_endpoints = []
+        self.unknown_tagged_fields = None
         if buf[pos]:
             pos = _tags_FetchResponse(self, buf, pos, version)
         else:
             pos += 1
+    elif version >= 12:
+        self.throttle_time_ms, self.error_code, self.session_id = _u_ihi(buf, pos)
+        pos += 10
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field FetchResponse.responses was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_FetchResponse_FetchableTopicResponse(buf, pos, version)
+                _a(_o)
+            self.responses = _l
+        self.node_endpoints = []
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            pos = _tags_FetchResponse(self, buf, pos, version)
+        else:
+            pos += 1
+    elif version >= 7:
+        self.throttle_time_ms, self.error_code, self.session_id = _u_ihi(buf, pos)
+        pos += 10
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field FetchResponse.responses was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_FetchResponse_FetchableTopicResponse(buf, pos, version)
+                _a(_o)
+            self.responses = _l
+        self.node_endpoints = []
+        self.unknown_tagged_fields = None
+    elif version >= 1:
+        self.throttle_time_ms, = _u_i(buf, pos)
+        pos += 4
+        self.error_code = 0
+        self.session_id = 0
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field FetchResponse.responses was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_FetchResponse_FetchableTopicResponse(buf, pos, version)
+                _a(_o)
+            self.responses = _l
+        self.node_endpoints = []
+        self.unknown_tagged_fields = None
+    else:
+        self.throttle_time_ms = 0
+        self.error_code = 0
+        self.session_id = 0
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field FetchResponse.responses was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_FetchResponse_FetchableTopicResponse(buf, pos, version)
+                _a(_o)
+            self.responses = _l
+        self.node_endpoints = []
+        self.unknown_tagged_fields = None
     return self, pos
 
 
@@ -330,28 +388,17 @@ def _tags_FetchResponse(self, buf, pos, version):
 
 
 def _write_FetchResponse(self, w, version):
-    flexible = version >= 12
-    if (version < 7) and not (self.session_id == 0):
-        raise CodecError('FetchResponse.session_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 16) and not ((self.node_endpoints is not None and not self.node_endpoints)):
-        raise CodecError('FetchResponse.node_endpoints cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if version >= 1:
-        w += _p_i(self.throttle_time_ms)
-    if version >= 7:
-        w += _p_hi(self.error_code, self.session_id)
-    _l = self.responses
-    if _l is None:
-        raise CodecError('non-nullable field FetchResponse.responses is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+    if version >= 16:
+        w += _p_ihi(self.throttle_time_ms, self.error_code, self.session_id)
+        _l = self.responses
+        if _l is None:
+            raise CodecError('non-nullable field FetchResponse.responses is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_FetchResponse_FetchableTopicResponse(_o, w, version)
-    if flexible:
-        _t = []
-        if version >= 16 and not ((self.node_endpoints is not None and not self.node_endpoints)):
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_FetchResponse_FetchableTopicResponse(_o, w, version)
+        _t = None
+        if not ((self.node_endpoints is not None and not self.node_endpoints)):
             _v = _Writer()
             _l = self.node_endpoints
             if _l is None:
@@ -360,101 +407,177 @@ def _write_FetchResponse(self, w, version):
                 wr_calen(_v, len(_l))
                 for _o in _l:
                     _write_FetchResponse_NodeEndpoint(_o, _v, version)
+            if _t is None:
+                _t = []
             _t.append((0, _v))
-        wr_tags(w, _t, self.unknown_tagged_fields)
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
+        else:
+            wr_tags(w, _t, self.unknown_tagged_fields)
+    elif version >= 12:
+        if not ((self.node_endpoints is not None and not self.node_endpoints)):
+            raise CodecError('FetchResponse.node_endpoints cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_ihi(self.throttle_time_ms, self.error_code, self.session_id)
+        _l = self.responses
+        if _l is None:
+            raise CodecError('non-nullable field FetchResponse.responses is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_FetchResponse_FetchableTopicResponse(_o, w, version)
+        _t = None
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
+        else:
+            wr_tags(w, _t, self.unknown_tagged_fields)
+    elif version >= 7:
+        if not ((self.node_endpoints is not None and not self.node_endpoints)):
+            raise CodecError('FetchResponse.node_endpoints cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_ihi(self.throttle_time_ms, self.error_code, self.session_id)
+        _l = self.responses
+        if _l is None:
+            raise CodecError('non-nullable field FetchResponse.responses is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_FetchResponse_FetchableTopicResponse(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('FetchResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 1:
+        if not (self.session_id == 0):
+            raise CodecError('FetchResponse.session_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.node_endpoints is not None and not self.node_endpoints)):
+            raise CodecError('FetchResponse.node_endpoints cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.throttle_time_ms)
+        _l = self.responses
+        if _l is None:
+            raise CodecError('non-nullable field FetchResponse.responses is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_FetchResponse_FetchableTopicResponse(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('FetchResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        if not (self.session_id == 0):
+            raise CodecError('FetchResponse.session_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.node_endpoints is not None and not self.node_endpoints)):
+            raise CodecError('FetchResponse.node_endpoints cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        _l = self.responses
+        if _l is None:
+            raise CodecError('non-nullable field FetchResponse.responses is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_FetchResponse_FetchableTopicResponse(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('FetchResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_FetchResponse_FetchableTopicResponse(buf, pos, version):
     self = _new(_C_FetchResponse_FetchableTopicResponse)
-    flexible = version >= 12
-    if version <= 12:
-        if flexible:
-            self.topic, pos = rd_cstring(buf, pos)
-        else:
-            self.topic, pos = rd_string(buf, pos)
-    else:
-        self.topic = ''
     if version >= 13:
+        self.topic = ''
         self.topic_id, pos = rd_uuid(buf, pos)
-    else:
-        self.topic_id = ZERO_UUID
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field FetchableTopicResponse.partitions was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_FetchResponse_FetchableTopicResponse_PartitionData(buf, pos, version)
-            _a(_o)
-        self.partitions = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field FetchableTopicResponse.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_FetchResponse_FetchableTopicResponse_PartitionData(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 12:
+        self.topic, pos = rd_cstring(buf, pos)
+        self.topic_id = ZERO_UUID
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field FetchableTopicResponse.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_FetchResponse_FetchableTopicResponse_PartitionData(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.topic, pos = rd_string(buf, pos)
+        self.topic_id = ZERO_UUID
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field FetchableTopicResponse.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_FetchResponse_FetchableTopicResponse_PartitionData(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_FetchResponse_FetchableTopicResponse(self, w, version):
-    flexible = version >= 12
-    if version <= 12:
-        if flexible:
-            wr_cstring(w, self.topic)
-        else:
-            wr_string(w, self.topic)
     if version >= 13:
         w += self.topic_id.bytes
-    _l = self.partitions
-    if _l is None:
-        raise CodecError('non-nullable field FetchableTopicResponse.partitions is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field FetchableTopicResponse.partitions is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_FetchResponse_FetchableTopicResponse_PartitionData(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_FetchResponse_FetchableTopicResponse_PartitionData(_o, w, version)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 12:
+        wr_cstring(w, self.topic)
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field FetchableTopicResponse.partitions is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_FetchResponse_FetchableTopicResponse_PartitionData(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.topic)
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field FetchableTopicResponse.partitions is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_FetchResponse_FetchableTopicResponse_PartitionData(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('FetchableTopicResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_FetchResponse_FetchableTopicResponse_PartitionData(buf, pos, version):
     self = _new(_C_FetchResponse_FetchableTopicResponse_PartitionData)
-    flexible = version >= 12
-    self.partition_index, self.error_code, self.high_watermark = _u_ihq(buf, pos)
-    pos += 14
-    if version >= 4:
-        self.last_stable_offset, = _u_q(buf, pos)
-        pos += 8
-    else:
-        self.last_stable_offset = -1
-    if version >= 5:
-        self.log_start_offset, = _u_q(buf, pos)
-        pos += 8
-    else:
-        self.log_start_offset = -1
-    self.diverging_epoch = _C_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset()
-    self.current_leader = _C_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch()
-    self.snapshot_id = _C_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId()
-    if version >= 4:
-        if flexible:
-            _n, pos = rd_calen(buf, pos)
-        else:
-            _n, pos = rd_alen(buf, pos)
+    if version >= 12:
+        self.partition_index, self.error_code, self.high_watermark, self.last_stable_offset, self.log_start_offset = _u_ihqqq(buf, pos)
+        pos += 30
+        self.diverging_epoch = _C_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset()
+        self.current_leader = _C_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch()
+        self.snapshot_id = _C_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId()
+        _n, pos = rd_calen(buf, pos)
         if _n < 0:
             self.aborted_transactions = None
         else:
@@ -464,23 +587,85 @@ def _read_FetchResponse_FetchableTopicResponse_PartitionData(buf, pos, version):
                 _o, pos = _read_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction(buf, pos, version)
                 _a(_o)
             self.aborted_transactions = _l
-    else:
-        self.aborted_transactions = []
-    if version >= 11:
         self.preferred_read_replica, = _u_i(buf, pos)
         pos += 4
-    else:
-        self.preferred_read_replica = -1
-    if flexible:
         self.records, pos = rd_crecords(buf, pos)
-    else:
-        self.records, pos = rd_records(buf, pos)
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             pos = _tags_FetchResponse_FetchableTopicResponse_PartitionData(self, buf, pos, version)
         else:
             pos += 1
+    elif version >= 11:
+        self.partition_index, self.error_code, self.high_watermark, self.last_stable_offset, self.log_start_offset = _u_ihqqq(buf, pos)
+        pos += 30
+        self.diverging_epoch = _C_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset()
+        self.current_leader = _C_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch()
+        self.snapshot_id = _C_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId()
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            self.aborted_transactions = None
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction(buf, pos, version)
+                _a(_o)
+            self.aborted_transactions = _l
+        self.preferred_read_replica, = _u_i(buf, pos)
+        pos += 4
+        self.records, pos = rd_records(buf, pos)
+        self.unknown_tagged_fields = None
+    elif version >= 5:
+        self.partition_index, self.error_code, self.high_watermark, self.last_stable_offset, self.log_start_offset = _u_ihqqq(buf, pos)
+        pos += 30
+        self.diverging_epoch = _C_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset()
+        self.current_leader = _C_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch()
+        self.snapshot_id = _C_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId()
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            self.aborted_transactions = None
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction(buf, pos, version)
+                _a(_o)
+            self.aborted_transactions = _l
+        self.preferred_read_replica = -1
+        self.records, pos = rd_records(buf, pos)
+        self.unknown_tagged_fields = None
+    elif version >= 4:
+        self.partition_index, self.error_code, self.high_watermark, self.last_stable_offset = _u_ihqq(buf, pos)
+        pos += 22
+        self.log_start_offset = -1
+        self.diverging_epoch = _C_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset()
+        self.current_leader = _C_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch()
+        self.snapshot_id = _C_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId()
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            self.aborted_transactions = None
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction(buf, pos, version)
+                _a(_o)
+            self.aborted_transactions = _l
+        self.preferred_read_replica = -1
+        self.records, pos = rd_records(buf, pos)
+        self.unknown_tagged_fields = None
+    else:
+        self.partition_index, self.error_code, self.high_watermark = _u_ihq(buf, pos)
+        pos += 14
+        self.last_stable_offset = -1
+        self.log_start_offset = -1
+        self.diverging_epoch = _C_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset()
+        self.current_leader = _C_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch()
+        self.snapshot_id = _C_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId()
+        self.aborted_transactions = []
+        self.preferred_read_replica = -1
+        self.records, pos = rd_records(buf, pos)
+        self.unknown_tagged_fields = None
     return self, pos
 
 
@@ -510,68 +695,122 @@ def _tags_FetchResponse_FetchableTopicResponse_PartitionData(self, buf, pos, ver
 
 
 def _write_FetchResponse_FetchableTopicResponse_PartitionData(self, w, version):
-    flexible = version >= 12
-    if (version < 12) and not ((self.diverging_epoch is not None and self.diverging_epoch._is_default())):
-        raise CodecError('PartitionData.diverging_epoch cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 12) and not ((self.current_leader is not None and self.current_leader._is_default())):
-        raise CodecError('PartitionData.current_leader cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 12) and not ((self.snapshot_id is not None and self.snapshot_id._is_default())):
-        raise CodecError('PartitionData.snapshot_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 11) and not (self.preferred_read_replica == -1):
-        raise CodecError('PartitionData.preferred_read_replica cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    w += _p_ihq(self.partition_index, self.error_code, self.high_watermark)
-    if version >= 4:
-        w += _p_q(self.last_stable_offset)
-    if version >= 5:
-        w += _p_q(self.log_start_offset)
-    if version >= 4:
+    if version >= 12:
+        w += _p_ihqqq(self.partition_index, self.error_code, self.high_watermark, self.last_stable_offset, self.log_start_offset)
         _l = self.aborted_transactions
         if _l is None:
-            if flexible:
-                w.append(0)
-            else:
-                w += b'\xff\xff\xff\xff'
+            w.append(0)
         else:
-            if flexible:
-                wr_calen(w, len(_l))
-            else:
-                wr_alen(w, len(_l))
+            wr_calen(w, len(_l))
             for _o in _l:
                 _write_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction(_o, w, version)
-    if version >= 11:
         w += _p_i(self.preferred_read_replica)
-    if flexible:
         wr_crecords(w, self.records)
-    else:
-        wr_records(w, self.records)
-    if flexible:
-        _t = []
-        if not ((self.diverging_epoch is not None and self.diverging_epoch._is_default())):
+        _t = None
+        if not ((self.diverging_epoch is not None and self.diverging_epoch.epoch == -1 and self.diverging_epoch.end_offset == -1 and not self.diverging_epoch.unknown_tagged_fields)):
             _v = _Writer()
             _s = self.diverging_epoch
             if _s is None:
                 raise CodecError('non-nullable field PartitionData.diverging_epoch is None at version ' + str(version))
             else:
                 _write_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset(_s, _v, version)
+            if _t is None:
+                _t = []
             _t.append((0, _v))
-        if not ((self.current_leader is not None and self.current_leader._is_default())):
+        if not ((self.current_leader is not None and self.current_leader.leader_id == -1 and self.current_leader.leader_epoch == -1 and not self.current_leader.unknown_tagged_fields)):
             _v = _Writer()
             _s = self.current_leader
             if _s is None:
                 raise CodecError('non-nullable field PartitionData.current_leader is None at version ' + str(version))
             else:
                 _write_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch(_s, _v, version)
+            if _t is None:
+                _t = []
             _t.append((1, _v))
-        if not ((self.snapshot_id is not None and self.snapshot_id._is_default())):
+        if not ((self.snapshot_id is not None and self.snapshot_id.end_offset == -1 and self.snapshot_id.epoch == -1 and not self.snapshot_id.unknown_tagged_fields)):
             _v = _Writer()
             _s = self.snapshot_id
             if _s is None:
                 raise CodecError('non-nullable field PartitionData.snapshot_id is None at version ' + str(version))
             else:
                 _write_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId(_s, _v, version)
+            if _t is None:
+                _t = []
             _t.append((2, _v))
-        wr_tags(w, _t, self.unknown_tagged_fields)
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
+        else:
+            wr_tags(w, _t, self.unknown_tagged_fields)
+    elif version >= 11:
+        if not ((self.diverging_epoch is not None and self.diverging_epoch.epoch == -1 and self.diverging_epoch.end_offset == -1 and not self.diverging_epoch.unknown_tagged_fields)):
+            raise CodecError('PartitionData.diverging_epoch cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.current_leader is not None and self.current_leader.leader_id == -1 and self.current_leader.leader_epoch == -1 and not self.current_leader.unknown_tagged_fields)):
+            raise CodecError('PartitionData.current_leader cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.snapshot_id is not None and self.snapshot_id.end_offset == -1 and self.snapshot_id.epoch == -1 and not self.snapshot_id.unknown_tagged_fields)):
+            raise CodecError('PartitionData.snapshot_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_ihqqq(self.partition_index, self.error_code, self.high_watermark, self.last_stable_offset, self.log_start_offset)
+        _l = self.aborted_transactions
+        if _l is None:
+            w += b'\xff\xff\xff\xff'
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction(_o, w, version)
+        w += _p_i(self.preferred_read_replica)
+        wr_records(w, self.records)
+        if self.unknown_tagged_fields:
+            raise CodecError('PartitionData: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 5:
+        if not ((self.diverging_epoch is not None and self.diverging_epoch.epoch == -1 and self.diverging_epoch.end_offset == -1 and not self.diverging_epoch.unknown_tagged_fields)):
+            raise CodecError('PartitionData.diverging_epoch cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.current_leader is not None and self.current_leader.leader_id == -1 and self.current_leader.leader_epoch == -1 and not self.current_leader.unknown_tagged_fields)):
+            raise CodecError('PartitionData.current_leader cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.snapshot_id is not None and self.snapshot_id.end_offset == -1 and self.snapshot_id.epoch == -1 and not self.snapshot_id.unknown_tagged_fields)):
+            raise CodecError('PartitionData.snapshot_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.preferred_read_replica == -1):
+            raise CodecError('PartitionData.preferred_read_replica cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_ihqqq(self.partition_index, self.error_code, self.high_watermark, self.last_stable_offset, self.log_start_offset)
+        _l = self.aborted_transactions
+        if _l is None:
+            w += b'\xff\xff\xff\xff'
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction(_o, w, version)
+        wr_records(w, self.records)
+        if self.unknown_tagged_fields:
+            raise CodecError('PartitionData: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 4:
+        if not ((self.diverging_epoch is not None and self.diverging_epoch.epoch == -1 and self.diverging_epoch.end_offset == -1 and not self.diverging_epoch.unknown_tagged_fields)):
+            raise CodecError('PartitionData.diverging_epoch cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.current_leader is not None and self.current_leader.leader_id == -1 and self.current_leader.leader_epoch == -1 and not self.current_leader.unknown_tagged_fields)):
+            raise CodecError('PartitionData.current_leader cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.snapshot_id is not None and self.snapshot_id.end_offset == -1 and self.snapshot_id.epoch == -1 and not self.snapshot_id.unknown_tagged_fields)):
+            raise CodecError('PartitionData.snapshot_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.preferred_read_replica == -1):
+            raise CodecError('PartitionData.preferred_read_replica cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_ihqq(self.partition_index, self.error_code, self.high_watermark, self.last_stable_offset)
+        _l = self.aborted_transactions
+        if _l is None:
+            w += b'\xff\xff\xff\xff'
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction(_o, w, version)
+        wr_records(w, self.records)
+        if self.unknown_tagged_fields:
+            raise CodecError('PartitionData: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        if not ((self.diverging_epoch is not None and self.diverging_epoch.epoch == -1 and self.diverging_epoch.end_offset == -1 and not self.diverging_epoch.unknown_tagged_fields)):
+            raise CodecError('PartitionData.diverging_epoch cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.current_leader is not None and self.current_leader.leader_id == -1 and self.current_leader.leader_epoch == -1 and not self.current_leader.unknown_tagged_fields)):
+            raise CodecError('PartitionData.current_leader cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.snapshot_id is not None and self.snapshot_id.end_offset == -1 and self.snapshot_id.epoch == -1 and not self.snapshot_id.unknown_tagged_fields)):
+            raise CodecError('PartitionData.snapshot_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.preferred_read_replica == -1):
+            raise CodecError('PartitionData.preferred_read_replica cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_ihq(self.partition_index, self.error_code, self.high_watermark)
+        wr_records(w, self.records)
         if self.unknown_tagged_fields:
             raise CodecError('PartitionData: tagged fields set, but version ' + str(version) + ' is not flexible')
 
@@ -638,27 +877,30 @@ def _write_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId(self, w
 
 def _read_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction(buf, pos, version):
     self = _new(_C_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction)
-    flexible = version >= 12
-    self.producer_id, self.first_offset = _u_qq(buf, pos)
-    pos += 16
-    self.unknown_tagged_fields = None
-    if flexible:
+    if version >= 12:
+        self.producer_id, self.first_offset = _u_qq(buf, pos)
+        pos += 16
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.producer_id, self.first_offset = _u_qq(buf, pos)
+        pos += 16
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction(self, w, version):
-    flexible = version >= 12
-    w += _p_qq(self.producer_id, self.first_offset)
-    if flexible:
+    if version >= 12:
+        w += _p_qq(self.producer_id, self.first_offset)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        w += _p_qq(self.producer_id, self.first_offset)
         if self.unknown_tagged_fields:
             raise CodecError('AbortedTransaction: tagged fields set, but version ' + str(version) + ' is not flexible')
 

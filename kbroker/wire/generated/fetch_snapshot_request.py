@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['FetchSnapshotRequest']
@@ -98,7 +99,7 @@ class FetchSnapshotRequest(Message):
             def _is_default(self):
                 return (self.partition == 0
             and self.current_leader_epoch == 0
-            and (self.snapshot_id is not None and self.snapshot_id._is_default())
+            and (self.snapshot_id is not None and self.snapshot_id.end_offset == 0 and self.snapshot_id.epoch == 0 and not self.snapshot_id.unknown_tagged_fields)
             and self.position == 0
             and self.replica_directory_id == ZERO_UUID
             and not self.unknown_tagged_fields)
@@ -186,12 +187,17 @@ def _write_FetchSnapshotRequest(self, w, version):
         wr_calen(w, len(_l))
         for _o in _l:
             _write_FetchSnapshotRequest_TopicSnapshot(_o, w, version)
-    _t = []
+    _t = None
     if not (self.cluster_id is None):
         _v = _Writer()
         wr_cnstring(_v, self.cluster_id)
+        if _t is None:
+            _t = []
         _t.append((0, _v))
-    wr_tags(w, _t, self.unknown_tagged_fields)
+    if _t is None and not self.unknown_tagged_fields:
+        w.append(0)
+    else:
+        wr_tags(w, _t, self.unknown_tagged_fields)
 
 
 def _read_FetchSnapshotRequest_TopicSnapshot(buf, pos, version):
@@ -232,17 +238,30 @@ def _write_FetchSnapshotRequest_TopicSnapshot(self, w, version):
 
 def _read_FetchSnapshotRequest_TopicSnapshot_PartitionSnapshot(buf, pos, version):
     self = _new(_C_FetchSnapshotRequest_TopicSnapshot_PartitionSnapshot)
-    self.partition, self.current_leader_epoch = _u_ii(buf, pos)
-    pos += 8
-    self.snapshot_id, pos = _read_FetchSnapshotRequest_TopicSnapshot_PartitionSnapshot_SnapshotId(buf, pos, version)
-    self.position, = _u_q(buf, pos)
-    pos += 8
-    self.replica_directory_id = ZERO_UUID
-    self.unknown_tagged_fields = None
-    if buf[pos]:
-        pos = _tags_FetchSnapshotRequest_TopicSnapshot_PartitionSnapshot(self, buf, pos, version)
+    if version >= 1:
+        self.partition, self.current_leader_epoch = _u_ii(buf, pos)
+        pos += 8
+        self.snapshot_id, pos = _read_FetchSnapshotRequest_TopicSnapshot_PartitionSnapshot_SnapshotId(buf, pos, version)
+        self.position, = _u_q(buf, pos)
+        pos += 8
+        self.replica_directory_id = ZERO_UUID
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            pos = _tags_FetchSnapshotRequest_TopicSnapshot_PartitionSnapshot(self, buf, pos, version)
+        else:
+            pos += 1
     else:
-        pos += 1
+        self.partition, self.current_leader_epoch = _u_ii(buf, pos)
+        pos += 8
+        self.snapshot_id, pos = _read_FetchSnapshotRequest_TopicSnapshot_PartitionSnapshot_SnapshotId(buf, pos, version)
+        self.position, = _u_q(buf, pos)
+        pos += 8
+        self.replica_directory_id = ZERO_UUID
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            pos = _tags_FetchSnapshotRequest_TopicSnapshot_PartitionSnapshot(self, buf, pos, version)
+        else:
+            pos += 1
     return self, pos
 
 
@@ -266,19 +285,38 @@ def _tags_FetchSnapshotRequest_TopicSnapshot_PartitionSnapshot(self, buf, pos, v
 
 
 def _write_FetchSnapshotRequest_TopicSnapshot_PartitionSnapshot(self, w, version):
-    w += _p_ii(self.partition, self.current_leader_epoch)
-    _s = self.snapshot_id
-    if _s is None:
-        raise CodecError('non-nullable field PartitionSnapshot.snapshot_id is None at version ' + str(version))
+    if version >= 1:
+        w += _p_ii(self.partition, self.current_leader_epoch)
+        _s = self.snapshot_id
+        if _s is None:
+            raise CodecError('non-nullable field PartitionSnapshot.snapshot_id is None at version ' + str(version))
+        else:
+            _write_FetchSnapshotRequest_TopicSnapshot_PartitionSnapshot_SnapshotId(_s, w, version)
+        w += _p_q(self.position)
+        _t = None
+        if not (self.replica_directory_id == ZERO_UUID):
+            _v = _Writer()
+            _v += self.replica_directory_id.bytes
+            if _t is None:
+                _t = []
+            _t.append((0, _v))
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
+        else:
+            wr_tags(w, _t, self.unknown_tagged_fields)
     else:
-        _write_FetchSnapshotRequest_TopicSnapshot_PartitionSnapshot_SnapshotId(_s, w, version)
-    w += _p_q(self.position)
-    _t = []
-    if version >= 1 and not (self.replica_directory_id == ZERO_UUID):
-        _v = _Writer()
-        _v += self.replica_directory_id.bytes
-        _t.append((0, _v))
-    wr_tags(w, _t, self.unknown_tagged_fields)
+        w += _p_ii(self.partition, self.current_leader_epoch)
+        _s = self.snapshot_id
+        if _s is None:
+            raise CodecError('non-nullable field PartitionSnapshot.snapshot_id is None at version ' + str(version))
+        else:
+            _write_FetchSnapshotRequest_TopicSnapshot_PartitionSnapshot_SnapshotId(_s, w, version)
+        w += _p_q(self.position)
+        _t = None
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
+        else:
+            wr_tags(w, _t, self.unknown_tagged_fields)
 
 
 def _read_FetchSnapshotRequest_TopicSnapshot_PartitionSnapshot_SnapshotId(buf, pos, version):

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['FetchSnapshotResponse']
@@ -131,8 +132,8 @@ class FetchSnapshotResponse(Message):
             def _is_default(self):
                 return (self.index == 0
             and self.error_code == 0
-            and (self.snapshot_id is not None and self.snapshot_id._is_default())
-            and (self.current_leader is not None and self.current_leader._is_default())
+            and (self.snapshot_id is not None and self.snapshot_id.end_offset == 0 and self.snapshot_id.epoch == 0 and not self.snapshot_id.unknown_tagged_fields)
+            and (self.current_leader is not None and self.current_leader.leader_id == 0 and self.current_leader.leader_epoch == 0 and not self.current_leader.unknown_tagged_fields)
             and self.size == 0
             and self.position == 0
             and self.unaligned_records is None
@@ -197,24 +198,44 @@ _C_FetchSnapshotResponse_NodeEndpoint = FetchSnapshotResponse.NodeEndpoint
 
 def _read_FetchSnapshotResponse(buf, pos, version):
     self = _new(_C_FetchSnapshotResponse)
-    self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
-    pos += 6
-    _n, pos = rd_calen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field FetchSnapshotResponse.topics was serialized as null')
+    if version >= 1:
+        self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
+        pos += 6
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field FetchSnapshotResponse.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_FetchSnapshotResponse_TopicSnapshot(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.node_endpoints = []
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            pos = _tags_FetchSnapshotResponse(self, buf, pos, version)
+        else:
+            pos += 1
     else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_FetchSnapshotResponse_TopicSnapshot(buf, pos, version)
-            _a(_o)
-        self.topics = _l
-    self.node_endpoints = []
-    self.unknown_tagged_fields = None
-    if buf[pos]:
-        pos = _tags_FetchSnapshotResponse(self, buf, pos, version)
-    else:
-        pos += 1
+        self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
+        pos += 6
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field FetchSnapshotResponse.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_FetchSnapshotResponse_TopicSnapshot(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.node_endpoints = []
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            pos = _tags_FetchSnapshotResponse(self, buf, pos, version)
+        else:
+            pos += 1
     return self, pos
 
 
@@ -247,28 +268,48 @@ def _tags_FetchSnapshotResponse(self, buf, pos, version):
 
 
 def _write_FetchSnapshotResponse(self, w, version):
-    if (version < 1) and not ((self.node_endpoints is not None and not self.node_endpoints)):
-        raise CodecError('FetchSnapshotResponse.node_endpoints cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    w += _p_ih(self.throttle_time_ms, self.error_code)
-    _l = self.topics
-    if _l is None:
-        raise CodecError('non-nullable field FetchSnapshotResponse.topics is None at version ' + str(version))
-    else:
-        wr_calen(w, len(_l))
-        for _o in _l:
-            _write_FetchSnapshotResponse_TopicSnapshot(_o, w, version)
-    _t = []
-    if version >= 1 and not ((self.node_endpoints is not None and not self.node_endpoints)):
-        _v = _Writer()
-        _l = self.node_endpoints
+    if version >= 1:
+        w += _p_ih(self.throttle_time_ms, self.error_code)
+        _l = self.topics
         if _l is None:
-            raise CodecError('non-nullable field FetchSnapshotResponse.node_endpoints is None at version ' + str(version))
+            raise CodecError('non-nullable field FetchSnapshotResponse.topics is None at version ' + str(version))
         else:
-            wr_calen(_v, len(_l))
+            wr_calen(w, len(_l))
             for _o in _l:
-                _write_FetchSnapshotResponse_NodeEndpoint(_o, _v, version)
-        _t.append((0, _v))
-    wr_tags(w, _t, self.unknown_tagged_fields)
+                _write_FetchSnapshotResponse_TopicSnapshot(_o, w, version)
+        _t = None
+        if not ((self.node_endpoints is not None and not self.node_endpoints)):
+            _v = _Writer()
+            _l = self.node_endpoints
+            if _l is None:
+                raise CodecError('non-nullable field FetchSnapshotResponse.node_endpoints is None at version ' + str(version))
+            else:
+                wr_calen(_v, len(_l))
+                for _o in _l:
+                    _write_FetchSnapshotResponse_NodeEndpoint(_o, _v, version)
+            if _t is None:
+                _t = []
+            _t.append((0, _v))
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
+        else:
+            wr_tags(w, _t, self.unknown_tagged_fields)
+    else:
+        if not ((self.node_endpoints is not None and not self.node_endpoints)):
+            raise CodecError('FetchSnapshotResponse.node_endpoints cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_ih(self.throttle_time_ms, self.error_code)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field FetchSnapshotResponse.topics is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_FetchSnapshotResponse_TopicSnapshot(_o, w, version)
+        _t = None
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
+        else:
+            wr_tags(w, _t, self.unknown_tagged_fields)
 
 
 def _read_FetchSnapshotResponse_TopicSnapshot(buf, pos, version):
@@ -356,16 +397,21 @@ def _write_FetchSnapshotResponse_TopicSnapshot_PartitionSnapshot(self, w, versio
     if self.unaligned_records is None:
         raise CodecError('non-nullable field PartitionSnapshot.unaligned_records is None at version ' + str(version))
     wr_crecords(w, self.unaligned_records)
-    _t = []
-    if not ((self.current_leader is not None and self.current_leader._is_default())):
+    _t = None
+    if not ((self.current_leader is not None and self.current_leader.leader_id == 0 and self.current_leader.leader_epoch == 0 and not self.current_leader.unknown_tagged_fields)):
         _v = _Writer()
         _s = self.current_leader
         if _s is None:
             raise CodecError('non-nullable field PartitionSnapshot.current_leader is None at version ' + str(version))
         else:
             _write_FetchSnapshotResponse_TopicSnapshot_PartitionSnapshot_LeaderIdAndEpoch(_s, _v, version)
+        if _t is None:
+            _t = []
         _t.append((0, _v))
-    wr_tags(w, _t, self.unknown_tagged_fields)
+    if _t is None and not self.unknown_tagged_fields:
+        w.append(0)
+    else:
+        wr_tags(w, _t, self.unknown_tagged_fields)
 
 
 def _read_FetchSnapshotResponse_TopicSnapshot_PartitionSnapshot_SnapshotId(buf, pos, version):

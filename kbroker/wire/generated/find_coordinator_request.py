@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['FindCoordinatorRequest']
@@ -56,20 +57,10 @@ _C_FindCoordinatorRequest = FindCoordinatorRequest
 
 def _read_FindCoordinatorRequest(buf, pos, version):
     self = _new(_C_FindCoordinatorRequest)
-    flexible = version >= 3
-    if version <= 3:
-        if flexible:
-            self.key, pos = rd_cstring(buf, pos)
-        else:
-            self.key, pos = rd_string(buf, pos)
-    else:
+    if version >= 4:
         self.key = ''
-    if version >= 1:
         self.key_type, = _u_b(buf, pos)
         pos += 1
-    else:
-        self.key_type = 0
-    if version >= 4:
         _n, pos = rd_calen(buf, pos)
         if _n < 0:
             raise CodecError('non-nullable field FindCoordinatorRequest.coordinator_keys was serialized as null')
@@ -80,33 +71,40 @@ def _read_FindCoordinatorRequest(buf, pos, version):
                 _o, pos = rd_cstring(buf, pos)
                 _a(_o)
             self.coordinator_keys = _l
-    else:
-        self.coordinator_keys = []
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 3:
+        self.key, pos = rd_cstring(buf, pos)
+        self.key_type, = _u_b(buf, pos)
+        pos += 1
+        self.coordinator_keys = []
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 1:
+        self.key, pos = rd_string(buf, pos)
+        self.key_type, = _u_b(buf, pos)
+        pos += 1
+        self.coordinator_keys = []
+        self.unknown_tagged_fields = None
+    else:
+        self.key, pos = rd_string(buf, pos)
+        self.key_type = 0
+        self.coordinator_keys = []
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_FindCoordinatorRequest(self, w, version):
-    flexible = version >= 3
-    if (version > 3) and not (self.key == ''):
-        raise CodecError('FindCoordinatorRequest.key cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 1) and not (self.key_type == 0):
-        raise CodecError('FindCoordinatorRequest.key_type cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 4) and not ((self.coordinator_keys is not None and not self.coordinator_keys)):
-        raise CodecError('FindCoordinatorRequest.coordinator_keys cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if version <= 3:
-        if flexible:
-            wr_cstring(w, self.key)
-        else:
-            wr_string(w, self.key)
-    if version >= 1:
-        w += _p_b(self.key_type)
     if version >= 4:
+        if not (self.key == ''):
+            raise CodecError('FindCoordinatorRequest.key cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_b(self.key_type)
         _l = self.coordinator_keys
         if _l is None:
             raise CodecError('non-nullable field FindCoordinatorRequest.coordinator_keys is None at version ' + str(version))
@@ -114,12 +112,32 @@ def _write_FindCoordinatorRequest(self, w, version):
             wr_calen(w, len(_l))
             for _o in _l:
                 wr_cstring(w, _o)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 3:
+        if not ((self.coordinator_keys is not None and not self.coordinator_keys)):
+            raise CodecError('FindCoordinatorRequest.coordinator_keys cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        wr_cstring(w, self.key)
+        w += _p_b(self.key_type)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 1:
+        if not ((self.coordinator_keys is not None and not self.coordinator_keys)):
+            raise CodecError('FindCoordinatorRequest.coordinator_keys cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        wr_string(w, self.key)
+        w += _p_b(self.key_type)
+        if self.unknown_tagged_fields:
+            raise CodecError('FindCoordinatorRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        if not (self.key_type == 0):
+            raise CodecError('FindCoordinatorRequest.key_type cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.coordinator_keys is not None and not self.coordinator_keys)):
+            raise CodecError('FindCoordinatorRequest.coordinator_keys cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        wr_string(w, self.key)
         if self.unknown_tagged_fields:
             raise CodecError('FindCoordinatorRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 

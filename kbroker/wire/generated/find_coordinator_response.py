@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['FindCoordinatorResponse']
@@ -107,42 +108,14 @@ _C_FindCoordinatorResponse_Coordinator = FindCoordinatorResponse.Coordinator
 
 def _read_FindCoordinatorResponse(buf, pos, version):
     self = _new(_C_FindCoordinatorResponse)
-    flexible = version >= 3
-    if version >= 1:
+    if version >= 4:
         self.throttle_time_ms, = _u_i(buf, pos)
         pos += 4
-    else:
-        self.throttle_time_ms = 0
-    if version <= 3:
-        self.error_code, = _u_h(buf, pos)
-        pos += 2
-    else:
         self.error_code = 0
-    if 1 <= version <= 3:
-        if flexible:
-            self.error_message, pos = rd_cnstring(buf, pos)
-        else:
-            self.error_message, pos = rd_nstring(buf, pos)
-    else:
         self.error_message = ''
-    if version <= 3:
-        self.node_id, = _u_i(buf, pos)
-        pos += 4
-    else:
         self.node_id = 0
-    if version <= 3:
-        if flexible:
-            self.host, pos = rd_cstring(buf, pos)
-        else:
-            self.host, pos = rd_string(buf, pos)
-    else:
         self.host = ''
-    if version <= 3:
-        self.port, = _u_i(buf, pos)
-        pos += 4
-    else:
         self.port = 0
-    if version >= 4:
         _n, pos = rd_calen(buf, pos)
         if _n < 0:
             raise CodecError('non-nullable field FindCoordinatorResponse.coordinators was serialized as null')
@@ -153,48 +126,63 @@ def _read_FindCoordinatorResponse(buf, pos, version):
                 _o, pos = _read_FindCoordinatorResponse_Coordinator(buf, pos, version)
                 _a(_o)
             self.coordinators = _l
-    else:
-        self.coordinators = []
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 3:
+        self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
+        pos += 6
+        self.error_message, pos = rd_cnstring(buf, pos)
+        self.node_id, = _u_i(buf, pos)
+        pos += 4
+        self.host, pos = rd_cstring(buf, pos)
+        self.port, = _u_i(buf, pos)
+        pos += 4
+        self.coordinators = []
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 1:
+        self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
+        pos += 6
+        self.error_message, pos = rd_nstring(buf, pos)
+        self.node_id, = _u_i(buf, pos)
+        pos += 4
+        self.host, pos = rd_string(buf, pos)
+        self.port, = _u_i(buf, pos)
+        pos += 4
+        self.coordinators = []
+        self.unknown_tagged_fields = None
+    else:
+        self.throttle_time_ms = 0
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.error_message = ''
+        self.node_id, = _u_i(buf, pos)
+        pos += 4
+        self.host, pos = rd_string(buf, pos)
+        self.port, = _u_i(buf, pos)
+        pos += 4
+        self.coordinators = []
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_FindCoordinatorResponse(self, w, version):
-    flexible = version >= 3
-    if (version > 3) and not (self.error_code == 0):
-        raise CodecError('FindCoordinatorResponse.error_code cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version > 3) and not (self.node_id == 0):
-        raise CodecError('FindCoordinatorResponse.node_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version > 3) and not (self.host == ''):
-        raise CodecError('FindCoordinatorResponse.host cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version > 3) and not (self.port == 0):
-        raise CodecError('FindCoordinatorResponse.port cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 4) and not ((self.coordinators is not None and not self.coordinators)):
-        raise CodecError('FindCoordinatorResponse.coordinators cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if version >= 1:
-        w += _p_i(self.throttle_time_ms)
-    if version <= 3:
-        w += _p_h(self.error_code)
-    if 1 <= version <= 3:
-        if flexible:
-            wr_cnstring(w, self.error_message)
-        else:
-            wr_nstring(w, self.error_message)
-    if version <= 3:
-        w += _p_i(self.node_id)
-    if version <= 3:
-        if flexible:
-            wr_cstring(w, self.host)
-        else:
-            wr_string(w, self.host)
-    if version <= 3:
-        w += _p_i(self.port)
     if version >= 4:
+        if not (self.error_code == 0):
+            raise CodecError('FindCoordinatorResponse.error_code cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.node_id == 0):
+            raise CodecError('FindCoordinatorResponse.node_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.host == ''):
+            raise CodecError('FindCoordinatorResponse.host cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.port == 0):
+            raise CodecError('FindCoordinatorResponse.port cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.throttle_time_ms)
         _l = self.coordinators
         if _l is None:
             raise CodecError('non-nullable field FindCoordinatorResponse.coordinators is None at version ' + str(version))
@@ -202,12 +190,39 @@ def _write_FindCoordinatorResponse(self, w, version):
             wr_calen(w, len(_l))
             for _o in _l:
                 _write_FindCoordinatorResponse_Coordinator(_o, w, version)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 3:
+        if not ((self.coordinators is not None and not self.coordinators)):
+            raise CodecError('FindCoordinatorResponse.coordinators cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_ih(self.throttle_time_ms, self.error_code)
+        wr_cnstring(w, self.error_message)
+        w += _p_i(self.node_id)
+        wr_cstring(w, self.host)
+        w += _p_i(self.port)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 1:
+        if not ((self.coordinators is not None and not self.coordinators)):
+            raise CodecError('FindCoordinatorResponse.coordinators cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_ih(self.throttle_time_ms, self.error_code)
+        wr_nstring(w, self.error_message)
+        w += _p_i(self.node_id)
+        wr_string(w, self.host)
+        w += _p_i(self.port)
+        if self.unknown_tagged_fields:
+            raise CodecError('FindCoordinatorResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        if not ((self.coordinators is not None and not self.coordinators)):
+            raise CodecError('FindCoordinatorResponse.coordinators cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_h(self.error_code)
+        w += _p_i(self.node_id)
+        wr_string(w, self.host)
+        w += _p_i(self.port)
         if self.unknown_tagged_fields:
             raise CodecError('FindCoordinatorResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['GetTelemetrySubscriptionsResponse']
@@ -85,11 +86,9 @@ def _read_GetTelemetrySubscriptionsResponse(buf, pos, version):
     self.client_instance_id, pos = rd_uuid(buf, pos)
     self.subscription_id, = _u_i(buf, pos)
     pos += 4
-    _n, pos = rd_calen(buf, pos)
-    if _n < 0:
+    self.accepted_compression_types, pos = rd_cfixed_array(buf, pos, 'b', 1)
+    if self.accepted_compression_types is None:
         raise CodecError('non-nullable field GetTelemetrySubscriptionsResponse.accepted_compression_types was serialized as null')
-    else:
-        self.accepted_compression_types, pos = rd_fixed_array(buf, pos, _n, 'b', 1)
     self.push_interval_ms, self.telemetry_max_bytes, self.delta_temporality = _u_iiz(buf, pos)
     pos += 9
     _n, pos = rd_calen(buf, pos)
@@ -118,8 +117,7 @@ def _write_GetTelemetrySubscriptionsResponse(self, w, version):
     if _l is None:
         raise CodecError('non-nullable field GetTelemetrySubscriptionsResponse.accepted_compression_types is None at version ' + str(version))
     else:
-        wr_calen(w, len(_l))
-        wr_fixed_array(w, _l, 'b')
+        wr_cfixed_array(w, _l, 'b')
     w += _p_iiz(self.push_interval_ms, self.telemetry_max_bytes, self.delta_temporality)
     _l = self.requested_metrics
     if _l is None:

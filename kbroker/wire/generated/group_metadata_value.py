@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['GroupMetadataValue']
@@ -19,6 +20,9 @@ _new = object.__new__
 _S_i = _Struct('>i')
 _u_i = _S_i.unpack_from
 _p_i = _S_i.pack
+_S_ii = _Struct('>ii')
+_u_ii = _S_ii.unpack_from
+_p_ii = _S_ii.pack
 _S_q = _Struct('>q')
 _u_q = _S_q.unpack_from
 _p_q = _S_q.pack
@@ -107,167 +111,207 @@ _C_GroupMetadataValue_MemberMetadata = GroupMetadataValue.MemberMetadata
 
 def _read_GroupMetadataValue(buf, pos, version):
     self = _new(_C_GroupMetadataValue)
-    flexible = version >= 4
-    if flexible:
+    if version >= 4:
         self.protocol_type, pos = rd_cstring(buf, pos)
-    else:
-        self.protocol_type, pos = rd_string(buf, pos)
-    self.generation, = _u_i(buf, pos)
-    pos += 4
-    if flexible:
+        self.generation, = _u_i(buf, pos)
+        pos += 4
         self.protocol, pos = rd_cnstring(buf, pos)
-    else:
-        self.protocol, pos = rd_nstring(buf, pos)
-    if flexible:
         self.leader, pos = rd_cnstring(buf, pos)
-    else:
-        self.leader, pos = rd_nstring(buf, pos)
-    if version >= 2:
         self.current_state_timestamp, = _u_q(buf, pos)
         pos += 8
-    else:
-        self.current_state_timestamp = -1
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field GroupMetadataValue.members was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_GroupMetadataValue_MemberMetadata(buf, pos, version)
-            _a(_o)
-        self.members = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field GroupMetadataValue.members was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_GroupMetadataValue_MemberMetadata(buf, pos, version)
+                _a(_o)
+            self.members = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 2:
+        self.protocol_type, pos = rd_string(buf, pos)
+        self.generation, = _u_i(buf, pos)
+        pos += 4
+        self.protocol, pos = rd_nstring(buf, pos)
+        self.leader, pos = rd_nstring(buf, pos)
+        self.current_state_timestamp, = _u_q(buf, pos)
+        pos += 8
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field GroupMetadataValue.members was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_GroupMetadataValue_MemberMetadata(buf, pos, version)
+                _a(_o)
+            self.members = _l
+        self.unknown_tagged_fields = None
+    else:
+        self.protocol_type, pos = rd_string(buf, pos)
+        self.generation, = _u_i(buf, pos)
+        pos += 4
+        self.protocol, pos = rd_nstring(buf, pos)
+        self.leader, pos = rd_nstring(buf, pos)
+        self.current_state_timestamp = -1
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field GroupMetadataValue.members was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_GroupMetadataValue_MemberMetadata(buf, pos, version)
+                _a(_o)
+            self.members = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_GroupMetadataValue(self, w, version):
-    flexible = version >= 4
-    if flexible:
+    if version >= 4:
         wr_cstring(w, self.protocol_type)
-    else:
-        wr_string(w, self.protocol_type)
-    w += _p_i(self.generation)
-    if flexible:
+        w += _p_i(self.generation)
         wr_cnstring(w, self.protocol)
-    else:
-        wr_nstring(w, self.protocol)
-    if flexible:
         wr_cnstring(w, self.leader)
-    else:
-        wr_nstring(w, self.leader)
-    if version >= 2:
         w += _p_q(self.current_state_timestamp)
-    _l = self.members
-    if _l is None:
-        raise CodecError('non-nullable field GroupMetadataValue.members is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.members
+        if _l is None:
+            raise CodecError('non-nullable field GroupMetadataValue.members is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_GroupMetadataValue_MemberMetadata(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_GroupMetadataValue_MemberMetadata(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 2:
+        wr_string(w, self.protocol_type)
+        w += _p_i(self.generation)
+        wr_nstring(w, self.protocol)
+        wr_nstring(w, self.leader)
+        w += _p_q(self.current_state_timestamp)
+        _l = self.members
+        if _l is None:
+            raise CodecError('non-nullable field GroupMetadataValue.members is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_GroupMetadataValue_MemberMetadata(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('GroupMetadataValue: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        wr_string(w, self.protocol_type)
+        w += _p_i(self.generation)
+        wr_nstring(w, self.protocol)
+        wr_nstring(w, self.leader)
+        _l = self.members
+        if _l is None:
+            raise CodecError('non-nullable field GroupMetadataValue.members is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_GroupMetadataValue_MemberMetadata(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('GroupMetadataValue: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_GroupMetadataValue_MemberMetadata(buf, pos, version):
     self = _new(_C_GroupMetadataValue_MemberMetadata)
-    flexible = version >= 4
-    if flexible:
+    if version >= 4:
         self.member_id, pos = rd_cstring(buf, pos)
-    else:
-        self.member_id, pos = rd_string(buf, pos)
-    if version >= 3:
-        if flexible:
-            self.group_instance_id, pos = rd_cnstring(buf, pos)
-        else:
-            self.group_instance_id, pos = rd_nstring(buf, pos)
-    else:
-        self.group_instance_id = None
-    if flexible:
+        self.group_instance_id, pos = rd_cnstring(buf, pos)
         self.client_id, pos = rd_cstring(buf, pos)
-    else:
-        self.client_id, pos = rd_string(buf, pos)
-    if flexible:
         self.client_host, pos = rd_cstring(buf, pos)
-    else:
-        self.client_host, pos = rd_string(buf, pos)
-    if version >= 1:
-        self.rebalance_timeout, = _u_i(buf, pos)
-        pos += 4
-    else:
-        self.rebalance_timeout = -1
-    self.session_timeout, = _u_i(buf, pos)
-    pos += 4
-    if flexible:
+        self.rebalance_timeout, self.session_timeout = _u_ii(buf, pos)
+        pos += 8
         self.subscription, pos = rd_cbytes(buf, pos)
-    else:
-        self.subscription, pos = rd_bytes(buf, pos)
-    if flexible:
         self.assignment, pos = rd_cbytes(buf, pos)
-    else:
-        self.assignment, pos = rd_bytes(buf, pos)
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 3:
+        self.member_id, pos = rd_string(buf, pos)
+        self.group_instance_id, pos = rd_nstring(buf, pos)
+        self.client_id, pos = rd_string(buf, pos)
+        self.client_host, pos = rd_string(buf, pos)
+        self.rebalance_timeout, self.session_timeout = _u_ii(buf, pos)
+        pos += 8
+        self.subscription, pos = rd_bytes(buf, pos)
+        self.assignment, pos = rd_bytes(buf, pos)
+        self.unknown_tagged_fields = None
+    elif version >= 1:
+        self.member_id, pos = rd_string(buf, pos)
+        self.group_instance_id = None
+        self.client_id, pos = rd_string(buf, pos)
+        self.client_host, pos = rd_string(buf, pos)
+        self.rebalance_timeout, self.session_timeout = _u_ii(buf, pos)
+        pos += 8
+        self.subscription, pos = rd_bytes(buf, pos)
+        self.assignment, pos = rd_bytes(buf, pos)
+        self.unknown_tagged_fields = None
+    else:
+        self.member_id, pos = rd_string(buf, pos)
+        self.group_instance_id = None
+        self.client_id, pos = rd_string(buf, pos)
+        self.client_host, pos = rd_string(buf, pos)
+        self.rebalance_timeout = -1
+        self.session_timeout, = _u_i(buf, pos)
+        pos += 4
+        self.subscription, pos = rd_bytes(buf, pos)
+        self.assignment, pos = rd_bytes(buf, pos)
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_GroupMetadataValue_MemberMetadata(self, w, version):
-    flexible = version >= 4
-    if flexible:
+    if version >= 4:
         wr_cstring(w, self.member_id)
-    else:
-        wr_string(w, self.member_id)
-    if version >= 3:
-        if flexible:
-            wr_cnstring(w, self.group_instance_id)
-        else:
-            wr_nstring(w, self.group_instance_id)
-    if flexible:
+        wr_cnstring(w, self.group_instance_id)
         wr_cstring(w, self.client_id)
-    else:
-        wr_string(w, self.client_id)
-    if flexible:
         wr_cstring(w, self.client_host)
-    else:
-        wr_string(w, self.client_host)
-    if version >= 1:
-        w += _p_i(self.rebalance_timeout)
-    w += _p_i(self.session_timeout)
-    if flexible:
+        w += _p_ii(self.rebalance_timeout, self.session_timeout)
         wr_cbytes(w, self.subscription)
-    else:
-        wr_bytes(w, self.subscription)
-    if flexible:
         wr_cbytes(w, self.assignment)
-    else:
-        wr_bytes(w, self.assignment)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 3:
+        wr_string(w, self.member_id)
+        wr_nstring(w, self.group_instance_id)
+        wr_string(w, self.client_id)
+        wr_string(w, self.client_host)
+        w += _p_ii(self.rebalance_timeout, self.session_timeout)
+        wr_bytes(w, self.subscription)
+        wr_bytes(w, self.assignment)
+        if self.unknown_tagged_fields:
+            raise CodecError('MemberMetadata: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 1:
+        wr_string(w, self.member_id)
+        wr_string(w, self.client_id)
+        wr_string(w, self.client_host)
+        w += _p_ii(self.rebalance_timeout, self.session_timeout)
+        wr_bytes(w, self.subscription)
+        wr_bytes(w, self.assignment)
+        if self.unknown_tagged_fields:
+            raise CodecError('MemberMetadata: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        wr_string(w, self.member_id)
+        wr_string(w, self.client_id)
+        wr_string(w, self.client_host)
+        w += _p_i(self.session_timeout)
+        wr_bytes(w, self.subscription)
+        wr_bytes(w, self.assignment)
         if self.unknown_tagged_fields:
             raise CodecError('MemberMetadata: tagged fields set, but version ' + str(version) + ' is not flexible')
 

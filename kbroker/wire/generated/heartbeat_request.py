@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['HeartbeatRequest']
@@ -59,57 +60,57 @@ _C_HeartbeatRequest = HeartbeatRequest
 
 def _read_HeartbeatRequest(buf, pos, version):
     self = _new(_C_HeartbeatRequest)
-    flexible = version >= 4
-    if flexible:
+    if version >= 4:
         self.group_id, pos = rd_cstring(buf, pos)
-    else:
-        self.group_id, pos = rd_string(buf, pos)
-    self.generation_id, = _u_i(buf, pos)
-    pos += 4
-    if flexible:
+        self.generation_id, = _u_i(buf, pos)
+        pos += 4
         self.member_id, pos = rd_cstring(buf, pos)
-    else:
-        self.member_id, pos = rd_string(buf, pos)
-    if version >= 3:
-        if flexible:
-            self.group_instance_id, pos = rd_cnstring(buf, pos)
-        else:
-            self.group_instance_id, pos = rd_nstring(buf, pos)
-    else:
-        self.group_instance_id = None
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.group_instance_id, pos = rd_cnstring(buf, pos)
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 3:
+        self.group_id, pos = rd_string(buf, pos)
+        self.generation_id, = _u_i(buf, pos)
+        pos += 4
+        self.member_id, pos = rd_string(buf, pos)
+        self.group_instance_id, pos = rd_nstring(buf, pos)
+        self.unknown_tagged_fields = None
+    else:
+        self.group_id, pos = rd_string(buf, pos)
+        self.generation_id, = _u_i(buf, pos)
+        pos += 4
+        self.member_id, pos = rd_string(buf, pos)
+        self.group_instance_id = None
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_HeartbeatRequest(self, w, version):
-    flexible = version >= 4
-    if (version < 3) and not (self.group_instance_id is None):
-        raise CodecError('HeartbeatRequest.group_instance_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if flexible:
+    if version >= 4:
         wr_cstring(w, self.group_id)
-    else:
-        wr_string(w, self.group_id)
-    w += _p_i(self.generation_id)
-    if flexible:
+        w += _p_i(self.generation_id)
         wr_cstring(w, self.member_id)
-    else:
-        wr_string(w, self.member_id)
-    if version >= 3:
-        if flexible:
-            wr_cnstring(w, self.group_instance_id)
-        else:
-            wr_nstring(w, self.group_instance_id)
-    if flexible:
+        wr_cnstring(w, self.group_instance_id)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 3:
+        wr_string(w, self.group_id)
+        w += _p_i(self.generation_id)
+        wr_string(w, self.member_id)
+        wr_nstring(w, self.group_instance_id)
+        if self.unknown_tagged_fields:
+            raise CodecError('HeartbeatRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        if not (self.group_instance_id is None):
+            raise CodecError('HeartbeatRequest.group_instance_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        wr_string(w, self.group_id)
+        w += _p_i(self.generation_id)
+        wr_string(w, self.member_id)
         if self.unknown_tagged_fields:
             raise CodecError('HeartbeatRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['HeartbeatResponse']
@@ -19,9 +20,9 @@ _new = object.__new__
 _S_h = _Struct('>h')
 _u_h = _S_h.unpack_from
 _p_h = _S_h.pack
-_S_i = _Struct('>i')
-_u_i = _S_i.unpack_from
-_p_i = _S_i.pack
+_S_ih = _Struct('>ih')
+_u_ih = _S_ih.unpack_from
+_p_ih = _S_ih.pack
 
 
 class HeartbeatResponse(Message):
@@ -56,34 +57,39 @@ _C_HeartbeatResponse = HeartbeatResponse
 
 def _read_HeartbeatResponse(buf, pos, version):
     self = _new(_C_HeartbeatResponse)
-    flexible = version >= 4
-    if version >= 1:
-        self.throttle_time_ms, = _u_i(buf, pos)
-        pos += 4
-    else:
-        self.throttle_time_ms = 0
-    self.error_code, = _u_h(buf, pos)
-    pos += 2
-    self.unknown_tagged_fields = None
-    if flexible:
+    if version >= 4:
+        self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
+        pos += 6
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 1:
+        self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
+        pos += 6
+        self.unknown_tagged_fields = None
+    else:
+        self.throttle_time_ms = 0
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_HeartbeatResponse(self, w, version):
-    flexible = version >= 4
-    if version >= 1:
-        w += _p_i(self.throttle_time_ms)
-    w += _p_h(self.error_code)
-    if flexible:
+    if version >= 4:
+        w += _p_ih(self.throttle_time_ms, self.error_code)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 1:
+        w += _p_ih(self.throttle_time_ms, self.error_code)
+        if self.unknown_tagged_fields:
+            raise CodecError('HeartbeatResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        w += _p_h(self.error_code)
         if self.unknown_tagged_fields:
             raise CodecError('HeartbeatResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 

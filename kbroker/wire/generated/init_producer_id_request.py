@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['InitProducerIdRequest']
@@ -19,9 +20,9 @@ _new = object.__new__
 _S_i = _Struct('>i')
 _u_i = _S_i.unpack_from
 _p_i = _S_i.pack
-_S_qh = _Struct('>qh')
-_u_qh = _S_qh.unpack_from
-_p_qh = _S_qh.pack
+_S_iqh = _Struct('>iqh')
+_u_iqh = _S_iqh.unpack_from
+_p_iqh = _S_iqh.pack
 
 
 class InitProducerIdRequest(Message):
@@ -62,47 +63,62 @@ _C_InitProducerIdRequest = InitProducerIdRequest
 
 def _read_InitProducerIdRequest(buf, pos, version):
     self = _new(_C_InitProducerIdRequest)
-    flexible = version >= 2
-    if flexible:
-        self.transactional_id, pos = rd_cnstring(buf, pos)
-    else:
-        self.transactional_id, pos = rd_nstring(buf, pos)
-    self.transaction_timeout_ms, = _u_i(buf, pos)
-    pos += 4
     if version >= 3:
-        self.producer_id, self.producer_epoch = _u_qh(buf, pos)
-        pos += 10
-    else:
-        self.producer_id = -1
-        self.producer_epoch = -1
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.transactional_id, pos = rd_cnstring(buf, pos)
+        self.transaction_timeout_ms, self.producer_id, self.producer_epoch = _u_iqh(buf, pos)
+        pos += 14
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 2:
+        self.transactional_id, pos = rd_cnstring(buf, pos)
+        self.transaction_timeout_ms, = _u_i(buf, pos)
+        pos += 4
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.transactional_id, pos = rd_nstring(buf, pos)
+        self.transaction_timeout_ms, = _u_i(buf, pos)
+        pos += 4
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_InitProducerIdRequest(self, w, version):
-    flexible = version >= 2
-    if (version < 3) and not (self.producer_id == -1):
-        raise CodecError('InitProducerIdRequest.producer_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 3) and not (self.producer_epoch == -1):
-        raise CodecError('InitProducerIdRequest.producer_epoch cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if flexible:
-        wr_cnstring(w, self.transactional_id)
-    else:
-        wr_nstring(w, self.transactional_id)
-    w += _p_i(self.transaction_timeout_ms)
     if version >= 3:
-        w += _p_qh(self.producer_id, self.producer_epoch)
-    if flexible:
+        wr_cnstring(w, self.transactional_id)
+        w += _p_iqh(self.transaction_timeout_ms, self.producer_id, self.producer_epoch)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 2:
+        if not (self.producer_id == -1):
+            raise CodecError('InitProducerIdRequest.producer_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.producer_epoch == -1):
+            raise CodecError('InitProducerIdRequest.producer_epoch cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        wr_cnstring(w, self.transactional_id)
+        w += _p_i(self.transaction_timeout_ms)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        if not (self.producer_id == -1):
+            raise CodecError('InitProducerIdRequest.producer_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.producer_epoch == -1):
+            raise CodecError('InitProducerIdRequest.producer_epoch cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        wr_nstring(w, self.transactional_id)
+        w += _p_i(self.transaction_timeout_ms)
         if self.unknown_tagged_fields:
             raise CodecError('InitProducerIdRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['InitProducerIdResponse']
@@ -59,27 +60,30 @@ _C_InitProducerIdResponse = InitProducerIdResponse
 
 def _read_InitProducerIdResponse(buf, pos, version):
     self = _new(_C_InitProducerIdResponse)
-    flexible = version >= 2
-    self.throttle_time_ms, self.error_code, self.producer_id, self.producer_epoch = _u_ihqh(buf, pos)
-    pos += 16
-    self.unknown_tagged_fields = None
-    if flexible:
+    if version >= 2:
+        self.throttle_time_ms, self.error_code, self.producer_id, self.producer_epoch = _u_ihqh(buf, pos)
+        pos += 16
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.throttle_time_ms, self.error_code, self.producer_id, self.producer_epoch = _u_ihqh(buf, pos)
+        pos += 16
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_InitProducerIdResponse(self, w, version):
-    flexible = version >= 2
-    w += _p_ihqh(self.throttle_time_ms, self.error_code, self.producer_id, self.producer_epoch)
-    if flexible:
+    if version >= 2:
+        w += _p_ihqh(self.throttle_time_ms, self.error_code, self.producer_id, self.producer_epoch)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        w += _p_ihqh(self.throttle_time_ms, self.error_code, self.producer_id, self.producer_epoch)
         if self.unknown_tagged_fields:
             raise CodecError('InitProducerIdResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['JoinGroupRequest']
@@ -19,6 +20,9 @@ _new = object.__new__
 _S_i = _Struct('>i')
 _u_i = _S_i.unpack_from
 _p_i = _S_i.pack
+_S_ii = _Struct('>ii')
+_u_ii = _S_ii.unpack_from
+_p_ii = _S_ii.pack
 
 
 class JoinGroupRequest(Message):
@@ -92,141 +96,226 @@ _C_JoinGroupRequest_JoinGroupRequestProtocol = JoinGroupRequest.JoinGroupRequest
 
 def _read_JoinGroupRequest(buf, pos, version):
     self = _new(_C_JoinGroupRequest)
-    flexible = version >= 6
-    if flexible:
-        self.group_id, pos = rd_cstring(buf, pos)
-    else:
-        self.group_id, pos = rd_string(buf, pos)
-    self.session_timeout_ms, = _u_i(buf, pos)
-    pos += 4
-    if version >= 1:
-        self.rebalance_timeout_ms, = _u_i(buf, pos)
-        pos += 4
-    else:
-        self.rebalance_timeout_ms = -1
-    if flexible:
-        self.member_id, pos = rd_cstring(buf, pos)
-    else:
-        self.member_id, pos = rd_string(buf, pos)
-    if version >= 5:
-        if flexible:
-            self.group_instance_id, pos = rd_cnstring(buf, pos)
-        else:
-            self.group_instance_id, pos = rd_nstring(buf, pos)
-    else:
-        self.group_instance_id = None
-    if flexible:
-        self.protocol_type, pos = rd_cstring(buf, pos)
-    else:
-        self.protocol_type, pos = rd_string(buf, pos)
-    if flexible:
-        _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field JoinGroupRequest.protocols was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_JoinGroupRequest_JoinGroupRequestProtocol(buf, pos, version)
-            _a(_o)
-        self.protocols = _l
     if version >= 8:
+        self.group_id, pos = rd_cstring(buf, pos)
+        self.session_timeout_ms, self.rebalance_timeout_ms = _u_ii(buf, pos)
+        pos += 8
+        self.member_id, pos = rd_cstring(buf, pos)
+        self.group_instance_id, pos = rd_cnstring(buf, pos)
+        self.protocol_type, pos = rd_cstring(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field JoinGroupRequest.protocols was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_JoinGroupRequest_JoinGroupRequestProtocol(buf, pos, version)
+                _a(_o)
+            self.protocols = _l
         self.reason, pos = rd_cnstring(buf, pos)
-    else:
-        self.reason = None
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 6:
+        self.group_id, pos = rd_cstring(buf, pos)
+        self.session_timeout_ms, self.rebalance_timeout_ms = _u_ii(buf, pos)
+        pos += 8
+        self.member_id, pos = rd_cstring(buf, pos)
+        self.group_instance_id, pos = rd_cnstring(buf, pos)
+        self.protocol_type, pos = rd_cstring(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field JoinGroupRequest.protocols was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_JoinGroupRequest_JoinGroupRequestProtocol(buf, pos, version)
+                _a(_o)
+            self.protocols = _l
+        self.reason = None
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 5:
+        self.group_id, pos = rd_string(buf, pos)
+        self.session_timeout_ms, self.rebalance_timeout_ms = _u_ii(buf, pos)
+        pos += 8
+        self.member_id, pos = rd_string(buf, pos)
+        self.group_instance_id, pos = rd_nstring(buf, pos)
+        self.protocol_type, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field JoinGroupRequest.protocols was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_JoinGroupRequest_JoinGroupRequestProtocol(buf, pos, version)
+                _a(_o)
+            self.protocols = _l
+        self.reason = None
+        self.unknown_tagged_fields = None
+    elif version >= 1:
+        self.group_id, pos = rd_string(buf, pos)
+        self.session_timeout_ms, self.rebalance_timeout_ms = _u_ii(buf, pos)
+        pos += 8
+        self.member_id, pos = rd_string(buf, pos)
+        self.group_instance_id = None
+        self.protocol_type, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field JoinGroupRequest.protocols was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_JoinGroupRequest_JoinGroupRequestProtocol(buf, pos, version)
+                _a(_o)
+            self.protocols = _l
+        self.reason = None
+        self.unknown_tagged_fields = None
+    else:
+        self.group_id, pos = rd_string(buf, pos)
+        self.session_timeout_ms, = _u_i(buf, pos)
+        pos += 4
+        self.rebalance_timeout_ms = -1
+        self.member_id, pos = rd_string(buf, pos)
+        self.group_instance_id = None
+        self.protocol_type, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field JoinGroupRequest.protocols was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_JoinGroupRequest_JoinGroupRequestProtocol(buf, pos, version)
+                _a(_o)
+            self.protocols = _l
+        self.reason = None
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_JoinGroupRequest(self, w, version):
-    flexible = version >= 6
-    if (version < 5) and not (self.group_instance_id is None):
-        raise CodecError('JoinGroupRequest.group_instance_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if flexible:
-        wr_cstring(w, self.group_id)
-    else:
-        wr_string(w, self.group_id)
-    w += _p_i(self.session_timeout_ms)
-    if version >= 1:
-        w += _p_i(self.rebalance_timeout_ms)
-    if flexible:
-        wr_cstring(w, self.member_id)
-    else:
-        wr_string(w, self.member_id)
-    if version >= 5:
-        if flexible:
-            wr_cnstring(w, self.group_instance_id)
-        else:
-            wr_nstring(w, self.group_instance_id)
-    if flexible:
-        wr_cstring(w, self.protocol_type)
-    else:
-        wr_string(w, self.protocol_type)
-    _l = self.protocols
-    if _l is None:
-        raise CodecError('non-nullable field JoinGroupRequest.protocols is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
-        else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_JoinGroupRequest_JoinGroupRequestProtocol(_o, w, version)
     if version >= 8:
+        wr_cstring(w, self.group_id)
+        w += _p_ii(self.session_timeout_ms, self.rebalance_timeout_ms)
+        wr_cstring(w, self.member_id)
+        wr_cnstring(w, self.group_instance_id)
+        wr_cstring(w, self.protocol_type)
+        _l = self.protocols
+        if _l is None:
+            raise CodecError('non-nullable field JoinGroupRequest.protocols is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_JoinGroupRequest_JoinGroupRequestProtocol(_o, w, version)
         wr_cnstring(w, self.reason)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 6:
+        wr_cstring(w, self.group_id)
+        w += _p_ii(self.session_timeout_ms, self.rebalance_timeout_ms)
+        wr_cstring(w, self.member_id)
+        wr_cnstring(w, self.group_instance_id)
+        wr_cstring(w, self.protocol_type)
+        _l = self.protocols
+        if _l is None:
+            raise CodecError('non-nullable field JoinGroupRequest.protocols is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_JoinGroupRequest_JoinGroupRequestProtocol(_o, w, version)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 5:
+        wr_string(w, self.group_id)
+        w += _p_ii(self.session_timeout_ms, self.rebalance_timeout_ms)
+        wr_string(w, self.member_id)
+        wr_nstring(w, self.group_instance_id)
+        wr_string(w, self.protocol_type)
+        _l = self.protocols
+        if _l is None:
+            raise CodecError('non-nullable field JoinGroupRequest.protocols is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_JoinGroupRequest_JoinGroupRequestProtocol(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('JoinGroupRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 1:
+        if not (self.group_instance_id is None):
+            raise CodecError('JoinGroupRequest.group_instance_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        wr_string(w, self.group_id)
+        w += _p_ii(self.session_timeout_ms, self.rebalance_timeout_ms)
+        wr_string(w, self.member_id)
+        wr_string(w, self.protocol_type)
+        _l = self.protocols
+        if _l is None:
+            raise CodecError('non-nullable field JoinGroupRequest.protocols is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_JoinGroupRequest_JoinGroupRequestProtocol(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('JoinGroupRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        if not (self.group_instance_id is None):
+            raise CodecError('JoinGroupRequest.group_instance_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        wr_string(w, self.group_id)
+        w += _p_i(self.session_timeout_ms)
+        wr_string(w, self.member_id)
+        wr_string(w, self.protocol_type)
+        _l = self.protocols
+        if _l is None:
+            raise CodecError('non-nullable field JoinGroupRequest.protocols is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_JoinGroupRequest_JoinGroupRequestProtocol(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('JoinGroupRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_JoinGroupRequest_JoinGroupRequestProtocol(buf, pos, version):
     self = _new(_C_JoinGroupRequest_JoinGroupRequestProtocol)
-    flexible = version >= 6
-    if flexible:
+    if version >= 6:
         self.name, pos = rd_cstring(buf, pos)
-    else:
-        self.name, pos = rd_string(buf, pos)
-    if flexible:
         self.metadata, pos = rd_cbytes(buf, pos)
-    else:
-        self.metadata, pos = rd_bytes(buf, pos)
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.name, pos = rd_string(buf, pos)
+        self.metadata, pos = rd_bytes(buf, pos)
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_JoinGroupRequest_JoinGroupRequestProtocol(self, w, version):
-    flexible = version >= 6
-    if flexible:
+    if version >= 6:
         wr_cstring(w, self.name)
-    else:
-        wr_string(w, self.name)
-    if flexible:
         wr_cbytes(w, self.metadata)
-    else:
-        wr_bytes(w, self.metadata)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.name)
+        wr_bytes(w, self.metadata)
         if self.unknown_tagged_fields:
             raise CodecError('JoinGroupRequestProtocol: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['JoinGroupResponse']
@@ -22,9 +23,9 @@ _p_z = _S_z.pack
 _S_hi = _Struct('>hi')
 _u_hi = _S_hi.unpack_from
 _p_hi = _S_hi.pack
-_S_i = _Struct('>i')
-_u_i = _S_i.unpack_from
-_p_i = _S_i.pack
+_S_ihi = _Struct('>ihi')
+_u_ihi = _S_ihi.unpack_from
+_p_ihi = _S_ihi.pack
 
 
 class JoinGroupResponse(Message):
@@ -104,160 +105,250 @@ _C_JoinGroupResponse_JoinGroupResponseMember = JoinGroupResponse.JoinGroupRespon
 
 def _read_JoinGroupResponse(buf, pos, version):
     self = _new(_C_JoinGroupResponse)
-    flexible = version >= 6
-    if version >= 2:
-        self.throttle_time_ms, = _u_i(buf, pos)
-        pos += 4
-    else:
-        self.throttle_time_ms = 0
-    self.error_code, self.generation_id = _u_hi(buf, pos)
-    pos += 6
-    if version >= 7:
-        self.protocol_type, pos = rd_cnstring(buf, pos)
-    else:
-        self.protocol_type = None
-    if flexible:
-        if version >= 7:
-            self.protocol_name, pos = rd_cnstring(buf, pos)
-        else:
-            self.protocol_name, pos = rd_cstring(buf, pos)
-    else:
-        if version >= 7:
-            self.protocol_name, pos = rd_nstring(buf, pos)
-        else:
-            self.protocol_name, pos = rd_string(buf, pos)
-    if flexible:
-        self.leader, pos = rd_cstring(buf, pos)
-    else:
-        self.leader, pos = rd_string(buf, pos)
     if version >= 9:
+        self.throttle_time_ms, self.error_code, self.generation_id = _u_ihi(buf, pos)
+        pos += 10
+        self.protocol_type, pos = rd_cnstring(buf, pos)
+        self.protocol_name, pos = rd_cnstring(buf, pos)
+        self.leader, pos = rd_cstring(buf, pos)
         self.skip_assignment, = _u_z(buf, pos)
         pos += 1
-    else:
-        self.skip_assignment = False
-    if flexible:
         self.member_id, pos = rd_cstring(buf, pos)
-    else:
-        self.member_id, pos = rd_string(buf, pos)
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field JoinGroupResponse.members was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_JoinGroupResponse_JoinGroupResponseMember(buf, pos, version)
-            _a(_o)
-        self.members = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field JoinGroupResponse.members was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_JoinGroupResponse_JoinGroupResponseMember(buf, pos, version)
+                _a(_o)
+            self.members = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 7:
+        self.throttle_time_ms, self.error_code, self.generation_id = _u_ihi(buf, pos)
+        pos += 10
+        self.protocol_type, pos = rd_cnstring(buf, pos)
+        self.protocol_name, pos = rd_cnstring(buf, pos)
+        self.leader, pos = rd_cstring(buf, pos)
+        self.skip_assignment = False
+        self.member_id, pos = rd_cstring(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field JoinGroupResponse.members was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_JoinGroupResponse_JoinGroupResponseMember(buf, pos, version)
+                _a(_o)
+            self.members = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 6:
+        self.throttle_time_ms, self.error_code, self.generation_id = _u_ihi(buf, pos)
+        pos += 10
+        self.protocol_type = None
+        self.protocol_name, pos = rd_cstring(buf, pos)
+        self.leader, pos = rd_cstring(buf, pos)
+        self.skip_assignment = False
+        self.member_id, pos = rd_cstring(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field JoinGroupResponse.members was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_JoinGroupResponse_JoinGroupResponseMember(buf, pos, version)
+                _a(_o)
+            self.members = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 2:
+        self.throttle_time_ms, self.error_code, self.generation_id = _u_ihi(buf, pos)
+        pos += 10
+        self.protocol_type = None
+        self.protocol_name, pos = rd_string(buf, pos)
+        self.leader, pos = rd_string(buf, pos)
+        self.skip_assignment = False
+        self.member_id, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field JoinGroupResponse.members was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_JoinGroupResponse_JoinGroupResponseMember(buf, pos, version)
+                _a(_o)
+            self.members = _l
+        self.unknown_tagged_fields = None
+    else:
+        self.throttle_time_ms = 0
+        self.error_code, self.generation_id = _u_hi(buf, pos)
+        pos += 6
+        self.protocol_type = None
+        self.protocol_name, pos = rd_string(buf, pos)
+        self.leader, pos = rd_string(buf, pos)
+        self.skip_assignment = False
+        self.member_id, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field JoinGroupResponse.members was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_JoinGroupResponse_JoinGroupResponseMember(buf, pos, version)
+                _a(_o)
+            self.members = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_JoinGroupResponse(self, w, version):
-    flexible = version >= 6
-    if (version < 9) and not (self.skip_assignment == False):
-        raise CodecError('JoinGroupResponse.skip_assignment cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if version >= 2:
-        w += _p_i(self.throttle_time_ms)
-    w += _p_hi(self.error_code, self.generation_id)
-    if version >= 7:
-        wr_cnstring(w, self.protocol_type)
-    if flexible:
-        if version >= 7:
-            wr_cnstring(w, self.protocol_name)
-        else:
-            wr_cstring(w, self.protocol_name)
-    else:
-        if version >= 7:
-            wr_nstring(w, self.protocol_name)
-        else:
-            wr_string(w, self.protocol_name)
-    if flexible:
-        wr_cstring(w, self.leader)
-    else:
-        wr_string(w, self.leader)
     if version >= 9:
+        w += _p_ihi(self.throttle_time_ms, self.error_code, self.generation_id)
+        wr_cnstring(w, self.protocol_type)
+        wr_cnstring(w, self.protocol_name)
+        wr_cstring(w, self.leader)
         w += _p_z(self.skip_assignment)
-    if flexible:
         wr_cstring(w, self.member_id)
-    else:
-        wr_string(w, self.member_id)
-    _l = self.members
-    if _l is None:
-        raise CodecError('non-nullable field JoinGroupResponse.members is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.members
+        if _l is None:
+            raise CodecError('non-nullable field JoinGroupResponse.members is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_JoinGroupResponse_JoinGroupResponseMember(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_JoinGroupResponse_JoinGroupResponseMember(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 7:
+        if not (self.skip_assignment == False):
+            raise CodecError('JoinGroupResponse.skip_assignment cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_ihi(self.throttle_time_ms, self.error_code, self.generation_id)
+        wr_cnstring(w, self.protocol_type)
+        wr_cnstring(w, self.protocol_name)
+        wr_cstring(w, self.leader)
+        wr_cstring(w, self.member_id)
+        _l = self.members
+        if _l is None:
+            raise CodecError('non-nullable field JoinGroupResponse.members is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_JoinGroupResponse_JoinGroupResponseMember(_o, w, version)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 6:
+        if not (self.skip_assignment == False):
+            raise CodecError('JoinGroupResponse.skip_assignment cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_ihi(self.throttle_time_ms, self.error_code, self.generation_id)
+        wr_cstring(w, self.protocol_name)
+        wr_cstring(w, self.leader)
+        wr_cstring(w, self.member_id)
+        _l = self.members
+        if _l is None:
+            raise CodecError('non-nullable field JoinGroupResponse.members is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_JoinGroupResponse_JoinGroupResponseMember(_o, w, version)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 2:
+        if not (self.skip_assignment == False):
+            raise CodecError('JoinGroupResponse.skip_assignment cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_ihi(self.throttle_time_ms, self.error_code, self.generation_id)
+        wr_string(w, self.protocol_name)
+        wr_string(w, self.leader)
+        wr_string(w, self.member_id)
+        _l = self.members
+        if _l is None:
+            raise CodecError('non-nullable field JoinGroupResponse.members is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_JoinGroupResponse_JoinGroupResponseMember(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('JoinGroupResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        if not (self.skip_assignment == False):
+            raise CodecError('JoinGroupResponse.skip_assignment cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_hi(self.error_code, self.generation_id)
+        wr_string(w, self.protocol_name)
+        wr_string(w, self.leader)
+        wr_string(w, self.member_id)
+        _l = self.members
+        if _l is None:
+            raise CodecError('non-nullable field JoinGroupResponse.members is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_JoinGroupResponse_JoinGroupResponseMember(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('JoinGroupResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_JoinGroupResponse_JoinGroupResponseMember(buf, pos, version):
     self = _new(_C_JoinGroupResponse_JoinGroupResponseMember)
-    flexible = version >= 6
-    if flexible:
+    if version >= 6:
         self.member_id, pos = rd_cstring(buf, pos)
-    else:
-        self.member_id, pos = rd_string(buf, pos)
-    if version >= 5:
-        if flexible:
-            self.group_instance_id, pos = rd_cnstring(buf, pos)
-        else:
-            self.group_instance_id, pos = rd_nstring(buf, pos)
-    else:
-        self.group_instance_id = None
-    if flexible:
+        self.group_instance_id, pos = rd_cnstring(buf, pos)
         self.metadata, pos = rd_cbytes(buf, pos)
-    else:
-        self.metadata, pos = rd_bytes(buf, pos)
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 5:
+        self.member_id, pos = rd_string(buf, pos)
+        self.group_instance_id, pos = rd_nstring(buf, pos)
+        self.metadata, pos = rd_bytes(buf, pos)
+        self.unknown_tagged_fields = None
+    else:
+        self.member_id, pos = rd_string(buf, pos)
+        self.group_instance_id = None
+        self.metadata, pos = rd_bytes(buf, pos)
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_JoinGroupResponse_JoinGroupResponseMember(self, w, version):
-    flexible = version >= 6
-    if flexible:
+    if version >= 6:
         wr_cstring(w, self.member_id)
-    else:
-        wr_string(w, self.member_id)
-    if version >= 5:
-        if flexible:
-            wr_cnstring(w, self.group_instance_id)
-        else:
-            wr_nstring(w, self.group_instance_id)
-    if flexible:
+        wr_cnstring(w, self.group_instance_id)
         wr_cbytes(w, self.metadata)
-    else:
-        wr_bytes(w, self.metadata)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 5:
+        wr_string(w, self.member_id)
+        wr_nstring(w, self.group_instance_id)
+        wr_bytes(w, self.metadata)
+        if self.unknown_tagged_fields:
+            raise CodecError('JoinGroupResponseMember: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        wr_string(w, self.member_id)
+        wr_bytes(w, self.metadata)
         if self.unknown_tagged_fields:
             raise CodecError('JoinGroupResponseMember: tagged fields set, but version ' + str(version) + ' is not flexible')
 

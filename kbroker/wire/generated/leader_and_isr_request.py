@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['LeaderAndIsrRequest']
@@ -19,18 +20,24 @@ _new = object.__new__
 _S_z = _Struct('>?')
 _u_z = _S_z.unpack_from
 _p_z = _S_z.pack
-_S_b = _Struct('>b')
-_u_b = _S_b.unpack_from
-_p_b = _S_b.pack
+_S_zb = _Struct('>?b')
+_u_zb = _S_zb.unpack_from
+_p_zb = _S_zb.pack
 _S_i = _Struct('>i')
 _u_i = _S_i.unpack_from
 _p_i = _S_i.pack
+_S_iziqb = _Struct('>i?iqb')
+_u_iziqb = _S_iziqb.unpack_from
+_p_iziqb = _S_iziqb.pack
 _S_iiii = _Struct('>iiii')
 _u_iiii = _S_iiii.unpack_from
 _p_iiii = _S_iiii.pack
-_S_q = _Struct('>q')
-_u_q = _S_q.unpack_from
-_p_q = _S_q.pack
+_S_iq = _Struct('>iq')
+_u_iq = _S_iq.unpack_from
+_p_iq = _S_iq.pack
+_S_iqb = _Struct('>iqb')
+_u_iqb = _S_iqb.unpack_from
+_p_iqb = _S_iqb.pack
 
 
 class LeaderAndIsrRequest(Message):
@@ -182,27 +189,137 @@ _C_LeaderAndIsrRequest_LeaderAndIsrLiveLeader = LeaderAndIsrRequest.LeaderAndIsr
 
 def _read_LeaderAndIsrRequest(buf, pos, version):
     self = _new(_C_LeaderAndIsrRequest)
-    flexible = version >= 4
-    self.controller_id, = _u_i(buf, pos)
-    pos += 4
     if version >= 7:
-        self.is_k_raft_controller, = _u_z(buf, pos)
-        pos += 1
-    else:
+        self.controller_id, self.is_k_raft_controller, self.controller_epoch, self.broker_epoch, self.type = _u_iziqb(buf, pos)
+        pos += 18
+        self.ungrouped_partition_states = []
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field LeaderAndIsrRequest.topic_states was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_LeaderAndIsrRequest_LeaderAndIsrTopicState(buf, pos, version)
+                _a(_o)
+            self.topic_states = _l
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field LeaderAndIsrRequest.live_leaders was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_LeaderAndIsrRequest_LeaderAndIsrLiveLeader(buf, pos, version)
+                _a(_o)
+            self.live_leaders = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 5:
+        self.controller_id, = _u_i(buf, pos)
+        pos += 4
         self.is_k_raft_controller = False
-    self.controller_epoch, = _u_i(buf, pos)
-    pos += 4
-    if version >= 2:
-        self.broker_epoch, = _u_q(buf, pos)
-        pos += 8
-    else:
-        self.broker_epoch = -1
-    if version >= 5:
-        self.type, = _u_b(buf, pos)
-        pos += 1
-    else:
+        self.controller_epoch, self.broker_epoch, self.type = _u_iqb(buf, pos)
+        pos += 13
+        self.ungrouped_partition_states = []
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field LeaderAndIsrRequest.topic_states was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_LeaderAndIsrRequest_LeaderAndIsrTopicState(buf, pos, version)
+                _a(_o)
+            self.topic_states = _l
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field LeaderAndIsrRequest.live_leaders was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_LeaderAndIsrRequest_LeaderAndIsrLiveLeader(buf, pos, version)
+                _a(_o)
+            self.live_leaders = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 4:
+        self.controller_id, = _u_i(buf, pos)
+        pos += 4
+        self.is_k_raft_controller = False
+        self.controller_epoch, self.broker_epoch = _u_iq(buf, pos)
+        pos += 12
         self.type = 0
-    if version <= 1:
+        self.ungrouped_partition_states = []
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field LeaderAndIsrRequest.topic_states was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_LeaderAndIsrRequest_LeaderAndIsrTopicState(buf, pos, version)
+                _a(_o)
+            self.topic_states = _l
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field LeaderAndIsrRequest.live_leaders was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_LeaderAndIsrRequest_LeaderAndIsrLiveLeader(buf, pos, version)
+                _a(_o)
+            self.live_leaders = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 2:
+        self.controller_id, = _u_i(buf, pos)
+        pos += 4
+        self.is_k_raft_controller = False
+        self.controller_epoch, self.broker_epoch = _u_iq(buf, pos)
+        pos += 12
+        self.type = 0
+        self.ungrouped_partition_states = []
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field LeaderAndIsrRequest.topic_states was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_LeaderAndIsrRequest_LeaderAndIsrTopicState(buf, pos, version)
+                _a(_o)
+            self.topic_states = _l
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field LeaderAndIsrRequest.live_leaders was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_LeaderAndIsrRequest_LeaderAndIsrLiveLeader(buf, pos, version)
+                _a(_o)
+            self.live_leaders = _l
+        self.unknown_tagged_fields = None
+    else:
+        self.controller_id, = _u_i(buf, pos)
+        pos += 4
+        self.is_k_raft_controller = False
+        self.controller_epoch, = _u_i(buf, pos)
+        pos += 4
+        self.broker_epoch = -1
+        self.type = 0
         _n, pos = rd_alen(buf, pos)
         if _n < 0:
             raise CodecError('non-nullable field LeaderAndIsrRequest.ungrouped_partition_states was serialized as null')
@@ -213,65 +330,130 @@ def _read_LeaderAndIsrRequest(buf, pos, version):
                 _o, pos = _read_LeaderAndIsrRequest_LeaderAndIsrPartitionState(buf, pos, version)
                 _a(_o)
             self.ungrouped_partition_states = _l
-    else:
-        self.ungrouped_partition_states = []
-    if version >= 2:
-        if flexible:
-            _n, pos = rd_calen(buf, pos)
-        else:
-            _n, pos = rd_alen(buf, pos)
+        self.topic_states = []
+        _n, pos = rd_alen(buf, pos)
         if _n < 0:
-            raise CodecError('non-nullable field LeaderAndIsrRequest.topic_states was serialized as null')
+            raise CodecError('non-nullable field LeaderAndIsrRequest.live_leaders was serialized as null')
         else:
             _l = []
             _a = _l.append
             for _ in range(_n):
-                _o, pos = _read_LeaderAndIsrRequest_LeaderAndIsrTopicState(buf, pos, version)
+                _o, pos = _read_LeaderAndIsrRequest_LeaderAndIsrLiveLeader(buf, pos, version)
                 _a(_o)
-            self.topic_states = _l
-    else:
-        self.topic_states = []
-    if flexible:
-        _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field LeaderAndIsrRequest.live_leaders was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_LeaderAndIsrRequest_LeaderAndIsrLiveLeader(buf, pos, version)
-            _a(_o)
-        self.live_leaders = _l
-    self.unknown_tagged_fields = None
-    if flexible:
-        if buf[pos]:
-            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
-        else:
-            pos += 1
+            self.live_leaders = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_LeaderAndIsrRequest(self, w, version):
-    flexible = version >= 4
-    if (version < 7) and not (self.is_k_raft_controller == False):
-        raise CodecError('LeaderAndIsrRequest.is_k_raft_controller cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 5) and not (self.type == 0):
-        raise CodecError('LeaderAndIsrRequest.type cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version > 1) and not ((self.ungrouped_partition_states is not None and not self.ungrouped_partition_states)):
-        raise CodecError('LeaderAndIsrRequest.ungrouped_partition_states cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 2) and not ((self.topic_states is not None and not self.topic_states)):
-        raise CodecError('LeaderAndIsrRequest.topic_states cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    w += _p_i(self.controller_id)
     if version >= 7:
-        w += _p_z(self.is_k_raft_controller)
-    w += _p_i(self.controller_epoch)
-    if version >= 2:
-        w += _p_q(self.broker_epoch)
-    if version >= 5:
-        w += _p_b(self.type)
-    if version <= 1:
+        if not ((self.ungrouped_partition_states is not None and not self.ungrouped_partition_states)):
+            raise CodecError('LeaderAndIsrRequest.ungrouped_partition_states cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_iziqb(self.controller_id, self.is_k_raft_controller, self.controller_epoch, self.broker_epoch, self.type)
+        _l = self.topic_states
+        if _l is None:
+            raise CodecError('non-nullable field LeaderAndIsrRequest.topic_states is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_LeaderAndIsrRequest_LeaderAndIsrTopicState(_o, w, version)
+        _l = self.live_leaders
+        if _l is None:
+            raise CodecError('non-nullable field LeaderAndIsrRequest.live_leaders is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_LeaderAndIsrRequest_LeaderAndIsrLiveLeader(_o, w, version)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 5:
+        if not (self.is_k_raft_controller == False):
+            raise CodecError('LeaderAndIsrRequest.is_k_raft_controller cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.ungrouped_partition_states is not None and not self.ungrouped_partition_states)):
+            raise CodecError('LeaderAndIsrRequest.ungrouped_partition_states cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.controller_id)
+        w += _p_iqb(self.controller_epoch, self.broker_epoch, self.type)
+        _l = self.topic_states
+        if _l is None:
+            raise CodecError('non-nullable field LeaderAndIsrRequest.topic_states is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_LeaderAndIsrRequest_LeaderAndIsrTopicState(_o, w, version)
+        _l = self.live_leaders
+        if _l is None:
+            raise CodecError('non-nullable field LeaderAndIsrRequest.live_leaders is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_LeaderAndIsrRequest_LeaderAndIsrLiveLeader(_o, w, version)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 4:
+        if not (self.is_k_raft_controller == False):
+            raise CodecError('LeaderAndIsrRequest.is_k_raft_controller cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.type == 0):
+            raise CodecError('LeaderAndIsrRequest.type cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.ungrouped_partition_states is not None and not self.ungrouped_partition_states)):
+            raise CodecError('LeaderAndIsrRequest.ungrouped_partition_states cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.controller_id)
+        w += _p_iq(self.controller_epoch, self.broker_epoch)
+        _l = self.topic_states
+        if _l is None:
+            raise CodecError('non-nullable field LeaderAndIsrRequest.topic_states is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_LeaderAndIsrRequest_LeaderAndIsrTopicState(_o, w, version)
+        _l = self.live_leaders
+        if _l is None:
+            raise CodecError('non-nullable field LeaderAndIsrRequest.live_leaders is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_LeaderAndIsrRequest_LeaderAndIsrLiveLeader(_o, w, version)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 2:
+        if not (self.is_k_raft_controller == False):
+            raise CodecError('LeaderAndIsrRequest.is_k_raft_controller cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.type == 0):
+            raise CodecError('LeaderAndIsrRequest.type cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.ungrouped_partition_states is not None and not self.ungrouped_partition_states)):
+            raise CodecError('LeaderAndIsrRequest.ungrouped_partition_states cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.controller_id)
+        w += _p_iq(self.controller_epoch, self.broker_epoch)
+        _l = self.topic_states
+        if _l is None:
+            raise CodecError('non-nullable field LeaderAndIsrRequest.topic_states is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_LeaderAndIsrRequest_LeaderAndIsrTopicState(_o, w, version)
+        _l = self.live_leaders
+        if _l is None:
+            raise CodecError('non-nullable field LeaderAndIsrRequest.live_leaders is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_LeaderAndIsrRequest_LeaderAndIsrLiveLeader(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('LeaderAndIsrRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
+    else:
+        if not (self.is_k_raft_controller == False):
+            raise CodecError('LeaderAndIsrRequest.is_k_raft_controller cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.type == 0):
+            raise CodecError('LeaderAndIsrRequest.type cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.topic_states is not None and not self.topic_states)):
+            raise CodecError('LeaderAndIsrRequest.topic_states cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.controller_id)
+        w += _p_i(self.controller_epoch)
         _l = self.ungrouped_partition_states
         if _l is None:
             raise CodecError('non-nullable field LeaderAndIsrRequest.ungrouped_partition_states is None at version ' + str(version))
@@ -279,260 +461,424 @@ def _write_LeaderAndIsrRequest(self, w, version):
             wr_alen(w, len(_l))
             for _o in _l:
                 _write_LeaderAndIsrRequest_LeaderAndIsrPartitionState(_o, w, version)
-    if version >= 2:
-        _l = self.topic_states
+        _l = self.live_leaders
         if _l is None:
-            raise CodecError('non-nullable field LeaderAndIsrRequest.topic_states is None at version ' + str(version))
-        else:
-            if flexible:
-                wr_calen(w, len(_l))
-            else:
-                wr_alen(w, len(_l))
-            for _o in _l:
-                _write_LeaderAndIsrRequest_LeaderAndIsrTopicState(_o, w, version)
-    _l = self.live_leaders
-    if _l is None:
-        raise CodecError('non-nullable field LeaderAndIsrRequest.live_leaders is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+            raise CodecError('non-nullable field LeaderAndIsrRequest.live_leaders is None at version ' + str(version))
         else:
             wr_alen(w, len(_l))
-        for _o in _l:
-            _write_LeaderAndIsrRequest_LeaderAndIsrLiveLeader(_o, w, version)
-    if flexible:
-        if self.unknown_tagged_fields:
-            wr_tags(w, None, self.unknown_tagged_fields)
-        else:
-            w.append(0)
-    else:
+            for _o in _l:
+                _write_LeaderAndIsrRequest_LeaderAndIsrLiveLeader(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('LeaderAndIsrRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_LeaderAndIsrRequest_LeaderAndIsrPartitionState(buf, pos, version):
     self = _new(_C_LeaderAndIsrRequest_LeaderAndIsrPartitionState)
-    flexible = version >= 4
-    if version <= 1:
-        self.topic_name, pos = rd_string(buf, pos)
-    else:
-        self.topic_name = ''
-    self.partition_index, self.controller_epoch, self.leader, self.leader_epoch = _u_iiii(buf, pos)
-    pos += 16
-    if flexible:
-        _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field LeaderAndIsrPartitionState.isr was serialized as null')
-    else:
-        self.isr, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
-    self.partition_epoch, = _u_i(buf, pos)
-    pos += 4
-    if flexible:
-        _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field LeaderAndIsrPartitionState.replicas was serialized as null')
-    else:
-        self.replicas, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
-    if version >= 3:
-        if flexible:
-            _n, pos = rd_calen(buf, pos)
-        else:
-            _n, pos = rd_alen(buf, pos)
-        if _n < 0:
-            raise CodecError('non-nullable field LeaderAndIsrPartitionState.adding_replicas was serialized as null')
-        else:
-            self.adding_replicas, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
-    else:
-        self.adding_replicas = []
-    if version >= 3:
-        if flexible:
-            _n, pos = rd_calen(buf, pos)
-        else:
-            _n, pos = rd_alen(buf, pos)
-        if _n < 0:
-            raise CodecError('non-nullable field LeaderAndIsrPartitionState.removing_replicas was serialized as null')
-        else:
-            self.removing_replicas, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
-    else:
-        self.removing_replicas = []
-    if version >= 1:
-        self.is_new, = _u_z(buf, pos)
-        pos += 1
-    else:
-        self.is_new = False
     if version >= 6:
-        self.leader_recovery_state, = _u_b(buf, pos)
-        pos += 1
-    else:
-        self.leader_recovery_state = 0
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.topic_name = ''
+        self.partition_index, self.controller_epoch, self.leader, self.leader_epoch = _u_iiii(buf, pos)
+        pos += 16
+        self.isr, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.isr is None:
+            raise CodecError('non-nullable field LeaderAndIsrPartitionState.isr was serialized as null')
+        self.partition_epoch, = _u_i(buf, pos)
+        pos += 4
+        self.replicas, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.replicas is None:
+            raise CodecError('non-nullable field LeaderAndIsrPartitionState.replicas was serialized as null')
+        self.adding_replicas, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.adding_replicas is None:
+            raise CodecError('non-nullable field LeaderAndIsrPartitionState.adding_replicas was serialized as null')
+        self.removing_replicas, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.removing_replicas is None:
+            raise CodecError('non-nullable field LeaderAndIsrPartitionState.removing_replicas was serialized as null')
+        self.is_new, self.leader_recovery_state = _u_zb(buf, pos)
+        pos += 2
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 4:
+        self.topic_name = ''
+        self.partition_index, self.controller_epoch, self.leader, self.leader_epoch = _u_iiii(buf, pos)
+        pos += 16
+        self.isr, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.isr is None:
+            raise CodecError('non-nullable field LeaderAndIsrPartitionState.isr was serialized as null')
+        self.partition_epoch, = _u_i(buf, pos)
+        pos += 4
+        self.replicas, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.replicas is None:
+            raise CodecError('non-nullable field LeaderAndIsrPartitionState.replicas was serialized as null')
+        self.adding_replicas, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.adding_replicas is None:
+            raise CodecError('non-nullable field LeaderAndIsrPartitionState.adding_replicas was serialized as null')
+        self.removing_replicas, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.removing_replicas is None:
+            raise CodecError('non-nullable field LeaderAndIsrPartitionState.removing_replicas was serialized as null')
+        self.is_new, = _u_z(buf, pos)
+        pos += 1
+        self.leader_recovery_state = 0
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 3:
+        self.topic_name = ''
+        self.partition_index, self.controller_epoch, self.leader, self.leader_epoch = _u_iiii(buf, pos)
+        pos += 16
+        self.isr, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.isr is None:
+            raise CodecError('non-nullable field LeaderAndIsrPartitionState.isr was serialized as null')
+        self.partition_epoch, = _u_i(buf, pos)
+        pos += 4
+        self.replicas, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.replicas is None:
+            raise CodecError('non-nullable field LeaderAndIsrPartitionState.replicas was serialized as null')
+        self.adding_replicas, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.adding_replicas is None:
+            raise CodecError('non-nullable field LeaderAndIsrPartitionState.adding_replicas was serialized as null')
+        self.removing_replicas, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.removing_replicas is None:
+            raise CodecError('non-nullable field LeaderAndIsrPartitionState.removing_replicas was serialized as null')
+        self.is_new, = _u_z(buf, pos)
+        pos += 1
+        self.leader_recovery_state = 0
+        self.unknown_tagged_fields = None
+    elif version >= 2:
+        self.topic_name = ''
+        self.partition_index, self.controller_epoch, self.leader, self.leader_epoch = _u_iiii(buf, pos)
+        pos += 16
+        self.isr, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.isr is None:
+            raise CodecError('non-nullable field LeaderAndIsrPartitionState.isr was serialized as null')
+        self.partition_epoch, = _u_i(buf, pos)
+        pos += 4
+        self.replicas, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.replicas is None:
+            raise CodecError('non-nullable field LeaderAndIsrPartitionState.replicas was serialized as null')
+        self.adding_replicas = []
+        self.removing_replicas = []
+        self.is_new, = _u_z(buf, pos)
+        pos += 1
+        self.leader_recovery_state = 0
+        self.unknown_tagged_fields = None
+    elif version >= 1:
+        self.topic_name, pos = rd_string(buf, pos)
+        self.partition_index, self.controller_epoch, self.leader, self.leader_epoch = _u_iiii(buf, pos)
+        pos += 16
+        self.isr, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.isr is None:
+            raise CodecError('non-nullable field LeaderAndIsrPartitionState.isr was serialized as null')
+        self.partition_epoch, = _u_i(buf, pos)
+        pos += 4
+        self.replicas, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.replicas is None:
+            raise CodecError('non-nullable field LeaderAndIsrPartitionState.replicas was serialized as null')
+        self.adding_replicas = []
+        self.removing_replicas = []
+        self.is_new, = _u_z(buf, pos)
+        pos += 1
+        self.leader_recovery_state = 0
+        self.unknown_tagged_fields = None
+    else:
+        self.topic_name, pos = rd_string(buf, pos)
+        self.partition_index, self.controller_epoch, self.leader, self.leader_epoch = _u_iiii(buf, pos)
+        pos += 16
+        self.isr, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.isr is None:
+            raise CodecError('non-nullable field LeaderAndIsrPartitionState.isr was serialized as null')
+        self.partition_epoch, = _u_i(buf, pos)
+        pos += 4
+        self.replicas, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.replicas is None:
+            raise CodecError('non-nullable field LeaderAndIsrPartitionState.replicas was serialized as null')
+        self.adding_replicas = []
+        self.removing_replicas = []
+        self.is_new = False
+        self.leader_recovery_state = 0
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_LeaderAndIsrRequest_LeaderAndIsrPartitionState(self, w, version):
-    flexible = version >= 4
-    if (version < 6) and not (self.leader_recovery_state == 0):
-        raise CodecError('LeaderAndIsrPartitionState.leader_recovery_state cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if version <= 1:
-        wr_string(w, self.topic_name)
-    w += _p_iiii(self.partition_index, self.controller_epoch, self.leader, self.leader_epoch)
-    _l = self.isr
-    if _l is None:
-        raise CodecError('non-nullable field LeaderAndIsrPartitionState.isr is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+    if version >= 6:
+        w += _p_iiii(self.partition_index, self.controller_epoch, self.leader, self.leader_epoch)
+        _l = self.isr
+        if _l is None:
+            raise CodecError('non-nullable field LeaderAndIsrPartitionState.isr is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        wr_fixed_array(w, _l, 'i')
-    w += _p_i(self.partition_epoch)
-    _l = self.replicas
-    if _l is None:
-        raise CodecError('non-nullable field LeaderAndIsrPartitionState.replicas is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+            wr_cfixed_array(w, _l, 'i')
+        w += _p_i(self.partition_epoch)
+        _l = self.replicas
+        if _l is None:
+            raise CodecError('non-nullable field LeaderAndIsrPartitionState.replicas is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        wr_fixed_array(w, _l, 'i')
-    if version >= 3:
+            wr_cfixed_array(w, _l, 'i')
         _l = self.adding_replicas
         if _l is None:
             raise CodecError('non-nullable field LeaderAndIsrPartitionState.adding_replicas is None at version ' + str(version))
         else:
-            if flexible:
-                wr_calen(w, len(_l))
-            else:
-                wr_alen(w, len(_l))
-            wr_fixed_array(w, _l, 'i')
-    if version >= 3:
+            wr_cfixed_array(w, _l, 'i')
         _l = self.removing_replicas
         if _l is None:
             raise CodecError('non-nullable field LeaderAndIsrPartitionState.removing_replicas is None at version ' + str(version))
         else:
-            if flexible:
-                wr_calen(w, len(_l))
-            else:
-                wr_alen(w, len(_l))
-            wr_fixed_array(w, _l, 'i')
-    if version >= 1:
-        w += _p_z(self.is_new)
-    if version >= 6:
-        w += _p_b(self.leader_recovery_state)
-    if flexible:
+            wr_cfixed_array(w, _l, 'i')
+        w += _p_zb(self.is_new, self.leader_recovery_state)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 4:
+        if not (self.leader_recovery_state == 0):
+            raise CodecError('LeaderAndIsrPartitionState.leader_recovery_state cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_iiii(self.partition_index, self.controller_epoch, self.leader, self.leader_epoch)
+        _l = self.isr
+        if _l is None:
+            raise CodecError('non-nullable field LeaderAndIsrPartitionState.isr is None at version ' + str(version))
+        else:
+            wr_cfixed_array(w, _l, 'i')
+        w += _p_i(self.partition_epoch)
+        _l = self.replicas
+        if _l is None:
+            raise CodecError('non-nullable field LeaderAndIsrPartitionState.replicas is None at version ' + str(version))
+        else:
+            wr_cfixed_array(w, _l, 'i')
+        _l = self.adding_replicas
+        if _l is None:
+            raise CodecError('non-nullable field LeaderAndIsrPartitionState.adding_replicas is None at version ' + str(version))
+        else:
+            wr_cfixed_array(w, _l, 'i')
+        _l = self.removing_replicas
+        if _l is None:
+            raise CodecError('non-nullable field LeaderAndIsrPartitionState.removing_replicas is None at version ' + str(version))
+        else:
+            wr_cfixed_array(w, _l, 'i')
+        w += _p_z(self.is_new)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 3:
+        if not (self.leader_recovery_state == 0):
+            raise CodecError('LeaderAndIsrPartitionState.leader_recovery_state cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_iiii(self.partition_index, self.controller_epoch, self.leader, self.leader_epoch)
+        _l = self.isr
+        if _l is None:
+            raise CodecError('non-nullable field LeaderAndIsrPartitionState.isr is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
+        w += _p_i(self.partition_epoch)
+        _l = self.replicas
+        if _l is None:
+            raise CodecError('non-nullable field LeaderAndIsrPartitionState.replicas is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
+        _l = self.adding_replicas
+        if _l is None:
+            raise CodecError('non-nullable field LeaderAndIsrPartitionState.adding_replicas is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
+        _l = self.removing_replicas
+        if _l is None:
+            raise CodecError('non-nullable field LeaderAndIsrPartitionState.removing_replicas is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
+        w += _p_z(self.is_new)
+        if self.unknown_tagged_fields:
+            raise CodecError('LeaderAndIsrPartitionState: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 2:
+        if not (self.leader_recovery_state == 0):
+            raise CodecError('LeaderAndIsrPartitionState.leader_recovery_state cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_iiii(self.partition_index, self.controller_epoch, self.leader, self.leader_epoch)
+        _l = self.isr
+        if _l is None:
+            raise CodecError('non-nullable field LeaderAndIsrPartitionState.isr is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
+        w += _p_i(self.partition_epoch)
+        _l = self.replicas
+        if _l is None:
+            raise CodecError('non-nullable field LeaderAndIsrPartitionState.replicas is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
+        w += _p_z(self.is_new)
+        if self.unknown_tagged_fields:
+            raise CodecError('LeaderAndIsrPartitionState: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 1:
+        if not (self.leader_recovery_state == 0):
+            raise CodecError('LeaderAndIsrPartitionState.leader_recovery_state cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        wr_string(w, self.topic_name)
+        w += _p_iiii(self.partition_index, self.controller_epoch, self.leader, self.leader_epoch)
+        _l = self.isr
+        if _l is None:
+            raise CodecError('non-nullable field LeaderAndIsrPartitionState.isr is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
+        w += _p_i(self.partition_epoch)
+        _l = self.replicas
+        if _l is None:
+            raise CodecError('non-nullable field LeaderAndIsrPartitionState.replicas is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
+        w += _p_z(self.is_new)
+        if self.unknown_tagged_fields:
+            raise CodecError('LeaderAndIsrPartitionState: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        if not (self.leader_recovery_state == 0):
+            raise CodecError('LeaderAndIsrPartitionState.leader_recovery_state cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        wr_string(w, self.topic_name)
+        w += _p_iiii(self.partition_index, self.controller_epoch, self.leader, self.leader_epoch)
+        _l = self.isr
+        if _l is None:
+            raise CodecError('non-nullable field LeaderAndIsrPartitionState.isr is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
+        w += _p_i(self.partition_epoch)
+        _l = self.replicas
+        if _l is None:
+            raise CodecError('non-nullable field LeaderAndIsrPartitionState.replicas is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
         if self.unknown_tagged_fields:
             raise CodecError('LeaderAndIsrPartitionState: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_LeaderAndIsrRequest_LeaderAndIsrTopicState(buf, pos, version):
     self = _new(_C_LeaderAndIsrRequest_LeaderAndIsrTopicState)
-    flexible = version >= 4
-    if flexible:
-        self.topic_name, pos = rd_cstring(buf, pos)
-    else:
-        self.topic_name, pos = rd_string(buf, pos)
     if version >= 5:
+        self.topic_name, pos = rd_cstring(buf, pos)
         self.topic_id, pos = rd_uuid(buf, pos)
-    else:
-        self.topic_id = ZERO_UUID
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field LeaderAndIsrTopicState.partition_states was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_LeaderAndIsrRequest_LeaderAndIsrPartitionState(buf, pos, version)
-            _a(_o)
-        self.partition_states = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field LeaderAndIsrTopicState.partition_states was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_LeaderAndIsrRequest_LeaderAndIsrPartitionState(buf, pos, version)
+                _a(_o)
+            self.partition_states = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 4:
+        self.topic_name, pos = rd_cstring(buf, pos)
+        self.topic_id = ZERO_UUID
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field LeaderAndIsrTopicState.partition_states was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_LeaderAndIsrRequest_LeaderAndIsrPartitionState(buf, pos, version)
+                _a(_o)
+            self.partition_states = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.topic_name, pos = rd_string(buf, pos)
+        self.topic_id = ZERO_UUID
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field LeaderAndIsrTopicState.partition_states was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_LeaderAndIsrRequest_LeaderAndIsrPartitionState(buf, pos, version)
+                _a(_o)
+            self.partition_states = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_LeaderAndIsrRequest_LeaderAndIsrTopicState(self, w, version):
-    flexible = version >= 4
-    if flexible:
-        wr_cstring(w, self.topic_name)
-    else:
-        wr_string(w, self.topic_name)
     if version >= 5:
+        wr_cstring(w, self.topic_name)
         w += self.topic_id.bytes
-    _l = self.partition_states
-    if _l is None:
-        raise CodecError('non-nullable field LeaderAndIsrTopicState.partition_states is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.partition_states
+        if _l is None:
+            raise CodecError('non-nullable field LeaderAndIsrTopicState.partition_states is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_LeaderAndIsrRequest_LeaderAndIsrPartitionState(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_LeaderAndIsrRequest_LeaderAndIsrPartitionState(_o, w, version)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 4:
+        wr_cstring(w, self.topic_name)
+        _l = self.partition_states
+        if _l is None:
+            raise CodecError('non-nullable field LeaderAndIsrTopicState.partition_states is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_LeaderAndIsrRequest_LeaderAndIsrPartitionState(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.topic_name)
+        _l = self.partition_states
+        if _l is None:
+            raise CodecError('non-nullable field LeaderAndIsrTopicState.partition_states is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_LeaderAndIsrRequest_LeaderAndIsrPartitionState(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('LeaderAndIsrTopicState: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_LeaderAndIsrRequest_LeaderAndIsrLiveLeader(buf, pos, version):
     self = _new(_C_LeaderAndIsrRequest_LeaderAndIsrLiveLeader)
-    flexible = version >= 4
-    self.broker_id, = _u_i(buf, pos)
-    pos += 4
-    if flexible:
+    if version >= 4:
+        self.broker_id, = _u_i(buf, pos)
+        pos += 4
         self.host_name, pos = rd_cstring(buf, pos)
-    else:
-        self.host_name, pos = rd_string(buf, pos)
-    self.port, = _u_i(buf, pos)
-    pos += 4
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.port, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.broker_id, = _u_i(buf, pos)
+        pos += 4
+        self.host_name, pos = rd_string(buf, pos)
+        self.port, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_LeaderAndIsrRequest_LeaderAndIsrLiveLeader(self, w, version):
-    flexible = version >= 4
-    w += _p_i(self.broker_id)
-    if flexible:
+    if version >= 4:
+        w += _p_i(self.broker_id)
         wr_cstring(w, self.host_name)
-    else:
-        wr_string(w, self.host_name)
-    w += _p_i(self.port)
-    if flexible:
+        w += _p_i(self.port)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        w += _p_i(self.broker_id)
+        wr_string(w, self.host_name)
+        w += _p_i(self.port)
         if self.unknown_tagged_fields:
             raise CodecError('LeaderAndIsrLiveLeader: tagged fields set, but version ' + str(version) + ' is not flexible')
 

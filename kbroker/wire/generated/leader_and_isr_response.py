@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['LeaderAndIsrResponse']
@@ -104,26 +105,10 @@ _C_LeaderAndIsrResponse_LeaderAndIsrTopicError = LeaderAndIsrResponse.LeaderAndI
 
 def _read_LeaderAndIsrResponse(buf, pos, version):
     self = _new(_C_LeaderAndIsrResponse)
-    flexible = version >= 4
-    self.error_code, = _u_h(buf, pos)
-    pos += 2
-    if version <= 4:
-        if flexible:
-            _n, pos = rd_calen(buf, pos)
-        else:
-            _n, pos = rd_alen(buf, pos)
-        if _n < 0:
-            raise CodecError('non-nullable field LeaderAndIsrResponse.partition_errors was serialized as null')
-        else:
-            _l = []
-            _a = _l.append
-            for _ in range(_n):
-                _o, pos = _read_LeaderAndIsrResponse_LeaderAndIsrPartitionError(buf, pos, version)
-                _a(_o)
-            self.partition_errors = _l
-    else:
-        self.partition_errors = []
     if version >= 5:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.partition_errors = []
         _n, pos = rd_calen(buf, pos)
         if _n < 0:
             raise CodecError('non-nullable field LeaderAndIsrResponse.topics was serialized as null')
@@ -134,36 +119,53 @@ def _read_LeaderAndIsrResponse(buf, pos, version):
                 _o, pos = _read_LeaderAndIsrResponse_LeaderAndIsrTopicError(buf, pos, version)
                 _a(_o)
             self.topics = _l
-    else:
-        self.topics = []
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 4:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field LeaderAndIsrResponse.partition_errors was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_LeaderAndIsrResponse_LeaderAndIsrPartitionError(buf, pos, version)
+                _a(_o)
+            self.partition_errors = _l
+        self.topics = []
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field LeaderAndIsrResponse.partition_errors was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_LeaderAndIsrResponse_LeaderAndIsrPartitionError(buf, pos, version)
+                _a(_o)
+            self.partition_errors = _l
+        self.topics = []
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_LeaderAndIsrResponse(self, w, version):
-    flexible = version >= 4
-    if (version > 4) and not ((self.partition_errors is not None and not self.partition_errors)):
-        raise CodecError('LeaderAndIsrResponse.partition_errors cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 5) and not ((self.topics is not None and not self.topics)):
-        raise CodecError('LeaderAndIsrResponse.topics cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    w += _p_h(self.error_code)
-    if version <= 4:
-        _l = self.partition_errors
-        if _l is None:
-            raise CodecError('non-nullable field LeaderAndIsrResponse.partition_errors is None at version ' + str(version))
-        else:
-            if flexible:
-                wr_calen(w, len(_l))
-            else:
-                wr_alen(w, len(_l))
-            for _o in _l:
-                _write_LeaderAndIsrResponse_LeaderAndIsrPartitionError(_o, w, version)
     if version >= 5:
+        if not ((self.partition_errors is not None and not self.partition_errors)):
+            raise CodecError('LeaderAndIsrResponse.partition_errors cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_h(self.error_code)
         _l = self.topics
         if _l is None:
             raise CodecError('non-nullable field LeaderAndIsrResponse.topics is None at version ' + str(version))
@@ -171,51 +173,85 @@ def _write_LeaderAndIsrResponse(self, w, version):
             wr_calen(w, len(_l))
             for _o in _l:
                 _write_LeaderAndIsrResponse_LeaderAndIsrTopicError(_o, w, version)
-    if flexible:
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 4:
+        if not ((self.topics is not None and not self.topics)):
+            raise CodecError('LeaderAndIsrResponse.topics cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_h(self.error_code)
+        _l = self.partition_errors
+        if _l is None:
+            raise CodecError('non-nullable field LeaderAndIsrResponse.partition_errors is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_LeaderAndIsrResponse_LeaderAndIsrPartitionError(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        if not ((self.topics is not None and not self.topics)):
+            raise CodecError('LeaderAndIsrResponse.topics cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_h(self.error_code)
+        _l = self.partition_errors
+        if _l is None:
+            raise CodecError('non-nullable field LeaderAndIsrResponse.partition_errors is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_LeaderAndIsrResponse_LeaderAndIsrPartitionError(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('LeaderAndIsrResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_LeaderAndIsrResponse_LeaderAndIsrPartitionError(buf, pos, version):
     self = _new(_C_LeaderAndIsrResponse_LeaderAndIsrPartitionError)
-    flexible = version >= 4
-    if version <= 4:
-        if flexible:
-            self.topic_name, pos = rd_cstring(buf, pos)
-        else:
-            self.topic_name, pos = rd_string(buf, pos)
-    else:
+    if version >= 5:
         self.topic_name = ''
-    self.partition_index, self.error_code = _u_ih(buf, pos)
-    pos += 6
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.partition_index, self.error_code = _u_ih(buf, pos)
+        pos += 6
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 4:
+        self.topic_name, pos = rd_cstring(buf, pos)
+        self.partition_index, self.error_code = _u_ih(buf, pos)
+        pos += 6
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.topic_name, pos = rd_string(buf, pos)
+        self.partition_index, self.error_code = _u_ih(buf, pos)
+        pos += 6
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_LeaderAndIsrResponse_LeaderAndIsrPartitionError(self, w, version):
-    flexible = version >= 4
-    if version <= 4:
-        if flexible:
-            wr_cstring(w, self.topic_name)
+    if version >= 5:
+        w += _p_ih(self.partition_index, self.error_code)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
         else:
-            wr_string(w, self.topic_name)
-    w += _p_ih(self.partition_index, self.error_code)
-    if flexible:
+            w.append(0)
+    elif version >= 4:
+        wr_cstring(w, self.topic_name)
+        w += _p_ih(self.partition_index, self.error_code)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.topic_name)
+        w += _p_ih(self.partition_index, self.error_code)
         if self.unknown_tagged_fields:
             raise CodecError('LeaderAndIsrPartitionError: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['LeaderChangeMessage']
@@ -137,30 +138,43 @@ def _write_LeaderChangeMessage(self, w, version):
 
 def _read_LeaderChangeMessage_Voter(buf, pos, version):
     self = _new(_C_LeaderChangeMessage_Voter)
-    self.voter_id, = _u_i(buf, pos)
-    pos += 4
     if version >= 1:
+        self.voter_id, = _u_i(buf, pos)
+        pos += 4
         self.voter_directory_id, pos = rd_uuid(buf, pos)
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
     else:
+        self.voter_id, = _u_i(buf, pos)
+        pos += 4
         self.voter_directory_id = ZERO_UUID
-    self.unknown_tagged_fields = None
-    if buf[pos]:
-        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
-    else:
-        pos += 1
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
     return self, pos
 
 
 def _write_LeaderChangeMessage_Voter(self, w, version):
-    if (version < 1) and not (self.voter_directory_id == ZERO_UUID):
-        raise CodecError('Voter.voter_directory_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    w += _p_i(self.voter_id)
     if version >= 1:
+        w += _p_i(self.voter_id)
         w += self.voter_directory_id.bytes
-    if self.unknown_tagged_fields:
-        wr_tags(w, None, self.unknown_tagged_fields)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
     else:
-        w.append(0)
+        if not (self.voter_directory_id == ZERO_UUID):
+            raise CodecError('Voter.voter_directory_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.voter_id)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 LeaderChangeMessage._read = staticmethod(_read_LeaderChangeMessage)

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['LeaveGroupRequest']
@@ -77,20 +78,10 @@ _C_LeaveGroupRequest_MemberIdentity = LeaveGroupRequest.MemberIdentity
 
 def _read_LeaveGroupRequest(buf, pos, version):
     self = _new(_C_LeaveGroupRequest)
-    flexible = version >= 4
-    if flexible:
+    if version >= 4:
         self.group_id, pos = rd_cstring(buf, pos)
-    else:
-        self.group_id, pos = rd_string(buf, pos)
-    if version <= 2:
-        self.member_id, pos = rd_string(buf, pos)
-    else:
         self.member_id = ''
-    if version >= 3:
-        if flexible:
-            _n, pos = rd_calen(buf, pos)
-        else:
-            _n, pos = rd_alen(buf, pos)
+        _n, pos = rd_calen(buf, pos)
         if _n < 0:
             raise CodecError('non-nullable field LeaveGroupRequest.members was serialized as null')
         else:
@@ -100,92 +91,118 @@ def _read_LeaveGroupRequest(buf, pos, version):
                 _o, pos = _read_LeaveGroupRequest_MemberIdentity(buf, pos, version)
                 _a(_o)
             self.members = _l
-    else:
-        self.members = []
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 3:
+        self.group_id, pos = rd_string(buf, pos)
+        self.member_id = ''
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field LeaveGroupRequest.members was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_LeaveGroupRequest_MemberIdentity(buf, pos, version)
+                _a(_o)
+            self.members = _l
+        self.unknown_tagged_fields = None
+    else:
+        self.group_id, pos = rd_string(buf, pos)
+        self.member_id, pos = rd_string(buf, pos)
+        self.members = []
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_LeaveGroupRequest(self, w, version):
-    flexible = version >= 4
-    if (version > 2) and not (self.member_id == ''):
-        raise CodecError('LeaveGroupRequest.member_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 3) and not ((self.members is not None and not self.members)):
-        raise CodecError('LeaveGroupRequest.members cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if flexible:
+    if version >= 4:
+        if not (self.member_id == ''):
+            raise CodecError('LeaveGroupRequest.member_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
         wr_cstring(w, self.group_id)
-    else:
-        wr_string(w, self.group_id)
-    if version <= 2:
-        wr_string(w, self.member_id)
-    if version >= 3:
         _l = self.members
         if _l is None:
             raise CodecError('non-nullable field LeaveGroupRequest.members is None at version ' + str(version))
         else:
-            if flexible:
-                wr_calen(w, len(_l))
-            else:
-                wr_alen(w, len(_l))
+            wr_calen(w, len(_l))
             for _o in _l:
                 _write_LeaveGroupRequest_MemberIdentity(_o, w, version)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 3:
+        if not (self.member_id == ''):
+            raise CodecError('LeaveGroupRequest.member_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        wr_string(w, self.group_id)
+        _l = self.members
+        if _l is None:
+            raise CodecError('non-nullable field LeaveGroupRequest.members is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_LeaveGroupRequest_MemberIdentity(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('LeaveGroupRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        if not ((self.members is not None and not self.members)):
+            raise CodecError('LeaveGroupRequest.members cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        wr_string(w, self.group_id)
+        wr_string(w, self.member_id)
         if self.unknown_tagged_fields:
             raise CodecError('LeaveGroupRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_LeaveGroupRequest_MemberIdentity(buf, pos, version):
     self = _new(_C_LeaveGroupRequest_MemberIdentity)
-    flexible = version >= 4
-    if flexible:
-        self.member_id, pos = rd_cstring(buf, pos)
-    else:
-        self.member_id, pos = rd_string(buf, pos)
-    if flexible:
-        self.group_instance_id, pos = rd_cnstring(buf, pos)
-    else:
-        self.group_instance_id, pos = rd_nstring(buf, pos)
     if version >= 5:
+        self.member_id, pos = rd_cstring(buf, pos)
+        self.group_instance_id, pos = rd_cnstring(buf, pos)
         self.reason, pos = rd_cnstring(buf, pos)
-    else:
-        self.reason = None
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 4:
+        self.member_id, pos = rd_cstring(buf, pos)
+        self.group_instance_id, pos = rd_cnstring(buf, pos)
+        self.reason = None
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.member_id, pos = rd_string(buf, pos)
+        self.group_instance_id, pos = rd_nstring(buf, pos)
+        self.reason = None
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_LeaveGroupRequest_MemberIdentity(self, w, version):
-    flexible = version >= 4
-    if flexible:
-        wr_cstring(w, self.member_id)
-    else:
-        wr_string(w, self.member_id)
-    if flexible:
-        wr_cnstring(w, self.group_instance_id)
-    else:
-        wr_nstring(w, self.group_instance_id)
     if version >= 5:
+        wr_cstring(w, self.member_id)
+        wr_cnstring(w, self.group_instance_id)
         wr_cnstring(w, self.reason)
-    if flexible:
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 4:
+        wr_cstring(w, self.member_id)
+        wr_cnstring(w, self.group_instance_id)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.member_id)
+        wr_nstring(w, self.group_instance_id)
         if self.unknown_tagged_fields:
             raise CodecError('MemberIdentity: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['LeaveGroupResponse']
@@ -19,9 +20,9 @@ _new = object.__new__
 _S_h = _Struct('>h')
 _u_h = _S_h.unpack_from
 _p_h = _S_h.pack
-_S_i = _Struct('>i')
-_u_i = _S_i.unpack_from
-_p_i = _S_i.pack
+_S_ih = _Struct('>ih')
+_u_ih = _S_ih.unpack_from
+_p_ih = _S_ih.pack
 
 
 class LeaveGroupResponse(Message):
@@ -83,19 +84,10 @@ _C_LeaveGroupResponse_MemberResponse = LeaveGroupResponse.MemberResponse
 
 def _read_LeaveGroupResponse(buf, pos, version):
     self = _new(_C_LeaveGroupResponse)
-    flexible = version >= 4
-    if version >= 1:
-        self.throttle_time_ms, = _u_i(buf, pos)
-        pos += 4
-    else:
-        self.throttle_time_ms = 0
-    self.error_code, = _u_h(buf, pos)
-    pos += 2
-    if version >= 3:
-        if flexible:
-            _n, pos = rd_calen(buf, pos)
-        else:
-            _n, pos = rd_alen(buf, pos)
+    if version >= 4:
+        self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
+        pos += 6
+        _n, pos = rd_calen(buf, pos)
         if _n < 0:
             raise CodecError('non-nullable field LeaveGroupResponse.members was serialized as null')
         else:
@@ -105,84 +97,112 @@ def _read_LeaveGroupResponse(buf, pos, version):
                 _o, pos = _read_LeaveGroupResponse_MemberResponse(buf, pos, version)
                 _a(_o)
             self.members = _l
-    else:
-        self.members = []
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 3:
+        self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
+        pos += 6
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field LeaveGroupResponse.members was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_LeaveGroupResponse_MemberResponse(buf, pos, version)
+                _a(_o)
+            self.members = _l
+        self.unknown_tagged_fields = None
+    elif version >= 1:
+        self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
+        pos += 6
+        self.members = []
+        self.unknown_tagged_fields = None
+    else:
+        self.throttle_time_ms = 0
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.members = []
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_LeaveGroupResponse(self, w, version):
-    flexible = version >= 4
-    if (version < 3) and not ((self.members is not None and not self.members)):
-        raise CodecError('LeaveGroupResponse.members cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if version >= 1:
-        w += _p_i(self.throttle_time_ms)
-    w += _p_h(self.error_code)
-    if version >= 3:
+    if version >= 4:
+        w += _p_ih(self.throttle_time_ms, self.error_code)
         _l = self.members
         if _l is None:
             raise CodecError('non-nullable field LeaveGroupResponse.members is None at version ' + str(version))
         else:
-            if flexible:
-                wr_calen(w, len(_l))
-            else:
-                wr_alen(w, len(_l))
+            wr_calen(w, len(_l))
             for _o in _l:
                 _write_LeaveGroupResponse_MemberResponse(_o, w, version)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 3:
+        w += _p_ih(self.throttle_time_ms, self.error_code)
+        _l = self.members
+        if _l is None:
+            raise CodecError('non-nullable field LeaveGroupResponse.members is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_LeaveGroupResponse_MemberResponse(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('LeaveGroupResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 1:
+        if not ((self.members is not None and not self.members)):
+            raise CodecError('LeaveGroupResponse.members cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_ih(self.throttle_time_ms, self.error_code)
+        if self.unknown_tagged_fields:
+            raise CodecError('LeaveGroupResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        if not ((self.members is not None and not self.members)):
+            raise CodecError('LeaveGroupResponse.members cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_h(self.error_code)
         if self.unknown_tagged_fields:
             raise CodecError('LeaveGroupResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_LeaveGroupResponse_MemberResponse(buf, pos, version):
     self = _new(_C_LeaveGroupResponse_MemberResponse)
-    flexible = version >= 4
-    if flexible:
+    if version >= 4:
         self.member_id, pos = rd_cstring(buf, pos)
-    else:
-        self.member_id, pos = rd_string(buf, pos)
-    if flexible:
         self.group_instance_id, pos = rd_cnstring(buf, pos)
-    else:
-        self.group_instance_id, pos = rd_nstring(buf, pos)
-    self.error_code, = _u_h(buf, pos)
-    pos += 2
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.member_id, pos = rd_string(buf, pos)
+        self.group_instance_id, pos = rd_nstring(buf, pos)
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_LeaveGroupResponse_MemberResponse(self, w, version):
-    flexible = version >= 4
-    if flexible:
+    if version >= 4:
         wr_cstring(w, self.member_id)
-    else:
-        wr_string(w, self.member_id)
-    if flexible:
         wr_cnstring(w, self.group_instance_id)
-    else:
-        wr_nstring(w, self.group_instance_id)
-    w += _p_h(self.error_code)
-    if flexible:
+        w += _p_h(self.error_code)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.member_id)
+        wr_nstring(w, self.group_instance_id)
+        w += _p_h(self.error_code)
         if self.unknown_tagged_fields:
             raise CodecError('MemberResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 

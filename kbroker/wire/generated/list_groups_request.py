@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['ListGroupsRequest']
@@ -50,8 +51,7 @@ _C_ListGroupsRequest = ListGroupsRequest
 
 def _read_ListGroupsRequest(buf, pos, version):
     self = _new(_C_ListGroupsRequest)
-    flexible = version >= 3
-    if version >= 4:
+    if version >= 5:
         _n, pos = rd_calen(buf, pos)
         if _n < 0:
             raise CodecError('non-nullable field ListGroupsRequest.states_filter was serialized as null')
@@ -62,9 +62,6 @@ def _read_ListGroupsRequest(buf, pos, version):
                 _o, pos = rd_cstring(buf, pos)
                 _a(_o)
             self.states_filter = _l
-    else:
-        self.states_filter = []
-    if version >= 5:
         _n, pos = rd_calen(buf, pos)
         if _n < 0:
             raise CodecError('non-nullable field ListGroupsRequest.types_filter was serialized as null')
@@ -75,24 +72,45 @@ def _read_ListGroupsRequest(buf, pos, version):
                 _o, pos = rd_cstring(buf, pos)
                 _a(_o)
             self.types_filter = _l
-    else:
-        self.types_filter = []
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 4:
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ListGroupsRequest.states_filter was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = rd_cstring(buf, pos)
+                _a(_o)
+            self.states_filter = _l
+        self.types_filter = []
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 3:
+        self.states_filter = []
+        self.types_filter = []
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.states_filter = []
+        self.types_filter = []
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_ListGroupsRequest(self, w, version):
-    flexible = version >= 3
-    if (version < 4) and not ((self.states_filter is not None and not self.states_filter)):
-        raise CodecError('ListGroupsRequest.states_filter cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 5) and not ((self.types_filter is not None and not self.types_filter)):
-        raise CodecError('ListGroupsRequest.types_filter cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if version >= 4:
+    if version >= 5:
         _l = self.states_filter
         if _l is None:
             raise CodecError('non-nullable field ListGroupsRequest.states_filter is None at version ' + str(version))
@@ -100,7 +118,6 @@ def _write_ListGroupsRequest(self, w, version):
             wr_calen(w, len(_l))
             for _o in _l:
                 wr_cstring(w, _o)
-    if version >= 5:
         _l = self.types_filter
         if _l is None:
             raise CodecError('non-nullable field ListGroupsRequest.types_filter is None at version ' + str(version))
@@ -108,12 +125,38 @@ def _write_ListGroupsRequest(self, w, version):
             wr_calen(w, len(_l))
             for _o in _l:
                 wr_cstring(w, _o)
-    if flexible:
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 4:
+        if not ((self.types_filter is not None and not self.types_filter)):
+            raise CodecError('ListGroupsRequest.types_filter cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        _l = self.states_filter
+        if _l is None:
+            raise CodecError('non-nullable field ListGroupsRequest.states_filter is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                wr_cstring(w, _o)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 3:
+        if not ((self.states_filter is not None and not self.states_filter)):
+            raise CodecError('ListGroupsRequest.states_filter cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.types_filter is not None and not self.types_filter)):
+            raise CodecError('ListGroupsRequest.types_filter cannot be written at version ' + str(version) + ' (it holds a non-default value)')
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        if not ((self.states_filter is not None and not self.states_filter)):
+            raise CodecError('ListGroupsRequest.states_filter cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.types_filter is not None and not self.types_filter)):
+            raise CodecError('ListGroupsRequest.types_filter cannot be written at version ' + str(version) + ' (it holds a non-default value)')
         if self.unknown_tagged_fields:
             raise CodecError('ListGroupsRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 

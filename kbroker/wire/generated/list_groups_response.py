@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['ListGroupsResponse']
@@ -19,9 +20,9 @@ _new = object.__new__
 _S_h = _Struct('>h')
 _u_h = _S_h.unpack_from
 _p_h = _S_h.pack
-_S_i = _Struct('>i')
-_u_i = _S_i.unpack_from
-_p_i = _S_i.pack
+_S_ih = _Struct('>ih')
+_u_ih = _S_ih.unpack_from
+_p_ih = _S_ih.pack
 
 
 class ListGroupsResponse(Message):
@@ -86,109 +87,163 @@ _C_ListGroupsResponse_ListedGroup = ListGroupsResponse.ListedGroup
 
 def _read_ListGroupsResponse(buf, pos, version):
     self = _new(_C_ListGroupsResponse)
-    flexible = version >= 3
-    if version >= 1:
-        self.throttle_time_ms, = _u_i(buf, pos)
-        pos += 4
-    else:
-        self.throttle_time_ms = 0
-    self.error_code, = _u_h(buf, pos)
-    pos += 2
-    if flexible:
+    if version >= 3:
+        self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
+        pos += 6
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field ListGroupsResponse.groups was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_ListGroupsResponse_ListedGroup(buf, pos, version)
-            _a(_o)
-        self.groups = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field ListGroupsResponse.groups was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ListGroupsResponse_ListedGroup(buf, pos, version)
+                _a(_o)
+            self.groups = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 1:
+        self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
+        pos += 6
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ListGroupsResponse.groups was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ListGroupsResponse_ListedGroup(buf, pos, version)
+                _a(_o)
+            self.groups = _l
+        self.unknown_tagged_fields = None
+    else:
+        self.throttle_time_ms = 0
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ListGroupsResponse.groups was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ListGroupsResponse_ListedGroup(buf, pos, version)
+                _a(_o)
+            self.groups = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_ListGroupsResponse(self, w, version):
-    flexible = version >= 3
-    if version >= 1:
-        w += _p_i(self.throttle_time_ms)
-    w += _p_h(self.error_code)
-    _l = self.groups
-    if _l is None:
-        raise CodecError('non-nullable field ListGroupsResponse.groups is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+    if version >= 3:
+        w += _p_ih(self.throttle_time_ms, self.error_code)
+        _l = self.groups
+        if _l is None:
+            raise CodecError('non-nullable field ListGroupsResponse.groups is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_ListGroupsResponse_ListedGroup(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_ListGroupsResponse_ListedGroup(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 1:
+        w += _p_ih(self.throttle_time_ms, self.error_code)
+        _l = self.groups
+        if _l is None:
+            raise CodecError('non-nullable field ListGroupsResponse.groups is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_ListGroupsResponse_ListedGroup(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('ListGroupsResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        w += _p_h(self.error_code)
+        _l = self.groups
+        if _l is None:
+            raise CodecError('non-nullable field ListGroupsResponse.groups is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_ListGroupsResponse_ListedGroup(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('ListGroupsResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_ListGroupsResponse_ListedGroup(buf, pos, version):
     self = _new(_C_ListGroupsResponse_ListedGroup)
-    flexible = version >= 3
-    if flexible:
-        self.group_id, pos = rd_cstring(buf, pos)
-    else:
-        self.group_id, pos = rd_string(buf, pos)
-    if flexible:
-        self.protocol_type, pos = rd_cstring(buf, pos)
-    else:
-        self.protocol_type, pos = rd_string(buf, pos)
-    if version >= 4:
-        self.group_state, pos = rd_cstring(buf, pos)
-    else:
-        self.group_state = ''
     if version >= 5:
+        self.group_id, pos = rd_cstring(buf, pos)
+        self.protocol_type, pos = rd_cstring(buf, pos)
+        self.group_state, pos = rd_cstring(buf, pos)
         self.group_type, pos = rd_cstring(buf, pos)
-    else:
-        self.group_type = ''
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 4:
+        self.group_id, pos = rd_cstring(buf, pos)
+        self.protocol_type, pos = rd_cstring(buf, pos)
+        self.group_state, pos = rd_cstring(buf, pos)
+        self.group_type = ''
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 3:
+        self.group_id, pos = rd_cstring(buf, pos)
+        self.protocol_type, pos = rd_cstring(buf, pos)
+        self.group_state = ''
+        self.group_type = ''
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.group_id, pos = rd_string(buf, pos)
+        self.protocol_type, pos = rd_string(buf, pos)
+        self.group_state = ''
+        self.group_type = ''
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_ListGroupsResponse_ListedGroup(self, w, version):
-    flexible = version >= 3
-    if flexible:
-        wr_cstring(w, self.group_id)
-    else:
-        wr_string(w, self.group_id)
-    if flexible:
-        wr_cstring(w, self.protocol_type)
-    else:
-        wr_string(w, self.protocol_type)
-    if version >= 4:
-        wr_cstring(w, self.group_state)
     if version >= 5:
+        wr_cstring(w, self.group_id)
+        wr_cstring(w, self.protocol_type)
+        wr_cstring(w, self.group_state)
         wr_cstring(w, self.group_type)
-    if flexible:
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 4:
+        wr_cstring(w, self.group_id)
+        wr_cstring(w, self.protocol_type)
+        wr_cstring(w, self.group_state)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 3:
+        wr_cstring(w, self.group_id)
+        wr_cstring(w, self.protocol_type)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.group_id)
+        wr_string(w, self.protocol_type)
         if self.unknown_tagged_fields:
             raise CodecError('ListedGroup: tagged fields set, but version ' + str(version) + ' is not flexible')
 

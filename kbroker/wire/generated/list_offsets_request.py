@@ -7,24 +7,31 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['ListOffsetsRequest']
 
 _new = object.__new__
-_S_b = _Struct('>b')
-_u_b = _S_b.unpack_from
-_p_b = _S_b.pack
 _S_i = _Struct('>i')
 _u_i = _S_i.unpack_from
 _p_i = _S_i.pack
+_S_ib = _Struct('>ib')
+_u_ib = _S_ib.unpack_from
+_p_ib = _S_ib.pack
+_S_iiq = _Struct('>iiq')
+_u_iiq = _S_iiq.unpack_from
+_p_iiq = _S_iiq.pack
 _S_q = _Struct('>q')
 _u_q = _S_q.unpack_from
 _p_q = _S_q.pack
+_S_qi = _Struct('>qi')
+_u_qi = _S_qi.unpack_from
+_p_qi = _S_qi.pack
 
 
 class ListOffsetsRequest(Message):
@@ -113,167 +120,254 @@ _C_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition = ListOffsetsRequest
 
 def _read_ListOffsetsRequest(buf, pos, version):
     self = _new(_C_ListOffsetsRequest)
-    flexible = version >= 6
-    self.replica_id, = _u_i(buf, pos)
-    pos += 4
-    if version >= 2:
-        self.isolation_level, = _u_b(buf, pos)
-        pos += 1
-    else:
-        self.isolation_level = 0
-    if flexible:
-        _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field ListOffsetsRequest.topics was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_ListOffsetsRequest_ListOffsetsTopic(buf, pos, version)
-            _a(_o)
-        self.topics = _l
     if version >= 10:
+        self.replica_id, self.isolation_level = _u_ib(buf, pos)
+        pos += 5
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ListOffsetsRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ListOffsetsRequest_ListOffsetsTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
         self.timeout_ms, = _u_i(buf, pos)
         pos += 4
-    else:
-        self.timeout_ms = 0
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 6:
+        self.replica_id, self.isolation_level = _u_ib(buf, pos)
+        pos += 5
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ListOffsetsRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ListOffsetsRequest_ListOffsetsTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.timeout_ms = 0
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 2:
+        self.replica_id, self.isolation_level = _u_ib(buf, pos)
+        pos += 5
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ListOffsetsRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ListOffsetsRequest_ListOffsetsTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.timeout_ms = 0
+        self.unknown_tagged_fields = None
+    else:
+        self.replica_id, = _u_i(buf, pos)
+        pos += 4
+        self.isolation_level = 0
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ListOffsetsRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ListOffsetsRequest_ListOffsetsTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.timeout_ms = 0
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_ListOffsetsRequest(self, w, version):
-    flexible = version >= 6
-    if (version < 2) and not (self.isolation_level == 0):
-        raise CodecError('ListOffsetsRequest.isolation_level cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    w += _p_i(self.replica_id)
-    if version >= 2:
-        w += _p_b(self.isolation_level)
-    _l = self.topics
-    if _l is None:
-        raise CodecError('non-nullable field ListOffsetsRequest.topics is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
-        else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_ListOffsetsRequest_ListOffsetsTopic(_o, w, version)
     if version >= 10:
+        w += _p_ib(self.replica_id, self.isolation_level)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field ListOffsetsRequest.topics is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_ListOffsetsRequest_ListOffsetsTopic(_o, w, version)
         w += _p_i(self.timeout_ms)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 6:
+        w += _p_ib(self.replica_id, self.isolation_level)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field ListOffsetsRequest.topics is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_ListOffsetsRequest_ListOffsetsTopic(_o, w, version)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 2:
+        w += _p_ib(self.replica_id, self.isolation_level)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field ListOffsetsRequest.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_ListOffsetsRequest_ListOffsetsTopic(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('ListOffsetsRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        if not (self.isolation_level == 0):
+            raise CodecError('ListOffsetsRequest.isolation_level cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.replica_id)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field ListOffsetsRequest.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_ListOffsetsRequest_ListOffsetsTopic(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('ListOffsetsRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_ListOffsetsRequest_ListOffsetsTopic(buf, pos, version):
     self = _new(_C_ListOffsetsRequest_ListOffsetsTopic)
-    flexible = version >= 6
-    if flexible:
+    if version >= 6:
         self.name, pos = rd_cstring(buf, pos)
-    else:
-        self.name, pos = rd_string(buf, pos)
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field ListOffsetsTopic.partitions was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition(buf, pos, version)
-            _a(_o)
-        self.partitions = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field ListOffsetsTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.name, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ListOffsetsTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_ListOffsetsRequest_ListOffsetsTopic(self, w, version):
-    flexible = version >= 6
-    if flexible:
+    if version >= 6:
         wr_cstring(w, self.name)
-    else:
-        wr_string(w, self.name)
-    _l = self.partitions
-    if _l is None:
-        raise CodecError('non-nullable field ListOffsetsTopic.partitions is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field ListOffsetsTopic.partitions is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.name)
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field ListOffsetsTopic.partitions is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('ListOffsetsTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition(buf, pos, version):
     self = _new(_C_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition)
-    flexible = version >= 6
-    self.partition_index, = _u_i(buf, pos)
-    pos += 4
-    if version >= 4:
-        self.current_leader_epoch, = _u_i(buf, pos)
-        pos += 4
-    else:
-        self.current_leader_epoch = -1
-    self.timestamp, = _u_q(buf, pos)
-    pos += 8
-    if version <= 0:
-        self.max_num_offsets, = _u_i(buf, pos)
-        pos += 4
-    else:
+    if version >= 6:
+        self.partition_index, self.current_leader_epoch, self.timestamp = _u_iiq(buf, pos)
+        pos += 16
         self.max_num_offsets = 1
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 4:
+        self.partition_index, self.current_leader_epoch, self.timestamp = _u_iiq(buf, pos)
+        pos += 16
+        self.max_num_offsets = 1
+        self.unknown_tagged_fields = None
+    elif version >= 1:
+        self.partition_index, = _u_i(buf, pos)
+        pos += 4
+        self.current_leader_epoch = -1
+        self.timestamp, = _u_q(buf, pos)
+        pos += 8
+        self.max_num_offsets = 1
+        self.unknown_tagged_fields = None
+    else:
+        self.partition_index, = _u_i(buf, pos)
+        pos += 4
+        self.current_leader_epoch = -1
+        self.timestamp, self.max_num_offsets = _u_qi(buf, pos)
+        pos += 12
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition(self, w, version):
-    flexible = version >= 6
-    if (version > 0) and not (self.max_num_offsets == 1):
-        raise CodecError('ListOffsetsPartition.max_num_offsets cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    w += _p_i(self.partition_index)
-    if version >= 4:
-        w += _p_i(self.current_leader_epoch)
-    w += _p_q(self.timestamp)
-    if version <= 0:
-        w += _p_i(self.max_num_offsets)
-    if flexible:
+    if version >= 6:
+        if not (self.max_num_offsets == 1):
+            raise CodecError('ListOffsetsPartition.max_num_offsets cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_iiq(self.partition_index, self.current_leader_epoch, self.timestamp)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 4:
+        if not (self.max_num_offsets == 1):
+            raise CodecError('ListOffsetsPartition.max_num_offsets cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_iiq(self.partition_index, self.current_leader_epoch, self.timestamp)
+        if self.unknown_tagged_fields:
+            raise CodecError('ListOffsetsPartition: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 1:
+        if not (self.max_num_offsets == 1):
+            raise CodecError('ListOffsetsPartition.max_num_offsets cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.partition_index)
+        w += _p_q(self.timestamp)
+        if self.unknown_tagged_fields:
+            raise CodecError('ListOffsetsPartition: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        w += _p_i(self.partition_index)
+        w += _p_qi(self.timestamp, self.max_num_offsets)
         if self.unknown_tagged_fields:
             raise CodecError('ListOffsetsPartition: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['ListOffsetsResponse']
@@ -25,6 +26,9 @@ _p_ih = _S_ih.pack
 _S_qq = _Struct('>qq')
 _u_qq = _S_qq.unpack_from
 _p_qq = _S_qq.pack
+_S_qqi = _Struct('>qqi')
+_u_qqi = _S_qqi.unpack_from
+_p_qqi = _S_qqi.pack
 
 
 class ListOffsetsResponse(Message):
@@ -113,174 +117,233 @@ _C_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse = L
 
 def _read_ListOffsetsResponse(buf, pos, version):
     self = _new(_C_ListOffsetsResponse)
-    flexible = version >= 6
-    if version >= 2:
+    if version >= 6:
         self.throttle_time_ms, = _u_i(buf, pos)
         pos += 4
-    else:
-        self.throttle_time_ms = 0
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field ListOffsetsResponse.topics was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_ListOffsetsResponse_ListOffsetsTopicResponse(buf, pos, version)
-            _a(_o)
-        self.topics = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field ListOffsetsResponse.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ListOffsetsResponse_ListOffsetsTopicResponse(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 2:
+        self.throttle_time_ms, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ListOffsetsResponse.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ListOffsetsResponse_ListOffsetsTopicResponse(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
+    else:
+        self.throttle_time_ms = 0
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ListOffsetsResponse.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ListOffsetsResponse_ListOffsetsTopicResponse(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_ListOffsetsResponse(self, w, version):
-    flexible = version >= 6
-    if version >= 2:
+    if version >= 6:
         w += _p_i(self.throttle_time_ms)
-    _l = self.topics
-    if _l is None:
-        raise CodecError('non-nullable field ListOffsetsResponse.topics is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field ListOffsetsResponse.topics is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_ListOffsetsResponse_ListOffsetsTopicResponse(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_ListOffsetsResponse_ListOffsetsTopicResponse(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 2:
+        w += _p_i(self.throttle_time_ms)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field ListOffsetsResponse.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_ListOffsetsResponse_ListOffsetsTopicResponse(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('ListOffsetsResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field ListOffsetsResponse.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_ListOffsetsResponse_ListOffsetsTopicResponse(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('ListOffsetsResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_ListOffsetsResponse_ListOffsetsTopicResponse(buf, pos, version):
     self = _new(_C_ListOffsetsResponse_ListOffsetsTopicResponse)
-    flexible = version >= 6
-    if flexible:
+    if version >= 6:
         self.name, pos = rd_cstring(buf, pos)
-    else:
-        self.name, pos = rd_string(buf, pos)
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field ListOffsetsTopicResponse.partitions was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse(buf, pos, version)
-            _a(_o)
-        self.partitions = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field ListOffsetsTopicResponse.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.name, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ListOffsetsTopicResponse.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_ListOffsetsResponse_ListOffsetsTopicResponse(self, w, version):
-    flexible = version >= 6
-    if flexible:
+    if version >= 6:
         wr_cstring(w, self.name)
-    else:
-        wr_string(w, self.name)
-    _l = self.partitions
-    if _l is None:
-        raise CodecError('non-nullable field ListOffsetsTopicResponse.partitions is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field ListOffsetsTopicResponse.partitions is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.name)
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field ListOffsetsTopicResponse.partitions is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('ListOffsetsTopicResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse(buf, pos, version):
     self = _new(_C_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse)
-    flexible = version >= 6
-    self.partition_index, self.error_code = _u_ih(buf, pos)
-    pos += 6
-    if version <= 0:
-        _n, pos = rd_alen(buf, pos)
-        if _n < 0:
-            raise CodecError('non-nullable field ListOffsetsPartitionResponse.old_style_offsets was serialized as null')
-        else:
-            self.old_style_offsets, pos = rd_fixed_array(buf, pos, _n, 'q', 8)
-    else:
+    if version >= 6:
+        self.partition_index, self.error_code = _u_ih(buf, pos)
+        pos += 6
         self.old_style_offsets = []
-    if version >= 1:
-        self.timestamp, self.offset = _u_qq(buf, pos)
-        pos += 16
-    else:
-        self.timestamp = -1
-        self.offset = -1
-    if version >= 4:
-        self.leader_epoch, = _u_i(buf, pos)
-        pos += 4
-    else:
-        self.leader_epoch = -1
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.timestamp, self.offset, self.leader_epoch = _u_qqi(buf, pos)
+        pos += 20
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 4:
+        self.partition_index, self.error_code = _u_ih(buf, pos)
+        pos += 6
+        self.old_style_offsets = []
+        self.timestamp, self.offset, self.leader_epoch = _u_qqi(buf, pos)
+        pos += 20
+        self.unknown_tagged_fields = None
+    elif version >= 1:
+        self.partition_index, self.error_code = _u_ih(buf, pos)
+        pos += 6
+        self.old_style_offsets = []
+        self.timestamp, self.offset = _u_qq(buf, pos)
+        pos += 16
+        self.leader_epoch = -1
+        self.unknown_tagged_fields = None
+    else:
+        self.partition_index, self.error_code = _u_ih(buf, pos)
+        pos += 6
+        self.old_style_offsets, pos = rd_fixed_array(buf, pos, 'q', 8)
+        if self.old_style_offsets is None:
+            raise CodecError('non-nullable field ListOffsetsPartitionResponse.old_style_offsets was serialized as null')
+        self.timestamp = -1
+        self.offset = -1
+        self.leader_epoch = -1
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse(self, w, version):
-    flexible = version >= 6
-    if (version > 0) and not ((self.old_style_offsets is not None and not self.old_style_offsets)):
-        raise CodecError('ListOffsetsPartitionResponse.old_style_offsets cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 1) and not (self.timestamp == -1):
-        raise CodecError('ListOffsetsPartitionResponse.timestamp cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 1) and not (self.offset == -1):
-        raise CodecError('ListOffsetsPartitionResponse.offset cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 4) and not (self.leader_epoch == -1):
-        raise CodecError('ListOffsetsPartitionResponse.leader_epoch cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    w += _p_ih(self.partition_index, self.error_code)
-    if version <= 0:
-        _l = self.old_style_offsets
-        if _l is None:
-            raise CodecError('non-nullable field ListOffsetsPartitionResponse.old_style_offsets is None at version ' + str(version))
-        else:
-            wr_alen(w, len(_l))
-            wr_fixed_array(w, _l, 'q')
-    if version >= 1:
-        w += _p_qq(self.timestamp, self.offset)
-    if version >= 4:
-        w += _p_i(self.leader_epoch)
-    if flexible:
+    if version >= 6:
+        if not ((self.old_style_offsets is not None and not self.old_style_offsets)):
+            raise CodecError('ListOffsetsPartitionResponse.old_style_offsets cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_ih(self.partition_index, self.error_code)
+        w += _p_qqi(self.timestamp, self.offset, self.leader_epoch)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 4:
+        if not ((self.old_style_offsets is not None and not self.old_style_offsets)):
+            raise CodecError('ListOffsetsPartitionResponse.old_style_offsets cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_ih(self.partition_index, self.error_code)
+        w += _p_qqi(self.timestamp, self.offset, self.leader_epoch)
+        if self.unknown_tagged_fields:
+            raise CodecError('ListOffsetsPartitionResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 1:
+        if not ((self.old_style_offsets is not None and not self.old_style_offsets)):
+            raise CodecError('ListOffsetsPartitionResponse.old_style_offsets cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.leader_epoch == -1):
+            raise CodecError('ListOffsetsPartitionResponse.leader_epoch cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_ih(self.partition_index, self.error_code)
+        w += _p_qq(self.timestamp, self.offset)
+        if self.unknown_tagged_fields:
+            raise CodecError('ListOffsetsPartitionResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        if not (self.timestamp == -1):
+            raise CodecError('ListOffsetsPartitionResponse.timestamp cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.offset == -1):
+            raise CodecError('ListOffsetsPartitionResponse.offset cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.leader_epoch == -1):
+            raise CodecError('ListOffsetsPartitionResponse.leader_epoch cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_ih(self.partition_index, self.error_code)
+        _l = self.old_style_offsets
+        if _l is None:
+            raise CodecError('non-nullable field ListOffsetsPartitionResponse.old_style_offsets is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'q')
         if self.unknown_tagged_fields:
             raise CodecError('ListOffsetsPartitionResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 

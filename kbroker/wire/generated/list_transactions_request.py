@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['ListTransactionsRequest']
@@ -56,56 +57,88 @@ _C_ListTransactionsRequest = ListTransactionsRequest
 
 def _read_ListTransactionsRequest(buf, pos, version):
     self = _new(_C_ListTransactionsRequest)
-    _n, pos = rd_calen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field ListTransactionsRequest.state_filters was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = rd_cstring(buf, pos)
-            _a(_o)
-        self.state_filters = _l
-    _n, pos = rd_calen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field ListTransactionsRequest.producer_id_filters was serialized as null')
-    else:
-        self.producer_id_filters, pos = rd_fixed_array(buf, pos, _n, 'q', 8)
     if version >= 1:
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ListTransactionsRequest.state_filters was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = rd_cstring(buf, pos)
+                _a(_o)
+            self.state_filters = _l
+        self.producer_id_filters, pos = rd_cfixed_array(buf, pos, 'q', 8)
+        if self.producer_id_filters is None:
+            raise CodecError('non-nullable field ListTransactionsRequest.producer_id_filters was serialized as null')
         self.duration_filter, = _u_q(buf, pos)
         pos += 8
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
     else:
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ListTransactionsRequest.state_filters was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = rd_cstring(buf, pos)
+                _a(_o)
+            self.state_filters = _l
+        self.producer_id_filters, pos = rd_cfixed_array(buf, pos, 'q', 8)
+        if self.producer_id_filters is None:
+            raise CodecError('non-nullable field ListTransactionsRequest.producer_id_filters was serialized as null')
         self.duration_filter = -1
-    self.unknown_tagged_fields = None
-    if buf[pos]:
-        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
-    else:
-        pos += 1
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
     return self, pos
 
 
 def _write_ListTransactionsRequest(self, w, version):
-    if (version < 1) and not (self.duration_filter == -1):
-        raise CodecError('ListTransactionsRequest.duration_filter cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    _l = self.state_filters
-    if _l is None:
-        raise CodecError('non-nullable field ListTransactionsRequest.state_filters is None at version ' + str(version))
-    else:
-        wr_calen(w, len(_l))
-        for _o in _l:
-            wr_cstring(w, _o)
-    _l = self.producer_id_filters
-    if _l is None:
-        raise CodecError('non-nullable field ListTransactionsRequest.producer_id_filters is None at version ' + str(version))
-    else:
-        wr_calen(w, len(_l))
-        wr_fixed_array(w, _l, 'q')
     if version >= 1:
+        _l = self.state_filters
+        if _l is None:
+            raise CodecError('non-nullable field ListTransactionsRequest.state_filters is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                wr_cstring(w, _o)
+        _l = self.producer_id_filters
+        if _l is None:
+            raise CodecError('non-nullable field ListTransactionsRequest.producer_id_filters is None at version ' + str(version))
+        else:
+            wr_cfixed_array(w, _l, 'q')
         w += _p_q(self.duration_filter)
-    if self.unknown_tagged_fields:
-        wr_tags(w, None, self.unknown_tagged_fields)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
     else:
-        w.append(0)
+        if not (self.duration_filter == -1):
+            raise CodecError('ListTransactionsRequest.duration_filter cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        _l = self.state_filters
+        if _l is None:
+            raise CodecError('non-nullable field ListTransactionsRequest.state_filters is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                wr_cstring(w, _o)
+        _l = self.producer_id_filters
+        if _l is None:
+            raise CodecError('non-nullable field ListTransactionsRequest.producer_id_filters is None at version ' + str(version))
+        else:
+            wr_cfixed_array(w, _l, 'q')
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 ListTransactionsRequest._read = staticmethod(_read_ListTransactionsRequest)

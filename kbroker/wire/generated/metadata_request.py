@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['MetadataRequest']
@@ -19,6 +20,9 @@ _new = object.__new__
 _S_z = _Struct('>?')
 _u_z = _S_z.unpack_from
 _p_z = _S_z.pack
+_S_zzz = _Struct('>???')
+_u_zzz = _S_zzz.unpack_from
+_p_zzz = _S_zzz.pack
 
 
 class MetadataRequest(Message):
@@ -80,133 +84,239 @@ _C_MetadataRequest_MetadataRequestTopic = MetadataRequest.MetadataRequestTopic
 
 def _read_MetadataRequest(buf, pos, version):
     self = _new(_C_MetadataRequest)
-    flexible = version >= 9
-    if flexible:
+    if version >= 11:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        if version >= 1:
+        if _n < 0:
             self.topics = None
         else:
-            raise CodecError('non-nullable field MetadataRequest.topics was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_MetadataRequest_MetadataRequestTopic(buf, pos, version)
-            _a(_o)
-        self.topics = _l
-    if version >= 4:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_MetadataRequest_MetadataRequestTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
         self.allow_auto_topic_creation, = _u_z(buf, pos)
         pos += 1
-    else:
-        self.allow_auto_topic_creation = True
-    if 8 <= version <= 10:
-        self.include_cluster_authorized_operations, = _u_z(buf, pos)
-        pos += 1
-    else:
         self.include_cluster_authorized_operations = False
-    if version >= 8:
         self.include_topic_authorized_operations, = _u_z(buf, pos)
         pos += 1
-    else:
-        self.include_topic_authorized_operations = False
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 9:
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            self.topics = None
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_MetadataRequest_MetadataRequestTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.allow_auto_topic_creation, self.include_cluster_authorized_operations, self.include_topic_authorized_operations = _u_zzz(buf, pos)
+        pos += 3
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 8:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            self.topics = None
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_MetadataRequest_MetadataRequestTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.allow_auto_topic_creation, self.include_cluster_authorized_operations, self.include_topic_authorized_operations = _u_zzz(buf, pos)
+        pos += 3
+        self.unknown_tagged_fields = None
+    elif version >= 4:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            self.topics = None
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_MetadataRequest_MetadataRequestTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.allow_auto_topic_creation, = _u_z(buf, pos)
+        pos += 1
+        self.include_cluster_authorized_operations = False
+        self.include_topic_authorized_operations = False
+        self.unknown_tagged_fields = None
+    elif version >= 1:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            self.topics = None
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_MetadataRequest_MetadataRequestTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.allow_auto_topic_creation = True
+        self.include_cluster_authorized_operations = False
+        self.include_topic_authorized_operations = False
+        self.unknown_tagged_fields = None
+    else:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field MetadataRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_MetadataRequest_MetadataRequestTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.allow_auto_topic_creation = True
+        self.include_cluster_authorized_operations = False
+        self.include_topic_authorized_operations = False
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_MetadataRequest(self, w, version):
-    flexible = version >= 9
-    if (version < 4) and not (self.allow_auto_topic_creation == True):
-        raise CodecError('MetadataRequest.allow_auto_topic_creation cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 8 or version > 10) and not (self.include_cluster_authorized_operations == False):
-        raise CodecError('MetadataRequest.include_cluster_authorized_operations cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 8) and not (self.include_topic_authorized_operations == False):
-        raise CodecError('MetadataRequest.include_topic_authorized_operations cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    _l = self.topics
-    if _l is None:
-        if version >= 1:
-            if flexible:
-                w.append(0)
-            else:
-                w += b'\xff\xff\xff\xff'
+    if version >= 11:
+        if not (self.include_cluster_authorized_operations == False):
+            raise CodecError('MetadataRequest.include_cluster_authorized_operations cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        _l = self.topics
+        if _l is None:
+            w.append(0)
         else:
-            raise CodecError('non-nullable field MetadataRequest.topics is None at version ' + str(version))
-    else:
-        if flexible:
             wr_calen(w, len(_l))
-        else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_MetadataRequest_MetadataRequestTopic(_o, w, version)
-    if version >= 4:
+            for _o in _l:
+                _write_MetadataRequest_MetadataRequestTopic(_o, w, version)
         w += _p_z(self.allow_auto_topic_creation)
-    if 8 <= version <= 10:
-        w += _p_z(self.include_cluster_authorized_operations)
-    if version >= 8:
         w += _p_z(self.include_topic_authorized_operations)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 9:
+        _l = self.topics
+        if _l is None:
+            w.append(0)
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_MetadataRequest_MetadataRequestTopic(_o, w, version)
+        w += _p_zzz(self.allow_auto_topic_creation, self.include_cluster_authorized_operations, self.include_topic_authorized_operations)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 8:
+        _l = self.topics
+        if _l is None:
+            w += b'\xff\xff\xff\xff'
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_MetadataRequest_MetadataRequestTopic(_o, w, version)
+        w += _p_zzz(self.allow_auto_topic_creation, self.include_cluster_authorized_operations, self.include_topic_authorized_operations)
+        if self.unknown_tagged_fields:
+            raise CodecError('MetadataRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 4:
+        if not (self.include_cluster_authorized_operations == False):
+            raise CodecError('MetadataRequest.include_cluster_authorized_operations cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.include_topic_authorized_operations == False):
+            raise CodecError('MetadataRequest.include_topic_authorized_operations cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        _l = self.topics
+        if _l is None:
+            w += b'\xff\xff\xff\xff'
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_MetadataRequest_MetadataRequestTopic(_o, w, version)
+        w += _p_z(self.allow_auto_topic_creation)
+        if self.unknown_tagged_fields:
+            raise CodecError('MetadataRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 1:
+        if not (self.allow_auto_topic_creation == True):
+            raise CodecError('MetadataRequest.allow_auto_topic_creation cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.include_cluster_authorized_operations == False):
+            raise CodecError('MetadataRequest.include_cluster_authorized_operations cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.include_topic_authorized_operations == False):
+            raise CodecError('MetadataRequest.include_topic_authorized_operations cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        _l = self.topics
+        if _l is None:
+            w += b'\xff\xff\xff\xff'
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_MetadataRequest_MetadataRequestTopic(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('MetadataRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        if not (self.allow_auto_topic_creation == True):
+            raise CodecError('MetadataRequest.allow_auto_topic_creation cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.include_cluster_authorized_operations == False):
+            raise CodecError('MetadataRequest.include_cluster_authorized_operations cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.include_topic_authorized_operations == False):
+            raise CodecError('MetadataRequest.include_topic_authorized_operations cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field MetadataRequest.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_MetadataRequest_MetadataRequestTopic(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('MetadataRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_MetadataRequest_MetadataRequestTopic(buf, pos, version):
     self = _new(_C_MetadataRequest_MetadataRequestTopic)
-    flexible = version >= 9
     if version >= 10:
         self.topic_id, pos = rd_uuid(buf, pos)
-    else:
-        self.topic_id = ZERO_UUID
-    if flexible:
-        if version >= 10:
-            self.name, pos = rd_cnstring(buf, pos)
-        else:
-            self.name, pos = rd_cstring(buf, pos)
-    else:
-        if version >= 10:
-            self.name, pos = rd_nstring(buf, pos)
-        else:
-            self.name, pos = rd_string(buf, pos)
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.name, pos = rd_cnstring(buf, pos)
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 9:
+        self.topic_id = ZERO_UUID
+        self.name, pos = rd_cstring(buf, pos)
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.topic_id = ZERO_UUID
+        self.name, pos = rd_string(buf, pos)
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_MetadataRequest_MetadataRequestTopic(self, w, version):
-    flexible = version >= 9
     if version >= 10:
         w += self.topic_id.bytes
-    if flexible:
-        if version >= 10:
-            wr_cnstring(w, self.name)
+        wr_cnstring(w, self.name)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
         else:
-            wr_cstring(w, self.name)
-    else:
-        if version >= 10:
-            wr_nstring(w, self.name)
-        else:
-            wr_string(w, self.name)
-    if flexible:
+            w.append(0)
+    elif version >= 9:
+        wr_cstring(w, self.name)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.name)
         if self.unknown_tagged_fields:
             raise CodecError('MetadataRequestTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
 

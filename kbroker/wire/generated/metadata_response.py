@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['MetadataResponse']
@@ -25,6 +26,9 @@ _p_h = _S_h.pack
 _S_hii = _Struct('>hii')
 _u_hii = _S_hii.unpack_from
 _p_hii = _S_hii.pack
+_S_hiii = _Struct('>hiii')
+_u_hiii = _S_hiii.unpack_from
+_p_hiii = _S_hiii.pack
 _S_i = _Struct('>i')
 _u_i = _S_i.unpack_from
 _p_i = _S_i.pack
@@ -170,336 +174,785 @@ _C_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition = MetadataRe
 
 def _read_MetadataResponse(buf, pos, version):
     self = _new(_C_MetadataResponse)
-    flexible = version >= 9
-    if version >= 3:
+    if version >= 11:
         self.throttle_time_ms, = _u_i(buf, pos)
         pos += 4
-    else:
-        self.throttle_time_ms = 0
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field MetadataResponse.brokers was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_MetadataResponse_MetadataResponseBroker(buf, pos, version)
-            _a(_o)
-        self.brokers = _l
-    if version >= 2:
-        if flexible:
-            self.cluster_id, pos = rd_cnstring(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field MetadataResponse.brokers was serialized as null')
         else:
-            self.cluster_id, pos = rd_nstring(buf, pos)
-    else:
-        self.cluster_id = None
-    if version >= 1:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_MetadataResponse_MetadataResponseBroker(buf, pos, version)
+                _a(_o)
+            self.brokers = _l
+        self.cluster_id, pos = rd_cnstring(buf, pos)
         self.controller_id, = _u_i(buf, pos)
         pos += 4
-    else:
-        self.controller_id = -1
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field MetadataResponse.topics was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_MetadataResponse_MetadataResponseTopic(buf, pos, version)
-            _a(_o)
-        self.topics = _l
-    if 8 <= version <= 10:
-        self.cluster_authorized_operations, = _u_i(buf, pos)
-        pos += 4
-    else:
+        if _n < 0:
+            raise CodecError('non-nullable field MetadataResponse.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_MetadataResponse_MetadataResponseTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
         self.cluster_authorized_operations = -2147483648
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 9:
+        self.throttle_time_ms, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field MetadataResponse.brokers was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_MetadataResponse_MetadataResponseBroker(buf, pos, version)
+                _a(_o)
+            self.brokers = _l
+        self.cluster_id, pos = rd_cnstring(buf, pos)
+        self.controller_id, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field MetadataResponse.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_MetadataResponse_MetadataResponseTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.cluster_authorized_operations, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 8:
+        self.throttle_time_ms, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field MetadataResponse.brokers was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_MetadataResponse_MetadataResponseBroker(buf, pos, version)
+                _a(_o)
+            self.brokers = _l
+        self.cluster_id, pos = rd_nstring(buf, pos)
+        self.controller_id, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field MetadataResponse.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_MetadataResponse_MetadataResponseTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.cluster_authorized_operations, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
+    elif version >= 3:
+        self.throttle_time_ms, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field MetadataResponse.brokers was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_MetadataResponse_MetadataResponseBroker(buf, pos, version)
+                _a(_o)
+            self.brokers = _l
+        self.cluster_id, pos = rd_nstring(buf, pos)
+        self.controller_id, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field MetadataResponse.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_MetadataResponse_MetadataResponseTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.cluster_authorized_operations = -2147483648
+        self.unknown_tagged_fields = None
+    elif version >= 2:
+        self.throttle_time_ms = 0
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field MetadataResponse.brokers was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_MetadataResponse_MetadataResponseBroker(buf, pos, version)
+                _a(_o)
+            self.brokers = _l
+        self.cluster_id, pos = rd_nstring(buf, pos)
+        self.controller_id, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field MetadataResponse.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_MetadataResponse_MetadataResponseTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.cluster_authorized_operations = -2147483648
+        self.unknown_tagged_fields = None
+    elif version >= 1:
+        self.throttle_time_ms = 0
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field MetadataResponse.brokers was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_MetadataResponse_MetadataResponseBroker(buf, pos, version)
+                _a(_o)
+            self.brokers = _l
+        self.cluster_id = None
+        self.controller_id, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field MetadataResponse.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_MetadataResponse_MetadataResponseTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.cluster_authorized_operations = -2147483648
+        self.unknown_tagged_fields = None
+    else:
+        self.throttle_time_ms = 0
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field MetadataResponse.brokers was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_MetadataResponse_MetadataResponseBroker(buf, pos, version)
+                _a(_o)
+            self.brokers = _l
+        self.cluster_id = None
+        self.controller_id = -1
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field MetadataResponse.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_MetadataResponse_MetadataResponseTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.cluster_authorized_operations = -2147483648
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_MetadataResponse(self, w, version):
-    flexible = version >= 9
-    if (version < 8 or version > 10) and not (self.cluster_authorized_operations == -2147483648):
-        raise CodecError('MetadataResponse.cluster_authorized_operations cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if version >= 3:
+    if version >= 11:
+        if not (self.cluster_authorized_operations == -2147483648):
+            raise CodecError('MetadataResponse.cluster_authorized_operations cannot be written at version ' + str(version) + ' (it holds a non-default value)')
         w += _p_i(self.throttle_time_ms)
-    _l = self.brokers
-    if _l is None:
-        raise CodecError('non-nullable field MetadataResponse.brokers is None at version ' + str(version))
-    else:
-        if flexible:
+        _l = self.brokers
+        if _l is None:
+            raise CodecError('non-nullable field MetadataResponse.brokers is None at version ' + str(version))
+        else:
             wr_calen(w, len(_l))
-        else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_MetadataResponse_MetadataResponseBroker(_o, w, version)
-    if version >= 2:
-        if flexible:
-            wr_cnstring(w, self.cluster_id)
-        else:
-            wr_nstring(w, self.cluster_id)
-    if version >= 1:
+            for _o in _l:
+                _write_MetadataResponse_MetadataResponseBroker(_o, w, version)
+        wr_cnstring(w, self.cluster_id)
         w += _p_i(self.controller_id)
-    _l = self.topics
-    if _l is None:
-        raise CodecError('non-nullable field MetadataResponse.topics is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field MetadataResponse.topics is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_MetadataResponse_MetadataResponseTopic(_o, w, version)
-    if 8 <= version <= 10:
-        w += _p_i(self.cluster_authorized_operations)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_MetadataResponse_MetadataResponseTopic(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 9:
+        w += _p_i(self.throttle_time_ms)
+        _l = self.brokers
+        if _l is None:
+            raise CodecError('non-nullable field MetadataResponse.brokers is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_MetadataResponse_MetadataResponseBroker(_o, w, version)
+        wr_cnstring(w, self.cluster_id)
+        w += _p_i(self.controller_id)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field MetadataResponse.topics is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_MetadataResponse_MetadataResponseTopic(_o, w, version)
+        w += _p_i(self.cluster_authorized_operations)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 8:
+        w += _p_i(self.throttle_time_ms)
+        _l = self.brokers
+        if _l is None:
+            raise CodecError('non-nullable field MetadataResponse.brokers is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_MetadataResponse_MetadataResponseBroker(_o, w, version)
+        wr_nstring(w, self.cluster_id)
+        w += _p_i(self.controller_id)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field MetadataResponse.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_MetadataResponse_MetadataResponseTopic(_o, w, version)
+        w += _p_i(self.cluster_authorized_operations)
+        if self.unknown_tagged_fields:
+            raise CodecError('MetadataResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 3:
+        if not (self.cluster_authorized_operations == -2147483648):
+            raise CodecError('MetadataResponse.cluster_authorized_operations cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.throttle_time_ms)
+        _l = self.brokers
+        if _l is None:
+            raise CodecError('non-nullable field MetadataResponse.brokers is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_MetadataResponse_MetadataResponseBroker(_o, w, version)
+        wr_nstring(w, self.cluster_id)
+        w += _p_i(self.controller_id)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field MetadataResponse.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_MetadataResponse_MetadataResponseTopic(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('MetadataResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 2:
+        if not (self.cluster_authorized_operations == -2147483648):
+            raise CodecError('MetadataResponse.cluster_authorized_operations cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        _l = self.brokers
+        if _l is None:
+            raise CodecError('non-nullable field MetadataResponse.brokers is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_MetadataResponse_MetadataResponseBroker(_o, w, version)
+        wr_nstring(w, self.cluster_id)
+        w += _p_i(self.controller_id)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field MetadataResponse.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_MetadataResponse_MetadataResponseTopic(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('MetadataResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 1:
+        if not (self.cluster_authorized_operations == -2147483648):
+            raise CodecError('MetadataResponse.cluster_authorized_operations cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        _l = self.brokers
+        if _l is None:
+            raise CodecError('non-nullable field MetadataResponse.brokers is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_MetadataResponse_MetadataResponseBroker(_o, w, version)
+        w += _p_i(self.controller_id)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field MetadataResponse.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_MetadataResponse_MetadataResponseTopic(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('MetadataResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        if not (self.cluster_authorized_operations == -2147483648):
+            raise CodecError('MetadataResponse.cluster_authorized_operations cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        _l = self.brokers
+        if _l is None:
+            raise CodecError('non-nullable field MetadataResponse.brokers is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_MetadataResponse_MetadataResponseBroker(_o, w, version)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field MetadataResponse.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_MetadataResponse_MetadataResponseTopic(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('MetadataResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_MetadataResponse_MetadataResponseBroker(buf, pos, version):
     self = _new(_C_MetadataResponse_MetadataResponseBroker)
-    flexible = version >= 9
-    self.node_id, = _u_i(buf, pos)
-    pos += 4
-    if flexible:
+    if version >= 9:
+        self.node_id, = _u_i(buf, pos)
+        pos += 4
         self.host, pos = rd_cstring(buf, pos)
-    else:
-        self.host, pos = rd_string(buf, pos)
-    self.port, = _u_i(buf, pos)
-    pos += 4
-    if version >= 1:
-        if flexible:
-            self.rack, pos = rd_cnstring(buf, pos)
-        else:
-            self.rack, pos = rd_nstring(buf, pos)
-    else:
-        self.rack = None
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.port, = _u_i(buf, pos)
+        pos += 4
+        self.rack, pos = rd_cnstring(buf, pos)
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 1:
+        self.node_id, = _u_i(buf, pos)
+        pos += 4
+        self.host, pos = rd_string(buf, pos)
+        self.port, = _u_i(buf, pos)
+        pos += 4
+        self.rack, pos = rd_nstring(buf, pos)
+        self.unknown_tagged_fields = None
+    else:
+        self.node_id, = _u_i(buf, pos)
+        pos += 4
+        self.host, pos = rd_string(buf, pos)
+        self.port, = _u_i(buf, pos)
+        pos += 4
+        self.rack = None
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_MetadataResponse_MetadataResponseBroker(self, w, version):
-    flexible = version >= 9
-    w += _p_i(self.node_id)
-    if flexible:
+    if version >= 9:
+        w += _p_i(self.node_id)
         wr_cstring(w, self.host)
-    else:
-        wr_string(w, self.host)
-    w += _p_i(self.port)
-    if version >= 1:
-        if flexible:
-            wr_cnstring(w, self.rack)
-        else:
-            wr_nstring(w, self.rack)
-    if flexible:
+        w += _p_i(self.port)
+        wr_cnstring(w, self.rack)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 1:
+        w += _p_i(self.node_id)
+        wr_string(w, self.host)
+        w += _p_i(self.port)
+        wr_nstring(w, self.rack)
+        if self.unknown_tagged_fields:
+            raise CodecError('MetadataResponseBroker: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        w += _p_i(self.node_id)
+        wr_string(w, self.host)
+        w += _p_i(self.port)
         if self.unknown_tagged_fields:
             raise CodecError('MetadataResponseBroker: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_MetadataResponse_MetadataResponseTopic(buf, pos, version):
     self = _new(_C_MetadataResponse_MetadataResponseTopic)
-    flexible = version >= 9
-    self.error_code, = _u_h(buf, pos)
-    pos += 2
-    if flexible:
-        if version >= 12:
-            self.name, pos = rd_cnstring(buf, pos)
-        else:
-            self.name, pos = rd_cstring(buf, pos)
-    else:
-        if version >= 12:
-            self.name, pos = rd_nstring(buf, pos)
-        else:
-            self.name, pos = rd_string(buf, pos)
-    if version >= 10:
+    if version >= 12:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.name, pos = rd_cnstring(buf, pos)
         self.topic_id, pos = rd_uuid(buf, pos)
-    else:
-        self.topic_id = ZERO_UUID
-    if version >= 1:
         self.is_internal, = _u_z(buf, pos)
         pos += 1
-    else:
-        self.is_internal = False
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field MetadataResponseTopic.partitions was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition(buf, pos, version)
-            _a(_o)
-        self.partitions = _l
-    if version >= 8:
+        if _n < 0:
+            raise CodecError('non-nullable field MetadataResponseTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
         self.topic_authorized_operations, = _u_i(buf, pos)
         pos += 4
-    else:
-        self.topic_authorized_operations = -2147483648
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 10:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.name, pos = rd_cstring(buf, pos)
+        self.topic_id, pos = rd_uuid(buf, pos)
+        self.is_internal, = _u_z(buf, pos)
+        pos += 1
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field MetadataResponseTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.topic_authorized_operations, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 9:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.name, pos = rd_cstring(buf, pos)
+        self.topic_id = ZERO_UUID
+        self.is_internal, = _u_z(buf, pos)
+        pos += 1
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field MetadataResponseTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.topic_authorized_operations, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 8:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.name, pos = rd_string(buf, pos)
+        self.topic_id = ZERO_UUID
+        self.is_internal, = _u_z(buf, pos)
+        pos += 1
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field MetadataResponseTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.topic_authorized_operations, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
+    elif version >= 1:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.name, pos = rd_string(buf, pos)
+        self.topic_id = ZERO_UUID
+        self.is_internal, = _u_z(buf, pos)
+        pos += 1
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field MetadataResponseTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.topic_authorized_operations = -2147483648
+        self.unknown_tagged_fields = None
+    else:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.name, pos = rd_string(buf, pos)
+        self.topic_id = ZERO_UUID
+        self.is_internal = False
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field MetadataResponseTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.topic_authorized_operations = -2147483648
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_MetadataResponse_MetadataResponseTopic(self, w, version):
-    flexible = version >= 9
-    if (version < 8) and not (self.topic_authorized_operations == -2147483648):
-        raise CodecError('MetadataResponseTopic.topic_authorized_operations cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    w += _p_h(self.error_code)
-    if flexible:
-        if version >= 12:
-            wr_cnstring(w, self.name)
-        else:
-            wr_cstring(w, self.name)
-    else:
-        if version >= 12:
-            wr_nstring(w, self.name)
-        else:
-            wr_string(w, self.name)
-    if version >= 10:
+    if version >= 12:
+        w += _p_h(self.error_code)
+        wr_cnstring(w, self.name)
         w += self.topic_id.bytes
-    if version >= 1:
         w += _p_z(self.is_internal)
-    _l = self.partitions
-    if _l is None:
-        raise CodecError('non-nullable field MetadataResponseTopic.partitions is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field MetadataResponseTopic.partitions is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition(_o, w, version)
-    if version >= 8:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition(_o, w, version)
         w += _p_i(self.topic_authorized_operations)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 10:
+        w += _p_h(self.error_code)
+        wr_cstring(w, self.name)
+        w += self.topic_id.bytes
+        w += _p_z(self.is_internal)
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field MetadataResponseTopic.partitions is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition(_o, w, version)
+        w += _p_i(self.topic_authorized_operations)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 9:
+        w += _p_h(self.error_code)
+        wr_cstring(w, self.name)
+        w += _p_z(self.is_internal)
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field MetadataResponseTopic.partitions is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition(_o, w, version)
+        w += _p_i(self.topic_authorized_operations)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 8:
+        w += _p_h(self.error_code)
+        wr_string(w, self.name)
+        w += _p_z(self.is_internal)
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field MetadataResponseTopic.partitions is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition(_o, w, version)
+        w += _p_i(self.topic_authorized_operations)
+        if self.unknown_tagged_fields:
+            raise CodecError('MetadataResponseTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 1:
+        if not (self.topic_authorized_operations == -2147483648):
+            raise CodecError('MetadataResponseTopic.topic_authorized_operations cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_h(self.error_code)
+        wr_string(w, self.name)
+        w += _p_z(self.is_internal)
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field MetadataResponseTopic.partitions is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('MetadataResponseTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        if not (self.topic_authorized_operations == -2147483648):
+            raise CodecError('MetadataResponseTopic.topic_authorized_operations cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_h(self.error_code)
+        wr_string(w, self.name)
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field MetadataResponseTopic.partitions is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('MetadataResponseTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition(buf, pos, version):
     self = _new(_C_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition)
-    flexible = version >= 9
-    self.error_code, self.partition_index, self.leader_id = _u_hii(buf, pos)
-    pos += 10
-    if version >= 7:
-        self.leader_epoch, = _u_i(buf, pos)
-        pos += 4
-    else:
-        self.leader_epoch = -1
-    if flexible:
-        _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field MetadataResponsePartition.replica_nodes was serialized as null')
-    else:
-        self.replica_nodes, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
-    if flexible:
-        _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field MetadataResponsePartition.isr_nodes was serialized as null')
-    else:
-        self.isr_nodes, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
-    if version >= 5:
-        if flexible:
-            _n, pos = rd_calen(buf, pos)
-        else:
-            _n, pos = rd_alen(buf, pos)
-        if _n < 0:
+    if version >= 9:
+        self.error_code, self.partition_index, self.leader_id, self.leader_epoch = _u_hiii(buf, pos)
+        pos += 14
+        self.replica_nodes, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.replica_nodes is None:
+            raise CodecError('non-nullable field MetadataResponsePartition.replica_nodes was serialized as null')
+        self.isr_nodes, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.isr_nodes is None:
+            raise CodecError('non-nullable field MetadataResponsePartition.isr_nodes was serialized as null')
+        self.offline_replicas, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.offline_replicas is None:
             raise CodecError('non-nullable field MetadataResponsePartition.offline_replicas was serialized as null')
-        else:
-            self.offline_replicas, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
-    else:
-        self.offline_replicas = []
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 7:
+        self.error_code, self.partition_index, self.leader_id, self.leader_epoch = _u_hiii(buf, pos)
+        pos += 14
+        self.replica_nodes, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.replica_nodes is None:
+            raise CodecError('non-nullable field MetadataResponsePartition.replica_nodes was serialized as null')
+        self.isr_nodes, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.isr_nodes is None:
+            raise CodecError('non-nullable field MetadataResponsePartition.isr_nodes was serialized as null')
+        self.offline_replicas, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.offline_replicas is None:
+            raise CodecError('non-nullable field MetadataResponsePartition.offline_replicas was serialized as null')
+        self.unknown_tagged_fields = None
+    elif version >= 5:
+        self.error_code, self.partition_index, self.leader_id = _u_hii(buf, pos)
+        pos += 10
+        self.leader_epoch = -1
+        self.replica_nodes, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.replica_nodes is None:
+            raise CodecError('non-nullable field MetadataResponsePartition.replica_nodes was serialized as null')
+        self.isr_nodes, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.isr_nodes is None:
+            raise CodecError('non-nullable field MetadataResponsePartition.isr_nodes was serialized as null')
+        self.offline_replicas, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.offline_replicas is None:
+            raise CodecError('non-nullable field MetadataResponsePartition.offline_replicas was serialized as null')
+        self.unknown_tagged_fields = None
+    else:
+        self.error_code, self.partition_index, self.leader_id = _u_hii(buf, pos)
+        pos += 10
+        self.leader_epoch = -1
+        self.replica_nodes, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.replica_nodes is None:
+            raise CodecError('non-nullable field MetadataResponsePartition.replica_nodes was serialized as null')
+        self.isr_nodes, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.isr_nodes is None:
+            raise CodecError('non-nullable field MetadataResponsePartition.isr_nodes was serialized as null')
+        self.offline_replicas = []
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition(self, w, version):
-    flexible = version >= 9
-    w += _p_hii(self.error_code, self.partition_index, self.leader_id)
-    if version >= 7:
-        w += _p_i(self.leader_epoch)
-    _l = self.replica_nodes
-    if _l is None:
-        raise CodecError('non-nullable field MetadataResponsePartition.replica_nodes is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+    if version >= 9:
+        w += _p_hiii(self.error_code, self.partition_index, self.leader_id, self.leader_epoch)
+        _l = self.replica_nodes
+        if _l is None:
+            raise CodecError('non-nullable field MetadataResponsePartition.replica_nodes is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        wr_fixed_array(w, _l, 'i')
-    _l = self.isr_nodes
-    if _l is None:
-        raise CodecError('non-nullable field MetadataResponsePartition.isr_nodes is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+            wr_cfixed_array(w, _l, 'i')
+        _l = self.isr_nodes
+        if _l is None:
+            raise CodecError('non-nullable field MetadataResponsePartition.isr_nodes is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        wr_fixed_array(w, _l, 'i')
-    if version >= 5:
+            wr_cfixed_array(w, _l, 'i')
         _l = self.offline_replicas
         if _l is None:
             raise CodecError('non-nullable field MetadataResponsePartition.offline_replicas is None at version ' + str(version))
         else:
-            if flexible:
-                wr_calen(w, len(_l))
-            else:
-                wr_alen(w, len(_l))
-            wr_fixed_array(w, _l, 'i')
-    if flexible:
+            wr_cfixed_array(w, _l, 'i')
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 7:
+        w += _p_hiii(self.error_code, self.partition_index, self.leader_id, self.leader_epoch)
+        _l = self.replica_nodes
+        if _l is None:
+            raise CodecError('non-nullable field MetadataResponsePartition.replica_nodes is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
+        _l = self.isr_nodes
+        if _l is None:
+            raise CodecError('non-nullable field MetadataResponsePartition.isr_nodes is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
+        _l = self.offline_replicas
+        if _l is None:
+            raise CodecError('non-nullable field MetadataResponsePartition.offline_replicas is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
+        if self.unknown_tagged_fields:
+            raise CodecError('MetadataResponsePartition: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 5:
+        w += _p_hii(self.error_code, self.partition_index, self.leader_id)
+        _l = self.replica_nodes
+        if _l is None:
+            raise CodecError('non-nullable field MetadataResponsePartition.replica_nodes is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
+        _l = self.isr_nodes
+        if _l is None:
+            raise CodecError('non-nullable field MetadataResponsePartition.isr_nodes is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
+        _l = self.offline_replicas
+        if _l is None:
+            raise CodecError('non-nullable field MetadataResponsePartition.offline_replicas is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
+        if self.unknown_tagged_fields:
+            raise CodecError('MetadataResponsePartition: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        w += _p_hii(self.error_code, self.partition_index, self.leader_id)
+        _l = self.replica_nodes
+        if _l is None:
+            raise CodecError('non-nullable field MetadataResponsePartition.replica_nodes is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
+        _l = self.isr_nodes
+        if _l is None:
+            raise CodecError('non-nullable field MetadataResponsePartition.isr_nodes is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
         if self.unknown_tagged_fields:
             raise CodecError('MetadataResponsePartition: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['OffsetCommitRequest']
@@ -22,6 +23,9 @@ _p_i = _S_i.pack
 _S_iq = _Struct('>iq')
 _u_iq = _S_iq.unpack_from
 _p_iq = _S_iq.pack
+_S_iqi = _Struct('>iqi')
+_u_iqi = _S_iqi.unpack_from
+_p_iqi = _S_iqi.pack
 _S_q = _Struct('>q')
 _u_q = _S_q.unpack_from
 _p_q = _S_q.pack
@@ -122,201 +126,353 @@ _C_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition = O
 
 def _read_OffsetCommitRequest(buf, pos, version):
     self = _new(_C_OffsetCommitRequest)
-    flexible = version >= 8
-    if flexible:
+    if version >= 8:
         self.group_id, pos = rd_cstring(buf, pos)
-    else:
-        self.group_id, pos = rd_string(buf, pos)
-    if version >= 1:
         self.generation_id_or_member_epoch, = _u_i(buf, pos)
         pos += 4
-    else:
-        self.generation_id_or_member_epoch = -1
-    if version >= 1:
-        if flexible:
-            self.member_id, pos = rd_cstring(buf, pos)
-        else:
-            self.member_id, pos = rd_string(buf, pos)
-    else:
-        self.member_id = ''
-    if version >= 7:
-        if flexible:
-            self.group_instance_id, pos = rd_cnstring(buf, pos)
-        else:
-            self.group_instance_id, pos = rd_nstring(buf, pos)
-    else:
-        self.group_instance_id = None
-    if 2 <= version <= 4:
-        self.retention_time_ms, = _u_q(buf, pos)
-        pos += 8
-    else:
+        self.member_id, pos = rd_cstring(buf, pos)
+        self.group_instance_id, pos = rd_cnstring(buf, pos)
         self.retention_time_ms = -1
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field OffsetCommitRequest.topics was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_OffsetCommitRequest_OffsetCommitRequestTopic(buf, pos, version)
-            _a(_o)
-        self.topics = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetCommitRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetCommitRequest_OffsetCommitRequestTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 7:
+        self.group_id, pos = rd_string(buf, pos)
+        self.generation_id_or_member_epoch, = _u_i(buf, pos)
+        pos += 4
+        self.member_id, pos = rd_string(buf, pos)
+        self.group_instance_id, pos = rd_nstring(buf, pos)
+        self.retention_time_ms = -1
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetCommitRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetCommitRequest_OffsetCommitRequestTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
+    elif version >= 5:
+        self.group_id, pos = rd_string(buf, pos)
+        self.generation_id_or_member_epoch, = _u_i(buf, pos)
+        pos += 4
+        self.member_id, pos = rd_string(buf, pos)
+        self.group_instance_id = None
+        self.retention_time_ms = -1
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetCommitRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetCommitRequest_OffsetCommitRequestTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
+    elif version >= 2:
+        self.group_id, pos = rd_string(buf, pos)
+        self.generation_id_or_member_epoch, = _u_i(buf, pos)
+        pos += 4
+        self.member_id, pos = rd_string(buf, pos)
+        self.group_instance_id = None
+        self.retention_time_ms, = _u_q(buf, pos)
+        pos += 8
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetCommitRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetCommitRequest_OffsetCommitRequestTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
+    elif version >= 1:
+        self.group_id, pos = rd_string(buf, pos)
+        self.generation_id_or_member_epoch, = _u_i(buf, pos)
+        pos += 4
+        self.member_id, pos = rd_string(buf, pos)
+        self.group_instance_id = None
+        self.retention_time_ms = -1
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetCommitRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetCommitRequest_OffsetCommitRequestTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
+    else:
+        self.group_id, pos = rd_string(buf, pos)
+        self.generation_id_or_member_epoch = -1
+        self.member_id = ''
+        self.group_instance_id = None
+        self.retention_time_ms = -1
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetCommitRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetCommitRequest_OffsetCommitRequestTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_OffsetCommitRequest(self, w, version):
-    flexible = version >= 8
-    if (version < 7) and not (self.group_instance_id is None):
-        raise CodecError('OffsetCommitRequest.group_instance_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if flexible:
+    if version >= 8:
         wr_cstring(w, self.group_id)
-    else:
-        wr_string(w, self.group_id)
-    if version >= 1:
         w += _p_i(self.generation_id_or_member_epoch)
-    if version >= 1:
-        if flexible:
-            wr_cstring(w, self.member_id)
+        wr_cstring(w, self.member_id)
+        wr_cnstring(w, self.group_instance_id)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field OffsetCommitRequest.topics is None at version ' + str(version))
         else:
-            wr_string(w, self.member_id)
-    if version >= 7:
-        if flexible:
-            wr_cnstring(w, self.group_instance_id)
-        else:
-            wr_nstring(w, self.group_instance_id)
-    if 2 <= version <= 4:
-        w += _p_q(self.retention_time_ms)
-    _l = self.topics
-    if _l is None:
-        raise CodecError('non-nullable field OffsetCommitRequest.topics is None at version ' + str(version))
-    else:
-        if flexible:
             wr_calen(w, len(_l))
-        else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_OffsetCommitRequest_OffsetCommitRequestTopic(_o, w, version)
-    if flexible:
+            for _o in _l:
+                _write_OffsetCommitRequest_OffsetCommitRequestTopic(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 7:
+        wr_string(w, self.group_id)
+        w += _p_i(self.generation_id_or_member_epoch)
+        wr_string(w, self.member_id)
+        wr_nstring(w, self.group_instance_id)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field OffsetCommitRequest.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_OffsetCommitRequest_OffsetCommitRequestTopic(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('OffsetCommitRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 5:
+        if not (self.group_instance_id is None):
+            raise CodecError('OffsetCommitRequest.group_instance_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        wr_string(w, self.group_id)
+        w += _p_i(self.generation_id_or_member_epoch)
+        wr_string(w, self.member_id)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field OffsetCommitRequest.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_OffsetCommitRequest_OffsetCommitRequestTopic(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('OffsetCommitRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 2:
+        if not (self.group_instance_id is None):
+            raise CodecError('OffsetCommitRequest.group_instance_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        wr_string(w, self.group_id)
+        w += _p_i(self.generation_id_or_member_epoch)
+        wr_string(w, self.member_id)
+        w += _p_q(self.retention_time_ms)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field OffsetCommitRequest.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_OffsetCommitRequest_OffsetCommitRequestTopic(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('OffsetCommitRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 1:
+        if not (self.group_instance_id is None):
+            raise CodecError('OffsetCommitRequest.group_instance_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        wr_string(w, self.group_id)
+        w += _p_i(self.generation_id_or_member_epoch)
+        wr_string(w, self.member_id)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field OffsetCommitRequest.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_OffsetCommitRequest_OffsetCommitRequestTopic(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('OffsetCommitRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        if not (self.group_instance_id is None):
+            raise CodecError('OffsetCommitRequest.group_instance_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        wr_string(w, self.group_id)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field OffsetCommitRequest.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_OffsetCommitRequest_OffsetCommitRequestTopic(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('OffsetCommitRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_OffsetCommitRequest_OffsetCommitRequestTopic(buf, pos, version):
     self = _new(_C_OffsetCommitRequest_OffsetCommitRequestTopic)
-    flexible = version >= 8
-    if flexible:
+    if version >= 8:
         self.name, pos = rd_cstring(buf, pos)
-    else:
-        self.name, pos = rd_string(buf, pos)
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field OffsetCommitRequestTopic.partitions was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition(buf, pos, version)
-            _a(_o)
-        self.partitions = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetCommitRequestTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.name, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetCommitRequestTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_OffsetCommitRequest_OffsetCommitRequestTopic(self, w, version):
-    flexible = version >= 8
-    if flexible:
+    if version >= 8:
         wr_cstring(w, self.name)
-    else:
-        wr_string(w, self.name)
-    _l = self.partitions
-    if _l is None:
-        raise CodecError('non-nullable field OffsetCommitRequestTopic.partitions is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field OffsetCommitRequestTopic.partitions is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.name)
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field OffsetCommitRequestTopic.partitions is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('OffsetCommitRequestTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition(buf, pos, version):
     self = _new(_C_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition)
-    flexible = version >= 8
-    self.partition_index, self.committed_offset = _u_iq(buf, pos)
-    pos += 12
-    if version >= 6:
-        self.committed_leader_epoch, = _u_i(buf, pos)
-        pos += 4
-    else:
-        self.committed_leader_epoch = -1
-    if 1 <= version <= 1:
-        self.commit_timestamp, = _u_q(buf, pos)
-        pos += 8
-    else:
+    if version >= 8:
+        self.partition_index, self.committed_offset, self.committed_leader_epoch = _u_iqi(buf, pos)
+        pos += 16
         self.commit_timestamp = -1
-    if flexible:
         self.committed_metadata, pos = rd_cnstring(buf, pos)
-    else:
-        self.committed_metadata, pos = rd_nstring(buf, pos)
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 6:
+        self.partition_index, self.committed_offset, self.committed_leader_epoch = _u_iqi(buf, pos)
+        pos += 16
+        self.commit_timestamp = -1
+        self.committed_metadata, pos = rd_nstring(buf, pos)
+        self.unknown_tagged_fields = None
+    elif version >= 2:
+        self.partition_index, self.committed_offset = _u_iq(buf, pos)
+        pos += 12
+        self.committed_leader_epoch = -1
+        self.commit_timestamp = -1
+        self.committed_metadata, pos = rd_nstring(buf, pos)
+        self.unknown_tagged_fields = None
+    elif version >= 1:
+        self.partition_index, self.committed_offset = _u_iq(buf, pos)
+        pos += 12
+        self.committed_leader_epoch = -1
+        self.commit_timestamp, = _u_q(buf, pos)
+        pos += 8
+        self.committed_metadata, pos = rd_nstring(buf, pos)
+        self.unknown_tagged_fields = None
+    else:
+        self.partition_index, self.committed_offset = _u_iq(buf, pos)
+        pos += 12
+        self.committed_leader_epoch = -1
+        self.commit_timestamp = -1
+        self.committed_metadata, pos = rd_nstring(buf, pos)
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition(self, w, version):
-    flexible = version >= 8
-    if (version < 1 or version > 1) and not (self.commit_timestamp == -1):
-        raise CodecError('OffsetCommitRequestPartition.commit_timestamp cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    w += _p_iq(self.partition_index, self.committed_offset)
-    if version >= 6:
-        w += _p_i(self.committed_leader_epoch)
-    if 1 <= version <= 1:
-        w += _p_q(self.commit_timestamp)
-    if flexible:
+    if version >= 8:
+        if not (self.commit_timestamp == -1):
+            raise CodecError('OffsetCommitRequestPartition.commit_timestamp cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_iqi(self.partition_index, self.committed_offset, self.committed_leader_epoch)
         wr_cnstring(w, self.committed_metadata)
-    else:
-        wr_nstring(w, self.committed_metadata)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 6:
+        if not (self.commit_timestamp == -1):
+            raise CodecError('OffsetCommitRequestPartition.commit_timestamp cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_iqi(self.partition_index, self.committed_offset, self.committed_leader_epoch)
+        wr_nstring(w, self.committed_metadata)
+        if self.unknown_tagged_fields:
+            raise CodecError('OffsetCommitRequestPartition: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 2:
+        if not (self.commit_timestamp == -1):
+            raise CodecError('OffsetCommitRequestPartition.commit_timestamp cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_iq(self.partition_index, self.committed_offset)
+        wr_nstring(w, self.committed_metadata)
+        if self.unknown_tagged_fields:
+            raise CodecError('OffsetCommitRequestPartition: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 1:
+        w += _p_iq(self.partition_index, self.committed_offset)
+        w += _p_q(self.commit_timestamp)
+        wr_nstring(w, self.committed_metadata)
+        if self.unknown_tagged_fields:
+            raise CodecError('OffsetCommitRequestPartition: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        if not (self.commit_timestamp == -1):
+            raise CodecError('OffsetCommitRequestPartition.commit_timestamp cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_iq(self.partition_index, self.committed_offset)
+        wr_nstring(w, self.committed_metadata)
         if self.unknown_tagged_fields:
             raise CodecError('OffsetCommitRequestPartition: tagged fields set, but version ' + str(version) + ' is not flexible')
 

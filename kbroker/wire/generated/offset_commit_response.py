@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['OffsetCommitResponse']
@@ -98,136 +99,179 @@ _C_OffsetCommitResponse_OffsetCommitResponseTopic_OffsetCommitResponsePartition 
 
 def _read_OffsetCommitResponse(buf, pos, version):
     self = _new(_C_OffsetCommitResponse)
-    flexible = version >= 8
-    if version >= 3:
+    if version >= 8:
         self.throttle_time_ms, = _u_i(buf, pos)
         pos += 4
-    else:
-        self.throttle_time_ms = 0
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field OffsetCommitResponse.topics was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_OffsetCommitResponse_OffsetCommitResponseTopic(buf, pos, version)
-            _a(_o)
-        self.topics = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetCommitResponse.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetCommitResponse_OffsetCommitResponseTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 3:
+        self.throttle_time_ms, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetCommitResponse.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetCommitResponse_OffsetCommitResponseTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
+    else:
+        self.throttle_time_ms = 0
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetCommitResponse.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetCommitResponse_OffsetCommitResponseTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_OffsetCommitResponse(self, w, version):
-    flexible = version >= 8
-    if version >= 3:
+    if version >= 8:
         w += _p_i(self.throttle_time_ms)
-    _l = self.topics
-    if _l is None:
-        raise CodecError('non-nullable field OffsetCommitResponse.topics is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field OffsetCommitResponse.topics is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_OffsetCommitResponse_OffsetCommitResponseTopic(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_OffsetCommitResponse_OffsetCommitResponseTopic(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 3:
+        w += _p_i(self.throttle_time_ms)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field OffsetCommitResponse.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_OffsetCommitResponse_OffsetCommitResponseTopic(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('OffsetCommitResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field OffsetCommitResponse.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_OffsetCommitResponse_OffsetCommitResponseTopic(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('OffsetCommitResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_OffsetCommitResponse_OffsetCommitResponseTopic(buf, pos, version):
     self = _new(_C_OffsetCommitResponse_OffsetCommitResponseTopic)
-    flexible = version >= 8
-    if flexible:
+    if version >= 8:
         self.name, pos = rd_cstring(buf, pos)
-    else:
-        self.name, pos = rd_string(buf, pos)
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field OffsetCommitResponseTopic.partitions was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_OffsetCommitResponse_OffsetCommitResponseTopic_OffsetCommitResponsePartition(buf, pos, version)
-            _a(_o)
-        self.partitions = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetCommitResponseTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetCommitResponse_OffsetCommitResponseTopic_OffsetCommitResponsePartition(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.name, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetCommitResponseTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetCommitResponse_OffsetCommitResponseTopic_OffsetCommitResponsePartition(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_OffsetCommitResponse_OffsetCommitResponseTopic(self, w, version):
-    flexible = version >= 8
-    if flexible:
+    if version >= 8:
         wr_cstring(w, self.name)
-    else:
-        wr_string(w, self.name)
-    _l = self.partitions
-    if _l is None:
-        raise CodecError('non-nullable field OffsetCommitResponseTopic.partitions is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field OffsetCommitResponseTopic.partitions is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_OffsetCommitResponse_OffsetCommitResponseTopic_OffsetCommitResponsePartition(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_OffsetCommitResponse_OffsetCommitResponseTopic_OffsetCommitResponsePartition(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.name)
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field OffsetCommitResponseTopic.partitions is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_OffsetCommitResponse_OffsetCommitResponseTopic_OffsetCommitResponsePartition(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('OffsetCommitResponseTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_OffsetCommitResponse_OffsetCommitResponseTopic_OffsetCommitResponsePartition(buf, pos, version):
     self = _new(_C_OffsetCommitResponse_OffsetCommitResponseTopic_OffsetCommitResponsePartition)
-    flexible = version >= 8
-    self.partition_index, self.error_code = _u_ih(buf, pos)
-    pos += 6
-    self.unknown_tagged_fields = None
-    if flexible:
+    if version >= 8:
+        self.partition_index, self.error_code = _u_ih(buf, pos)
+        pos += 6
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.partition_index, self.error_code = _u_ih(buf, pos)
+        pos += 6
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_OffsetCommitResponse_OffsetCommitResponseTopic_OffsetCommitResponsePartition(self, w, version):
-    flexible = version >= 8
-    w += _p_ih(self.partition_index, self.error_code)
-    if flexible:
+    if version >= 8:
+        w += _p_ih(self.partition_index, self.error_code)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        w += _p_ih(self.partition_index, self.error_code)
         if self.unknown_tagged_fields:
             raise CodecError('OffsetCommitResponsePartition: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,21 +7,25 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['OffsetCommitValue']
 
 _new = object.__new__
-_S_i = _Struct('>i')
-_u_i = _S_i.unpack_from
-_p_i = _S_i.pack
 _S_q = _Struct('>q')
 _u_q = _S_q.unpack_from
 _p_q = _S_q.pack
+_S_qi = _Struct('>qi')
+_u_qi = _S_qi.unpack_from
+_p_qi = _S_qi.pack
+_S_qq = _Struct('>qq')
+_u_qq = _S_qq.unpack_from
+_p_qq = _S_qq.pack
 
 
 class OffsetCommitValue(Message):
@@ -65,52 +69,86 @@ _C_OffsetCommitValue = OffsetCommitValue
 
 def _read_OffsetCommitValue(buf, pos, version):
     self = _new(_C_OffsetCommitValue)
-    flexible = version >= 4
-    self.offset, = _u_q(buf, pos)
-    pos += 8
-    if version >= 3:
-        self.leader_epoch, = _u_i(buf, pos)
-        pos += 4
-    else:
-        self.leader_epoch = -1
-    if flexible:
+    if version >= 4:
+        self.offset, self.leader_epoch = _u_qi(buf, pos)
+        pos += 12
         self.metadata, pos = rd_cstring(buf, pos)
-    else:
-        self.metadata, pos = rd_string(buf, pos)
-    self.commit_timestamp, = _u_q(buf, pos)
-    pos += 8
-    if 1 <= version <= 1:
-        self.expire_timestamp, = _u_q(buf, pos)
+        self.commit_timestamp, = _u_q(buf, pos)
         pos += 8
-    else:
         self.expire_timestamp = -1
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 3:
+        self.offset, self.leader_epoch = _u_qi(buf, pos)
+        pos += 12
+        self.metadata, pos = rd_string(buf, pos)
+        self.commit_timestamp, = _u_q(buf, pos)
+        pos += 8
+        self.expire_timestamp = -1
+        self.unknown_tagged_fields = None
+    elif version >= 2:
+        self.offset, = _u_q(buf, pos)
+        pos += 8
+        self.leader_epoch = -1
+        self.metadata, pos = rd_string(buf, pos)
+        self.commit_timestamp, = _u_q(buf, pos)
+        pos += 8
+        self.expire_timestamp = -1
+        self.unknown_tagged_fields = None
+    elif version >= 1:
+        self.offset, = _u_q(buf, pos)
+        pos += 8
+        self.leader_epoch = -1
+        self.metadata, pos = rd_string(buf, pos)
+        self.commit_timestamp, self.expire_timestamp = _u_qq(buf, pos)
+        pos += 16
+        self.unknown_tagged_fields = None
+    else:
+        self.offset, = _u_q(buf, pos)
+        pos += 8
+        self.leader_epoch = -1
+        self.metadata, pos = rd_string(buf, pos)
+        self.commit_timestamp, = _u_q(buf, pos)
+        pos += 8
+        self.expire_timestamp = -1
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_OffsetCommitValue(self, w, version):
-    flexible = version >= 4
-    w += _p_q(self.offset)
-    if version >= 3:
-        w += _p_i(self.leader_epoch)
-    if flexible:
+    if version >= 4:
+        w += _p_qi(self.offset, self.leader_epoch)
         wr_cstring(w, self.metadata)
-    else:
-        wr_string(w, self.metadata)
-    w += _p_q(self.commit_timestamp)
-    if 1 <= version <= 1:
-        w += _p_q(self.expire_timestamp)
-    if flexible:
+        w += _p_q(self.commit_timestamp)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 3:
+        w += _p_qi(self.offset, self.leader_epoch)
+        wr_string(w, self.metadata)
+        w += _p_q(self.commit_timestamp)
+        if self.unknown_tagged_fields:
+            raise CodecError('OffsetCommitValue: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 2:
+        w += _p_q(self.offset)
+        wr_string(w, self.metadata)
+        w += _p_q(self.commit_timestamp)
+        if self.unknown_tagged_fields:
+            raise CodecError('OffsetCommitValue: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 1:
+        w += _p_q(self.offset)
+        wr_string(w, self.metadata)
+        w += _p_qq(self.commit_timestamp, self.expire_timestamp)
+        if self.unknown_tagged_fields:
+            raise CodecError('OffsetCommitValue: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        w += _p_q(self.offset)
+        wr_string(w, self.metadata)
+        w += _p_q(self.commit_timestamp)
         if self.unknown_tagged_fields:
             raise CodecError('OffsetCommitValue: tagged fields set, but version ' + str(version) + ' is not flexible')
 

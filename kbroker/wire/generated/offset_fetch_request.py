@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['OffsetFetchRequest']
@@ -131,34 +132,9 @@ _C_OffsetFetchRequest_OffsetFetchRequestGroup_OffsetFetchRequestTopics = OffsetF
 
 def _read_OffsetFetchRequest(buf, pos, version):
     self = _new(_C_OffsetFetchRequest)
-    flexible = version >= 6
-    if version <= 7:
-        if flexible:
-            self.group_id, pos = rd_cstring(buf, pos)
-        else:
-            self.group_id, pos = rd_string(buf, pos)
-    else:
-        self.group_id = ''
-    if version <= 7:
-        if flexible:
-            _n, pos = rd_calen(buf, pos)
-        else:
-            _n, pos = rd_alen(buf, pos)
-        if _n < 0:
-            if version >= 2:
-                self.topics = None
-            else:
-                raise CodecError('non-nullable field OffsetFetchRequest.topics was serialized as null')
-        else:
-            _l = []
-            _a = _l.append
-            for _ in range(_n):
-                _o, pos = _read_OffsetFetchRequest_OffsetFetchRequestTopic(buf, pos, version)
-                _a(_o)
-            self.topics = _l
-    else:
-        self.topics = []
     if version >= 8:
+        self.group_id = ''
+        self.topics = []
         _n, pos = rd_calen(buf, pos)
         if _n < 0:
             raise CodecError('non-nullable field OffsetFetchRequest.groups was serialized as null')
@@ -169,55 +145,91 @@ def _read_OffsetFetchRequest(buf, pos, version):
                 _o, pos = _read_OffsetFetchRequest_OffsetFetchRequestGroup(buf, pos, version)
                 _a(_o)
             self.groups = _l
-    else:
-        self.groups = []
-    if version >= 7:
         self.require_stable, = _u_z(buf, pos)
         pos += 1
-    else:
-        self.require_stable = False
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 7:
+        self.group_id, pos = rd_cstring(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            self.topics = None
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetFetchRequest_OffsetFetchRequestTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.groups = []
+        self.require_stable, = _u_z(buf, pos)
+        pos += 1
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 6:
+        self.group_id, pos = rd_cstring(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            self.topics = None
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetFetchRequest_OffsetFetchRequestTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.groups = []
+        self.require_stable = False
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 2:
+        self.group_id, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            self.topics = None
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetFetchRequest_OffsetFetchRequestTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.groups = []
+        self.require_stable = False
+        self.unknown_tagged_fields = None
+    else:
+        self.group_id, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetFetchRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetFetchRequest_OffsetFetchRequestTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.groups = []
+        self.require_stable = False
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_OffsetFetchRequest(self, w, version):
-    flexible = version >= 6
-    if (version > 7) and not (self.group_id == ''):
-        raise CodecError('OffsetFetchRequest.group_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version > 7) and not ((self.topics is not None and not self.topics)):
-        raise CodecError('OffsetFetchRequest.topics cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 8) and not ((self.groups is not None and not self.groups)):
-        raise CodecError('OffsetFetchRequest.groups cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 7) and not (self.require_stable == False):
-        raise CodecError('OffsetFetchRequest.require_stable cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if version <= 7:
-        if flexible:
-            wr_cstring(w, self.group_id)
-        else:
-            wr_string(w, self.group_id)
-    if version <= 7:
-        _l = self.topics
-        if _l is None:
-            if version >= 2:
-                if flexible:
-                    w.append(0)
-                else:
-                    w += b'\xff\xff\xff\xff'
-            else:
-                raise CodecError('non-nullable field OffsetFetchRequest.topics is None at version ' + str(version))
-        else:
-            if flexible:
-                wr_calen(w, len(_l))
-            else:
-                wr_alen(w, len(_l))
-            for _o in _l:
-                _write_OffsetFetchRequest_OffsetFetchRequestTopic(_o, w, version)
     if version >= 8:
+        if not (self.group_id == ''):
+            raise CodecError('OffsetFetchRequest.group_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.topics is not None and not self.topics)):
+            raise CodecError('OffsetFetchRequest.topics cannot be written at version ' + str(version) + ' (it holds a non-default value)')
         _l = self.groups
         if _l is None:
             raise CodecError('non-nullable field OffsetFetchRequest.groups is None at version ' + str(version))
@@ -225,35 +237,157 @@ def _write_OffsetFetchRequest(self, w, version):
             wr_calen(w, len(_l))
             for _o in _l:
                 _write_OffsetFetchRequest_OffsetFetchRequestGroup(_o, w, version)
-    if version >= 7:
         w += _p_z(self.require_stable)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 7:
+        if not ((self.groups is not None and not self.groups)):
+            raise CodecError('OffsetFetchRequest.groups cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        wr_cstring(w, self.group_id)
+        _l = self.topics
+        if _l is None:
+            w.append(0)
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_OffsetFetchRequest_OffsetFetchRequestTopic(_o, w, version)
+        w += _p_z(self.require_stable)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 6:
+        if not ((self.groups is not None and not self.groups)):
+            raise CodecError('OffsetFetchRequest.groups cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.require_stable == False):
+            raise CodecError('OffsetFetchRequest.require_stable cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        wr_cstring(w, self.group_id)
+        _l = self.topics
+        if _l is None:
+            w.append(0)
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_OffsetFetchRequest_OffsetFetchRequestTopic(_o, w, version)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 2:
+        if not ((self.groups is not None and not self.groups)):
+            raise CodecError('OffsetFetchRequest.groups cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.require_stable == False):
+            raise CodecError('OffsetFetchRequest.require_stable cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        wr_string(w, self.group_id)
+        _l = self.topics
+        if _l is None:
+            w += b'\xff\xff\xff\xff'
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_OffsetFetchRequest_OffsetFetchRequestTopic(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('OffsetFetchRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        if not ((self.groups is not None and not self.groups)):
+            raise CodecError('OffsetFetchRequest.groups cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.require_stable == False):
+            raise CodecError('OffsetFetchRequest.require_stable cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        wr_string(w, self.group_id)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field OffsetFetchRequest.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_OffsetFetchRequest_OffsetFetchRequestTopic(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('OffsetFetchRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_OffsetFetchRequest_OffsetFetchRequestTopic(buf, pos, version):
     self = _new(_C_OffsetFetchRequest_OffsetFetchRequestTopic)
-    flexible = version >= 6
-    if flexible:
+    if version >= 6:
         self.name, pos = rd_cstring(buf, pos)
+        self.partition_indexes, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.partition_indexes is None:
+            raise CodecError('non-nullable field OffsetFetchRequestTopic.partition_indexes was serialized as null')
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
     else:
         self.name, pos = rd_string(buf, pos)
-    if flexible:
+        self.partition_indexes, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.partition_indexes is None:
+            raise CodecError('non-nullable field OffsetFetchRequestTopic.partition_indexes was serialized as null')
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
+def _write_OffsetFetchRequest_OffsetFetchRequestTopic(self, w, version):
+    if version >= 6:
+        wr_cstring(w, self.name)
+        _l = self.partition_indexes
+        if _l is None:
+            raise CodecError('non-nullable field OffsetFetchRequestTopic.partition_indexes is None at version ' + str(version))
+        else:
+            wr_cfixed_array(w, _l, 'i')
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    else:
+        wr_string(w, self.name)
+        _l = self.partition_indexes
+        if _l is None:
+            raise CodecError('non-nullable field OffsetFetchRequestTopic.partition_indexes is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
+        if self.unknown_tagged_fields:
+            raise CodecError('OffsetFetchRequestTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _read_OffsetFetchRequest_OffsetFetchRequestGroup(buf, pos, version):
+    self = _new(_C_OffsetFetchRequest_OffsetFetchRequestGroup)
+    if version >= 9:
+        self.group_id, pos = rd_cstring(buf, pos)
+        self.member_id, pos = rd_cnstring(buf, pos)
+        self.member_epoch, = _u_i(buf, pos)
+        pos += 4
         _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            self.topics = None
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetFetchRequest_OffsetFetchRequestGroup_OffsetFetchRequestTopics(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
     else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field OffsetFetchRequestTopic.partition_indexes was serialized as null')
-    else:
-        self.partition_indexes, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.group_id, pos = rd_cstring(buf, pos)
+        self.member_id = None
+        self.member_epoch = -1
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            self.topics = None
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetFetchRequest_OffsetFetchRequestGroup_OffsetFetchRequestTopics(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
@@ -261,88 +395,43 @@ def _read_OffsetFetchRequest_OffsetFetchRequestTopic(buf, pos, version):
     return self, pos
 
 
-def _write_OffsetFetchRequest_OffsetFetchRequestTopic(self, w, version):
-    flexible = version >= 6
-    if flexible:
-        wr_cstring(w, self.name)
-    else:
-        wr_string(w, self.name)
-    _l = self.partition_indexes
-    if _l is None:
-        raise CodecError('non-nullable field OffsetFetchRequestTopic.partition_indexes is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+def _write_OffsetFetchRequest_OffsetFetchRequestGroup(self, w, version):
+    if version >= 9:
+        wr_cstring(w, self.group_id)
+        wr_cnstring(w, self.member_id)
+        w += _p_i(self.member_epoch)
+        _l = self.topics
+        if _l is None:
+            w.append(0)
         else:
-            wr_alen(w, len(_l))
-        wr_fixed_array(w, _l, 'i')
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_OffsetFetchRequest_OffsetFetchRequestGroup_OffsetFetchRequestTopics(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_cstring(w, self.group_id)
+        _l = self.topics
+        if _l is None:
+            w.append(0)
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_OffsetFetchRequest_OffsetFetchRequestGroup_OffsetFetchRequestTopics(_o, w, version)
         if self.unknown_tagged_fields:
-            raise CodecError('OffsetFetchRequestTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
-
-
-def _read_OffsetFetchRequest_OffsetFetchRequestGroup(buf, pos, version):
-    self = _new(_C_OffsetFetchRequest_OffsetFetchRequestGroup)
-    self.group_id, pos = rd_cstring(buf, pos)
-    if version >= 9:
-        self.member_id, pos = rd_cnstring(buf, pos)
-    else:
-        self.member_id = None
-    if version >= 9:
-        self.member_epoch, = _u_i(buf, pos)
-        pos += 4
-    else:
-        self.member_epoch = -1
-    _n, pos = rd_calen(buf, pos)
-    if _n < 0:
-        self.topics = None
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_OffsetFetchRequest_OffsetFetchRequestGroup_OffsetFetchRequestTopics(buf, pos, version)
-            _a(_o)
-        self.topics = _l
-    self.unknown_tagged_fields = None
-    if buf[pos]:
-        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
-    else:
-        pos += 1
-    return self, pos
-
-
-def _write_OffsetFetchRequest_OffsetFetchRequestGroup(self, w, version):
-    wr_cstring(w, self.group_id)
-    if version >= 9:
-        wr_cnstring(w, self.member_id)
-    if version >= 9:
-        w += _p_i(self.member_epoch)
-    _l = self.topics
-    if _l is None:
-        w.append(0)
-    else:
-        wr_calen(w, len(_l))
-        for _o in _l:
-            _write_OffsetFetchRequest_OffsetFetchRequestGroup_OffsetFetchRequestTopics(_o, w, version)
-    if self.unknown_tagged_fields:
-        wr_tags(w, None, self.unknown_tagged_fields)
-    else:
-        w.append(0)
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_OffsetFetchRequest_OffsetFetchRequestGroup_OffsetFetchRequestTopics(buf, pos, version):
     self = _new(_C_OffsetFetchRequest_OffsetFetchRequestGroup_OffsetFetchRequestTopics)
     self.name, pos = rd_cstring(buf, pos)
-    _n, pos = rd_calen(buf, pos)
-    if _n < 0:
+    self.partition_indexes, pos = rd_cfixed_array(buf, pos, 'i', 4)
+    if self.partition_indexes is None:
         raise CodecError('non-nullable field OffsetFetchRequestTopics.partition_indexes was serialized as null')
-    else:
-        self.partition_indexes, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
     self.unknown_tagged_fields = None
     if buf[pos]:
         self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
@@ -357,8 +446,7 @@ def _write_OffsetFetchRequest_OffsetFetchRequestGroup_OffsetFetchRequestTopics(s
     if _l is None:
         raise CodecError('non-nullable field OffsetFetchRequestTopics.partition_indexes is None at version ' + str(version))
     else:
-        wr_calen(w, len(_l))
-        wr_fixed_array(w, _l, 'i')
+        wr_cfixed_array(w, _l, 'i')
     if self.unknown_tagged_fields:
         wr_tags(w, None, self.unknown_tagged_fields)
     else:

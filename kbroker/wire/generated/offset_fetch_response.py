@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['OffsetFetchResponse']
@@ -194,34 +195,11 @@ _C_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics_Offset
 
 def _read_OffsetFetchResponse(buf, pos, version):
     self = _new(_C_OffsetFetchResponse)
-    flexible = version >= 6
-    if version >= 3:
+    if version >= 8:
         self.throttle_time_ms, = _u_i(buf, pos)
         pos += 4
-    else:
-        self.throttle_time_ms = 0
-    if version <= 7:
-        if flexible:
-            _n, pos = rd_calen(buf, pos)
-        else:
-            _n, pos = rd_alen(buf, pos)
-        if _n < 0:
-            raise CodecError('non-nullable field OffsetFetchResponse.topics was serialized as null')
-        else:
-            _l = []
-            _a = _l.append
-            for _ in range(_n):
-                _o, pos = _read_OffsetFetchResponse_OffsetFetchResponseTopic(buf, pos, version)
-                _a(_o)
-            self.topics = _l
-    else:
         self.topics = []
-    if 2 <= version <= 7:
-        self.error_code, = _u_h(buf, pos)
-        pos += 2
-    else:
         self.error_code = 0
-    if version >= 8:
         _n, pos = rd_calen(buf, pos)
         if _n < 0:
             raise CodecError('non-nullable field OffsetFetchResponse.groups was serialized as null')
@@ -232,39 +210,88 @@ def _read_OffsetFetchResponse(buf, pos, version):
                 _o, pos = _read_OffsetFetchResponse_OffsetFetchResponseGroup(buf, pos, version)
                 _a(_o)
             self.groups = _l
-    else:
-        self.groups = []
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 6:
+        self.throttle_time_ms, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetFetchResponse.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetFetchResponse_OffsetFetchResponseTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.groups = []
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 3:
+        self.throttle_time_ms, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetFetchResponse.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetFetchResponse_OffsetFetchResponseTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.groups = []
+        self.unknown_tagged_fields = None
+    elif version >= 2:
+        self.throttle_time_ms = 0
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetFetchResponse.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetFetchResponse_OffsetFetchResponseTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.groups = []
+        self.unknown_tagged_fields = None
+    else:
+        self.throttle_time_ms = 0
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetFetchResponse.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetFetchResponse_OffsetFetchResponseTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.error_code = 0
+        self.groups = []
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_OffsetFetchResponse(self, w, version):
-    flexible = version >= 6
-    if (version > 7) and not ((self.topics is not None and not self.topics)):
-        raise CodecError('OffsetFetchResponse.topics cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 8) and not ((self.groups is not None and not self.groups)):
-        raise CodecError('OffsetFetchResponse.groups cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if version >= 3:
-        w += _p_i(self.throttle_time_ms)
-    if version <= 7:
-        _l = self.topics
-        if _l is None:
-            raise CodecError('non-nullable field OffsetFetchResponse.topics is None at version ' + str(version))
-        else:
-            if flexible:
-                wr_calen(w, len(_l))
-            else:
-                wr_alen(w, len(_l))
-            for _o in _l:
-                _write_OffsetFetchResponse_OffsetFetchResponseTopic(_o, w, version)
-    if 2 <= version <= 7:
-        w += _p_h(self.error_code)
     if version >= 8:
+        if not ((self.topics is not None and not self.topics)):
+            raise CodecError('OffsetFetchResponse.topics cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.throttle_time_ms)
         _l = self.groups
         if _l is None:
             raise CodecError('non-nullable field OffsetFetchResponse.groups is None at version ' + str(version))
@@ -272,112 +299,179 @@ def _write_OffsetFetchResponse(self, w, version):
             wr_calen(w, len(_l))
             for _o in _l:
                 _write_OffsetFetchResponse_OffsetFetchResponseGroup(_o, w, version)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 6:
+        if not ((self.groups is not None and not self.groups)):
+            raise CodecError('OffsetFetchResponse.groups cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.throttle_time_ms)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field OffsetFetchResponse.topics is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_OffsetFetchResponse_OffsetFetchResponseTopic(_o, w, version)
+        w += _p_h(self.error_code)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 3:
+        if not ((self.groups is not None and not self.groups)):
+            raise CodecError('OffsetFetchResponse.groups cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.throttle_time_ms)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field OffsetFetchResponse.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_OffsetFetchResponse_OffsetFetchResponseTopic(_o, w, version)
+        w += _p_h(self.error_code)
+        if self.unknown_tagged_fields:
+            raise CodecError('OffsetFetchResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 2:
+        if not ((self.groups is not None and not self.groups)):
+            raise CodecError('OffsetFetchResponse.groups cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field OffsetFetchResponse.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_OffsetFetchResponse_OffsetFetchResponseTopic(_o, w, version)
+        w += _p_h(self.error_code)
+        if self.unknown_tagged_fields:
+            raise CodecError('OffsetFetchResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        if not ((self.groups is not None and not self.groups)):
+            raise CodecError('OffsetFetchResponse.groups cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field OffsetFetchResponse.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_OffsetFetchResponse_OffsetFetchResponseTopic(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('OffsetFetchResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_OffsetFetchResponse_OffsetFetchResponseTopic(buf, pos, version):
     self = _new(_C_OffsetFetchResponse_OffsetFetchResponseTopic)
-    flexible = version >= 6
-    if flexible:
+    if version >= 6:
         self.name, pos = rd_cstring(buf, pos)
-    else:
-        self.name, pos = rd_string(buf, pos)
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field OffsetFetchResponseTopic.partitions was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_OffsetFetchResponse_OffsetFetchResponseTopic_OffsetFetchResponsePartition(buf, pos, version)
-            _a(_o)
-        self.partitions = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetFetchResponseTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetFetchResponse_OffsetFetchResponseTopic_OffsetFetchResponsePartition(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.name, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetFetchResponseTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetFetchResponse_OffsetFetchResponseTopic_OffsetFetchResponsePartition(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_OffsetFetchResponse_OffsetFetchResponseTopic(self, w, version):
-    flexible = version >= 6
-    if flexible:
+    if version >= 6:
         wr_cstring(w, self.name)
-    else:
-        wr_string(w, self.name)
-    _l = self.partitions
-    if _l is None:
-        raise CodecError('non-nullable field OffsetFetchResponseTopic.partitions is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field OffsetFetchResponseTopic.partitions is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_OffsetFetchResponse_OffsetFetchResponseTopic_OffsetFetchResponsePartition(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_OffsetFetchResponse_OffsetFetchResponseTopic_OffsetFetchResponsePartition(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.name)
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field OffsetFetchResponseTopic.partitions is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_OffsetFetchResponse_OffsetFetchResponseTopic_OffsetFetchResponsePartition(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('OffsetFetchResponseTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_OffsetFetchResponse_OffsetFetchResponseTopic_OffsetFetchResponsePartition(buf, pos, version):
     self = _new(_C_OffsetFetchResponse_OffsetFetchResponseTopic_OffsetFetchResponsePartition)
-    flexible = version >= 6
-    self.partition_index, self.committed_offset = _u_iq(buf, pos)
-    pos += 12
-    if version >= 5:
-        self.committed_leader_epoch, = _u_i(buf, pos)
-        pos += 4
-    else:
-        self.committed_leader_epoch = -1
-    if flexible:
+    if version >= 6:
+        self.partition_index, self.committed_offset, self.committed_leader_epoch = _u_iqi(buf, pos)
+        pos += 16
         self.metadata, pos = rd_cnstring(buf, pos)
-    else:
-        self.metadata, pos = rd_nstring(buf, pos)
-    self.error_code, = _u_h(buf, pos)
-    pos += 2
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 5:
+        self.partition_index, self.committed_offset, self.committed_leader_epoch = _u_iqi(buf, pos)
+        pos += 16
+        self.metadata, pos = rd_nstring(buf, pos)
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.unknown_tagged_fields = None
+    else:
+        self.partition_index, self.committed_offset = _u_iq(buf, pos)
+        pos += 12
+        self.committed_leader_epoch = -1
+        self.metadata, pos = rd_nstring(buf, pos)
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_OffsetFetchResponse_OffsetFetchResponseTopic_OffsetFetchResponsePartition(self, w, version):
-    flexible = version >= 6
-    w += _p_iq(self.partition_index, self.committed_offset)
-    if version >= 5:
-        w += _p_i(self.committed_leader_epoch)
-    if flexible:
+    if version >= 6:
+        w += _p_iqi(self.partition_index, self.committed_offset, self.committed_leader_epoch)
         wr_cnstring(w, self.metadata)
-    else:
-        wr_nstring(w, self.metadata)
-    w += _p_h(self.error_code)
-    if flexible:
+        w += _p_h(self.error_code)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 5:
+        w += _p_iqi(self.partition_index, self.committed_offset, self.committed_leader_epoch)
+        wr_nstring(w, self.metadata)
+        w += _p_h(self.error_code)
+        if self.unknown_tagged_fields:
+            raise CodecError('OffsetFetchResponsePartition: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        w += _p_iq(self.partition_index, self.committed_offset)
+        wr_nstring(w, self.metadata)
+        w += _p_h(self.error_code)
         if self.unknown_tagged_fields:
             raise CodecError('OffsetFetchResponsePartition: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['OffsetForLeaderEpochRequest']
@@ -19,6 +20,9 @@ _new = object.__new__
 _S_i = _Struct('>i')
 _u_i = _S_i.unpack_from
 _p_i = _S_i.pack
+_S_iii = _Struct('>iii')
+_u_iii = _S_iii.unpack_from
+_p_iii = _S_iii.pack
 
 
 class OffsetForLeaderEpochRequest(Message):
@@ -98,146 +102,191 @@ _C_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition = O
 
 def _read_OffsetForLeaderEpochRequest(buf, pos, version):
     self = _new(_C_OffsetForLeaderEpochRequest)
-    flexible = version >= 4
-    if version >= 3:
+    if version >= 4:
         self.replica_id, = _u_i(buf, pos)
         pos += 4
-    else:
-        self.replica_id = -2
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field OffsetForLeaderEpochRequest.topics was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_OffsetForLeaderEpochRequest_OffsetForLeaderTopic(buf, pos, version)
-            _a(_o)
-        self.topics = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetForLeaderEpochRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetForLeaderEpochRequest_OffsetForLeaderTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 3:
+        self.replica_id, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetForLeaderEpochRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetForLeaderEpochRequest_OffsetForLeaderTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
+    else:
+        self.replica_id = -2
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetForLeaderEpochRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetForLeaderEpochRequest_OffsetForLeaderTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_OffsetForLeaderEpochRequest(self, w, version):
-    flexible = version >= 4
-    if version >= 3:
+    if version >= 4:
         w += _p_i(self.replica_id)
-    _l = self.topics
-    if _l is None:
-        raise CodecError('non-nullable field OffsetForLeaderEpochRequest.topics is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field OffsetForLeaderEpochRequest.topics is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_OffsetForLeaderEpochRequest_OffsetForLeaderTopic(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_OffsetForLeaderEpochRequest_OffsetForLeaderTopic(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 3:
+        w += _p_i(self.replica_id)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field OffsetForLeaderEpochRequest.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_OffsetForLeaderEpochRequest_OffsetForLeaderTopic(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('OffsetForLeaderEpochRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field OffsetForLeaderEpochRequest.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_OffsetForLeaderEpochRequest_OffsetForLeaderTopic(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('OffsetForLeaderEpochRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_OffsetForLeaderEpochRequest_OffsetForLeaderTopic(buf, pos, version):
     self = _new(_C_OffsetForLeaderEpochRequest_OffsetForLeaderTopic)
-    flexible = version >= 4
-    if flexible:
+    if version >= 4:
         self.topic, pos = rd_cstring(buf, pos)
-    else:
-        self.topic, pos = rd_string(buf, pos)
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field OffsetForLeaderTopic.partitions was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition(buf, pos, version)
-            _a(_o)
-        self.partitions = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetForLeaderTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.topic, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetForLeaderTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_OffsetForLeaderEpochRequest_OffsetForLeaderTopic(self, w, version):
-    flexible = version >= 4
-    if flexible:
+    if version >= 4:
         wr_cstring(w, self.topic)
-    else:
-        wr_string(w, self.topic)
-    _l = self.partitions
-    if _l is None:
-        raise CodecError('non-nullable field OffsetForLeaderTopic.partitions is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field OffsetForLeaderTopic.partitions is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.topic)
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field OffsetForLeaderTopic.partitions is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('OffsetForLeaderTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition(buf, pos, version):
     self = _new(_C_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition)
-    flexible = version >= 4
-    self.partition, = _u_i(buf, pos)
-    pos += 4
-    if version >= 2:
-        self.current_leader_epoch, = _u_i(buf, pos)
-        pos += 4
-    else:
-        self.current_leader_epoch = -1
-    self.leader_epoch, = _u_i(buf, pos)
-    pos += 4
-    self.unknown_tagged_fields = None
-    if flexible:
+    if version >= 4:
+        self.partition, self.current_leader_epoch, self.leader_epoch = _u_iii(buf, pos)
+        pos += 12
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 2:
+        self.partition, self.current_leader_epoch, self.leader_epoch = _u_iii(buf, pos)
+        pos += 12
+        self.unknown_tagged_fields = None
+    else:
+        self.partition, = _u_i(buf, pos)
+        pos += 4
+        self.current_leader_epoch = -1
+        self.leader_epoch, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition(self, w, version):
-    flexible = version >= 4
-    w += _p_i(self.partition)
-    if version >= 2:
-        w += _p_i(self.current_leader_epoch)
-    w += _p_i(self.leader_epoch)
-    if flexible:
+    if version >= 4:
+        w += _p_iii(self.partition, self.current_leader_epoch, self.leader_epoch)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 2:
+        w += _p_iii(self.partition, self.current_leader_epoch, self.leader_epoch)
+        if self.unknown_tagged_fields:
+            raise CodecError('OffsetForLeaderPartition: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        w += _p_i(self.partition)
+        w += _p_i(self.leader_epoch)
         if self.unknown_tagged_fields:
             raise CodecError('OffsetForLeaderPartition: tagged fields set, but version ' + str(version) + ' is not flexible')
 

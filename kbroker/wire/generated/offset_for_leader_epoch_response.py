@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['OffsetForLeaderEpochResponse']
@@ -19,6 +20,9 @@ _new = object.__new__
 _S_hi = _Struct('>hi')
 _u_hi = _S_hi.unpack_from
 _p_hi = _S_hi.pack
+_S_hiiq = _Struct('>hiiq')
+_u_hiiq = _S_hiiq.unpack_from
+_p_hiiq = _S_hiiq.pack
 _S_i = _Struct('>i')
 _u_i = _S_i.unpack_from
 _p_i = _S_i.pack
@@ -107,146 +111,191 @@ _C_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset = Offs
 
 def _read_OffsetForLeaderEpochResponse(buf, pos, version):
     self = _new(_C_OffsetForLeaderEpochResponse)
-    flexible = version >= 4
-    if version >= 2:
+    if version >= 4:
         self.throttle_time_ms, = _u_i(buf, pos)
         pos += 4
-    else:
-        self.throttle_time_ms = 0
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field OffsetForLeaderEpochResponse.topics was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult(buf, pos, version)
-            _a(_o)
-        self.topics = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetForLeaderEpochResponse.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 2:
+        self.throttle_time_ms, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetForLeaderEpochResponse.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
+    else:
+        self.throttle_time_ms = 0
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetForLeaderEpochResponse.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_OffsetForLeaderEpochResponse(self, w, version):
-    flexible = version >= 4
-    if version >= 2:
+    if version >= 4:
         w += _p_i(self.throttle_time_ms)
-    _l = self.topics
-    if _l is None:
-        raise CodecError('non-nullable field OffsetForLeaderEpochResponse.topics is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field OffsetForLeaderEpochResponse.topics is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 2:
+        w += _p_i(self.throttle_time_ms)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field OffsetForLeaderEpochResponse.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('OffsetForLeaderEpochResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field OffsetForLeaderEpochResponse.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('OffsetForLeaderEpochResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult(buf, pos, version):
     self = _new(_C_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult)
-    flexible = version >= 4
-    if flexible:
+    if version >= 4:
         self.topic, pos = rd_cstring(buf, pos)
-    else:
-        self.topic, pos = rd_string(buf, pos)
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field OffsetForLeaderTopicResult.partitions was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset(buf, pos, version)
-            _a(_o)
-        self.partitions = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetForLeaderTopicResult.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.topic, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetForLeaderTopicResult.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult(self, w, version):
-    flexible = version >= 4
-    if flexible:
+    if version >= 4:
         wr_cstring(w, self.topic)
-    else:
-        wr_string(w, self.topic)
-    _l = self.partitions
-    if _l is None:
-        raise CodecError('non-nullable field OffsetForLeaderTopicResult.partitions is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field OffsetForLeaderTopicResult.partitions is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.topic)
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field OffsetForLeaderTopicResult.partitions is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('OffsetForLeaderTopicResult: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset(buf, pos, version):
     self = _new(_C_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset)
-    flexible = version >= 4
-    self.error_code, self.partition = _u_hi(buf, pos)
-    pos += 6
-    if version >= 1:
-        self.leader_epoch, = _u_i(buf, pos)
-        pos += 4
-    else:
-        self.leader_epoch = -1
-    self.end_offset, = _u_q(buf, pos)
-    pos += 8
-    self.unknown_tagged_fields = None
-    if flexible:
+    if version >= 4:
+        self.error_code, self.partition, self.leader_epoch, self.end_offset = _u_hiiq(buf, pos)
+        pos += 18
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 1:
+        self.error_code, self.partition, self.leader_epoch, self.end_offset = _u_hiiq(buf, pos)
+        pos += 18
+        self.unknown_tagged_fields = None
+    else:
+        self.error_code, self.partition = _u_hi(buf, pos)
+        pos += 6
+        self.leader_epoch = -1
+        self.end_offset, = _u_q(buf, pos)
+        pos += 8
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset(self, w, version):
-    flexible = version >= 4
-    w += _p_hi(self.error_code, self.partition)
-    if version >= 1:
-        w += _p_i(self.leader_epoch)
-    w += _p_q(self.end_offset)
-    if flexible:
+    if version >= 4:
+        w += _p_hiiq(self.error_code, self.partition, self.leader_epoch, self.end_offset)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 1:
+        w += _p_hiiq(self.error_code, self.partition, self.leader_epoch, self.end_offset)
+        if self.unknown_tagged_fields:
+            raise CodecError('EpochEndOffset: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        w += _p_hi(self.error_code, self.partition)
+        w += _p_q(self.end_offset)
         if self.unknown_tagged_fields:
             raise CodecError('EpochEndOffset: tagged fields set, but version ' + str(version) + ' is not flexible')
 

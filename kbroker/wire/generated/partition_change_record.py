@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['PartitionChangeRecord']
@@ -84,23 +85,60 @@ _C_PartitionChangeRecord = PartitionChangeRecord
 
 def _read_PartitionChangeRecord(buf, pos, version):
     self = _new(_C_PartitionChangeRecord)
-    self.partition_id, = _u_i(buf, pos)
-    pos += 4
-    self.topic_id, pos = rd_uuid(buf, pos)
-    self.isr = None
-    self.leader = -2
-    self.replicas = None
-    self.removing_replicas = None
-    self.adding_replicas = None
-    self.leader_recovery_state = -1
-    self.directories = None
-    self.eligible_leader_replicas = None
-    self.last_known_elr = None
-    self.unknown_tagged_fields = None
-    if buf[pos]:
-        pos = _tags_PartitionChangeRecord(self, buf, pos, version)
+    if version >= 2:
+        self.partition_id, = _u_i(buf, pos)
+        pos += 4
+        self.topic_id, pos = rd_uuid(buf, pos)
+        self.isr = None
+        self.leader = -2
+        self.replicas = None
+        self.removing_replicas = None
+        self.adding_replicas = None
+        self.leader_recovery_state = -1
+        self.directories = None
+        self.eligible_leader_replicas = None
+        self.last_known_elr = None
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            pos = _tags_PartitionChangeRecord(self, buf, pos, version)
+        else:
+            pos += 1
+    elif version >= 1:
+        self.partition_id, = _u_i(buf, pos)
+        pos += 4
+        self.topic_id, pos = rd_uuid(buf, pos)
+        self.isr = None
+        self.leader = -2
+        self.replicas = None
+        self.removing_replicas = None
+        self.adding_replicas = None
+        self.leader_recovery_state = -1
+        self.directories = None
+        self.eligible_leader_replicas = None
+        self.last_known_elr = None
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            pos = _tags_PartitionChangeRecord(self, buf, pos, version)
+        else:
+            pos += 1
     else:
-        pos += 1
+        self.partition_id, = _u_i(buf, pos)
+        pos += 4
+        self.topic_id, pos = rd_uuid(buf, pos)
+        self.isr = None
+        self.leader = -2
+        self.replicas = None
+        self.removing_replicas = None
+        self.adding_replicas = None
+        self.leader_recovery_state = -1
+        self.directories = None
+        self.eligible_leader_replicas = None
+        self.last_known_elr = None
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            pos = _tags_PartitionChangeRecord(self, buf, pos, version)
+        else:
+            pos += 1
     return self, pos
 
 
@@ -113,54 +151,30 @@ def _tags_PartitionChangeRecord(self, buf, pos, version):
         tag, end, pos = rd_tag_header(buf, pos)
         if tag == 0:
             sub = buf[:end]
-            _n, pos = rd_calen(sub, pos)
-            if _n < 0:
-                self.isr = None
-            else:
-                self.isr, pos = rd_fixed_array(sub, pos, _n, 'i', 4)
+            self.isr, pos = rd_cfixed_array(sub, pos, 'i', 4)
         elif tag == 1:
             sub = buf[:end]
             self.leader, = _u_i(sub, pos)
             pos += 4
         elif tag == 2:
             sub = buf[:end]
-            _n, pos = rd_calen(sub, pos)
-            if _n < 0:
-                self.replicas = None
-            else:
-                self.replicas, pos = rd_fixed_array(sub, pos, _n, 'i', 4)
+            self.replicas, pos = rd_cfixed_array(sub, pos, 'i', 4)
         elif tag == 3:
             sub = buf[:end]
-            _n, pos = rd_calen(sub, pos)
-            if _n < 0:
-                self.removing_replicas = None
-            else:
-                self.removing_replicas, pos = rd_fixed_array(sub, pos, _n, 'i', 4)
+            self.removing_replicas, pos = rd_cfixed_array(sub, pos, 'i', 4)
         elif tag == 4:
             sub = buf[:end]
-            _n, pos = rd_calen(sub, pos)
-            if _n < 0:
-                self.adding_replicas = None
-            else:
-                self.adding_replicas, pos = rd_fixed_array(sub, pos, _n, 'i', 4)
+            self.adding_replicas, pos = rd_cfixed_array(sub, pos, 'i', 4)
         elif tag == 5:
             sub = buf[:end]
             self.leader_recovery_state, = _u_b(sub, pos)
             pos += 1
         elif tag == 6 and version >= 2:
             sub = buf[:end]
-            _n, pos = rd_calen(sub, pos)
-            if _n < 0:
-                self.eligible_leader_replicas = None
-            else:
-                self.eligible_leader_replicas, pos = rd_fixed_array(sub, pos, _n, 'i', 4)
+            self.eligible_leader_replicas, pos = rd_cfixed_array(sub, pos, 'i', 4)
         elif tag == 7 and version >= 2:
             sub = buf[:end]
-            _n, pos = rd_calen(sub, pos)
-            if _n < 0:
-                self.last_known_elr = None
-            else:
-                self.last_known_elr, pos = rd_fixed_array(sub, pos, _n, 'i', 4)
+            self.last_known_elr, pos = rd_cfixed_array(sub, pos, 'i', 4)
         elif tag == 8 and version >= 1:
             sub = buf[:end]
             _n, pos = rd_calen(sub, pos)
@@ -183,88 +197,240 @@ def _tags_PartitionChangeRecord(self, buf, pos, version):
 
 
 def _write_PartitionChangeRecord(self, w, version):
-    if (version < 1) and not (self.directories is None):
-        raise CodecError('PartitionChangeRecord.directories cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 2) and not (self.eligible_leader_replicas is None):
-        raise CodecError('PartitionChangeRecord.eligible_leader_replicas cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 2) and not (self.last_known_elr is None):
-        raise CodecError('PartitionChangeRecord.last_known_elr cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    w += _p_i(self.partition_id)
-    w += self.topic_id.bytes
-    _t = []
-    if not (self.isr is None):
-        _v = _Writer()
-        _l = self.isr
-        if _l is None:
-            _v.append(0)
+    if version >= 2:
+        w += _p_i(self.partition_id)
+        w += self.topic_id.bytes
+        _t = None
+        if not (self.isr is None):
+            _v = _Writer()
+            _l = self.isr
+            if _l is None:
+                _v.append(0)
+            else:
+                wr_cfixed_array(_v, _l, 'i')
+            if _t is None:
+                _t = []
+            _t.append((0, _v))
+        if not (self.leader == -2):
+            _v = _Writer()
+            _v += _p_i(self.leader)
+            if _t is None:
+                _t = []
+            _t.append((1, _v))
+        if not (self.replicas is None):
+            _v = _Writer()
+            _l = self.replicas
+            if _l is None:
+                _v.append(0)
+            else:
+                wr_cfixed_array(_v, _l, 'i')
+            if _t is None:
+                _t = []
+            _t.append((2, _v))
+        if not (self.removing_replicas is None):
+            _v = _Writer()
+            _l = self.removing_replicas
+            if _l is None:
+                _v.append(0)
+            else:
+                wr_cfixed_array(_v, _l, 'i')
+            if _t is None:
+                _t = []
+            _t.append((3, _v))
+        if not (self.adding_replicas is None):
+            _v = _Writer()
+            _l = self.adding_replicas
+            if _l is None:
+                _v.append(0)
+            else:
+                wr_cfixed_array(_v, _l, 'i')
+            if _t is None:
+                _t = []
+            _t.append((4, _v))
+        if not (self.leader_recovery_state == -1):
+            _v = _Writer()
+            _v += _p_b(self.leader_recovery_state)
+            if _t is None:
+                _t = []
+            _t.append((5, _v))
+        if not (self.eligible_leader_replicas is None):
+            _v = _Writer()
+            _l = self.eligible_leader_replicas
+            if _l is None:
+                _v.append(0)
+            else:
+                wr_cfixed_array(_v, _l, 'i')
+            if _t is None:
+                _t = []
+            _t.append((6, _v))
+        if not (self.last_known_elr is None):
+            _v = _Writer()
+            _l = self.last_known_elr
+            if _l is None:
+                _v.append(0)
+            else:
+                wr_cfixed_array(_v, _l, 'i')
+            if _t is None:
+                _t = []
+            _t.append((7, _v))
+        if not (self.directories is None):
+            _v = _Writer()
+            _l = self.directories
+            if _l is None:
+                _v.append(0)
+            else:
+                wr_calen(_v, len(_l))
+                for _o in _l:
+                    _v += _o.bytes
+            if _t is None:
+                _t = []
+            _t.append((8, _v))
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
         else:
-            wr_calen(_v, len(_l))
-            wr_fixed_array(_v, _l, 'i')
-        _t.append((0, _v))
-    if not (self.leader == -2):
-        _v = _Writer()
-        _v += _p_i(self.leader)
-        _t.append((1, _v))
-    if not (self.replicas is None):
-        _v = _Writer()
-        _l = self.replicas
-        if _l is None:
-            _v.append(0)
+            wr_tags(w, _t, self.unknown_tagged_fields)
+    elif version >= 1:
+        if not (self.eligible_leader_replicas is None):
+            raise CodecError('PartitionChangeRecord.eligible_leader_replicas cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.last_known_elr is None):
+            raise CodecError('PartitionChangeRecord.last_known_elr cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.partition_id)
+        w += self.topic_id.bytes
+        _t = None
+        if not (self.isr is None):
+            _v = _Writer()
+            _l = self.isr
+            if _l is None:
+                _v.append(0)
+            else:
+                wr_cfixed_array(_v, _l, 'i')
+            if _t is None:
+                _t = []
+            _t.append((0, _v))
+        if not (self.leader == -2):
+            _v = _Writer()
+            _v += _p_i(self.leader)
+            if _t is None:
+                _t = []
+            _t.append((1, _v))
+        if not (self.replicas is None):
+            _v = _Writer()
+            _l = self.replicas
+            if _l is None:
+                _v.append(0)
+            else:
+                wr_cfixed_array(_v, _l, 'i')
+            if _t is None:
+                _t = []
+            _t.append((2, _v))
+        if not (self.removing_replicas is None):
+            _v = _Writer()
+            _l = self.removing_replicas
+            if _l is None:
+                _v.append(0)
+            else:
+                wr_cfixed_array(_v, _l, 'i')
+            if _t is None:
+                _t = []
+            _t.append((3, _v))
+        if not (self.adding_replicas is None):
+            _v = _Writer()
+            _l = self.adding_replicas
+            if _l is None:
+                _v.append(0)
+            else:
+                wr_cfixed_array(_v, _l, 'i')
+            if _t is None:
+                _t = []
+            _t.append((4, _v))
+        if not (self.leader_recovery_state == -1):
+            _v = _Writer()
+            _v += _p_b(self.leader_recovery_state)
+            if _t is None:
+                _t = []
+            _t.append((5, _v))
+        if not (self.directories is None):
+            _v = _Writer()
+            _l = self.directories
+            if _l is None:
+                _v.append(0)
+            else:
+                wr_calen(_v, len(_l))
+                for _o in _l:
+                    _v += _o.bytes
+            if _t is None:
+                _t = []
+            _t.append((8, _v))
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
         else:
-            wr_calen(_v, len(_l))
-            wr_fixed_array(_v, _l, 'i')
-        _t.append((2, _v))
-    if not (self.removing_replicas is None):
-        _v = _Writer()
-        _l = self.removing_replicas
-        if _l is None:
-            _v.append(0)
+            wr_tags(w, _t, self.unknown_tagged_fields)
+    else:
+        if not (self.directories is None):
+            raise CodecError('PartitionChangeRecord.directories cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.eligible_leader_replicas is None):
+            raise CodecError('PartitionChangeRecord.eligible_leader_replicas cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.last_known_elr is None):
+            raise CodecError('PartitionChangeRecord.last_known_elr cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.partition_id)
+        w += self.topic_id.bytes
+        _t = None
+        if not (self.isr is None):
+            _v = _Writer()
+            _l = self.isr
+            if _l is None:
+                _v.append(0)
+            else:
+                wr_cfixed_array(_v, _l, 'i')
+            if _t is None:
+                _t = []
+            _t.append((0, _v))
+        if not (self.leader == -2):
+            _v = _Writer()
+            _v += _p_i(self.leader)
+            if _t is None:
+                _t = []
+            _t.append((1, _v))
+        if not (self.replicas is None):
+            _v = _Writer()
+            _l = self.replicas
+            if _l is None:
+                _v.append(0)
+            else:
+                wr_cfixed_array(_v, _l, 'i')
+            if _t is None:
+                _t = []
+            _t.append((2, _v))
+        if not (self.removing_replicas is None):
+            _v = _Writer()
+            _l = self.removing_replicas
+            if _l is None:
+                _v.append(0)
+            else:
+                wr_cfixed_array(_v, _l, 'i')
+            if _t is None:
+                _t = []
+            _t.append((3, _v))
+        if not (self.adding_replicas is None):
+            _v = _Writer()
+            _l = self.adding_replicas
+            if _l is None:
+                _v.append(0)
+            else:
+                wr_cfixed_array(_v, _l, 'i')
+            if _t is None:
+                _t = []
+            _t.append((4, _v))
+        if not (self.leader_recovery_state == -1):
+            _v = _Writer()
+            _v += _p_b(self.leader_recovery_state)
+            if _t is None:
+                _t = []
+            _t.append((5, _v))
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
         else:
-            wr_calen(_v, len(_l))
-            wr_fixed_array(_v, _l, 'i')
-        _t.append((3, _v))
-    if not (self.adding_replicas is None):
-        _v = _Writer()
-        _l = self.adding_replicas
-        if _l is None:
-            _v.append(0)
-        else:
-            wr_calen(_v, len(_l))
-            wr_fixed_array(_v, _l, 'i')
-        _t.append((4, _v))
-    if not (self.leader_recovery_state == -1):
-        _v = _Writer()
-        _v += _p_b(self.leader_recovery_state)
-        _t.append((5, _v))
-    if version >= 2 and not (self.eligible_leader_replicas is None):
-        _v = _Writer()
-        _l = self.eligible_leader_replicas
-        if _l is None:
-            _v.append(0)
-        else:
-            wr_calen(_v, len(_l))
-            wr_fixed_array(_v, _l, 'i')
-        _t.append((6, _v))
-    if version >= 2 and not (self.last_known_elr is None):
-        _v = _Writer()
-        _l = self.last_known_elr
-        if _l is None:
-            _v.append(0)
-        else:
-            wr_calen(_v, len(_l))
-            wr_fixed_array(_v, _l, 'i')
-        _t.append((7, _v))
-    if version >= 1 and not (self.directories is None):
-        _v = _Writer()
-        _l = self.directories
-        if _l is None:
-            _v.append(0)
-        else:
-            wr_calen(_v, len(_l))
-            for _o in _l:
-                _v += _o.bytes
-        _t.append((8, _v))
-    wr_tags(w, _t, self.unknown_tagged_fields)
+            wr_tags(w, _t, self.unknown_tagged_fields)
 
 
 PartitionChangeRecord._read = staticmethod(_read_PartitionChangeRecord)

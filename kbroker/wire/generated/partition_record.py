@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['PartitionRecord']
@@ -93,35 +94,27 @@ _C_PartitionRecord = PartitionRecord
 
 def _read_PartitionRecord(buf, pos, version):
     self = _new(_C_PartitionRecord)
-    self.partition_id, = _u_i(buf, pos)
-    pos += 4
-    self.topic_id, pos = rd_uuid(buf, pos)
-    _n, pos = rd_calen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field PartitionRecord.replicas was serialized as null')
-    else:
-        self.replicas, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
-    _n, pos = rd_calen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field PartitionRecord.isr was serialized as null')
-    else:
-        self.isr, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
-    _n, pos = rd_calen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field PartitionRecord.removing_replicas was serialized as null')
-    else:
-        self.removing_replicas, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
-    _n, pos = rd_calen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field PartitionRecord.adding_replicas was serialized as null')
-    else:
-        self.adding_replicas, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
-    self.leader, = _u_i(buf, pos)
-    pos += 4
-    self.leader_recovery_state = 0
-    self.leader_epoch, self.partition_epoch = _u_ii(buf, pos)
-    pos += 8
-    if version >= 1:
+    if version >= 2:
+        self.partition_id, = _u_i(buf, pos)
+        pos += 4
+        self.topic_id, pos = rd_uuid(buf, pos)
+        self.replicas, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.replicas is None:
+            raise CodecError('non-nullable field PartitionRecord.replicas was serialized as null')
+        self.isr, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.isr is None:
+            raise CodecError('non-nullable field PartitionRecord.isr was serialized as null')
+        self.removing_replicas, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.removing_replicas is None:
+            raise CodecError('non-nullable field PartitionRecord.removing_replicas was serialized as null')
+        self.adding_replicas, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.adding_replicas is None:
+            raise CodecError('non-nullable field PartitionRecord.adding_replicas was serialized as null')
+        self.leader, = _u_i(buf, pos)
+        pos += 4
+        self.leader_recovery_state = 0
+        self.leader_epoch, self.partition_epoch = _u_ii(buf, pos)
+        pos += 8
         _n, pos = rd_calen(buf, pos)
         if _n < 0:
             raise CodecError('non-nullable field PartitionRecord.directories was serialized as null')
@@ -132,15 +125,80 @@ def _read_PartitionRecord(buf, pos, version):
                 _o, pos = rd_uuid(buf, pos)
                 _a(_o)
             self.directories = _l
+        self.eligible_leader_replicas = None
+        self.last_known_elr = None
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            pos = _tags_PartitionRecord(self, buf, pos, version)
+        else:
+            pos += 1
+    elif version >= 1:
+        self.partition_id, = _u_i(buf, pos)
+        pos += 4
+        self.topic_id, pos = rd_uuid(buf, pos)
+        self.replicas, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.replicas is None:
+            raise CodecError('non-nullable field PartitionRecord.replicas was serialized as null')
+        self.isr, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.isr is None:
+            raise CodecError('non-nullable field PartitionRecord.isr was serialized as null')
+        self.removing_replicas, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.removing_replicas is None:
+            raise CodecError('non-nullable field PartitionRecord.removing_replicas was serialized as null')
+        self.adding_replicas, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.adding_replicas is None:
+            raise CodecError('non-nullable field PartitionRecord.adding_replicas was serialized as null')
+        self.leader, = _u_i(buf, pos)
+        pos += 4
+        self.leader_recovery_state = 0
+        self.leader_epoch, self.partition_epoch = _u_ii(buf, pos)
+        pos += 8
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field PartitionRecord.directories was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = rd_uuid(buf, pos)
+                _a(_o)
+            self.directories = _l
+        self.eligible_leader_replicas = None
+        self.last_known_elr = None
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            pos = _tags_PartitionRecord(self, buf, pos, version)
+        else:
+            pos += 1
     else:
+        self.partition_id, = _u_i(buf, pos)
+        pos += 4
+        self.topic_id, pos = rd_uuid(buf, pos)
+        self.replicas, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.replicas is None:
+            raise CodecError('non-nullable field PartitionRecord.replicas was serialized as null')
+        self.isr, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.isr is None:
+            raise CodecError('non-nullable field PartitionRecord.isr was serialized as null')
+        self.removing_replicas, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.removing_replicas is None:
+            raise CodecError('non-nullable field PartitionRecord.removing_replicas was serialized as null')
+        self.adding_replicas, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.adding_replicas is None:
+            raise CodecError('non-nullable field PartitionRecord.adding_replicas was serialized as null')
+        self.leader, = _u_i(buf, pos)
+        pos += 4
+        self.leader_recovery_state = 0
+        self.leader_epoch, self.partition_epoch = _u_ii(buf, pos)
+        pos += 8
         self.directories = []
-    self.eligible_leader_replicas = None
-    self.last_known_elr = None
-    self.unknown_tagged_fields = None
-    if buf[pos]:
-        pos = _tags_PartitionRecord(self, buf, pos, version)
-    else:
-        pos += 1
+        self.eligible_leader_replicas = None
+        self.last_known_elr = None
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            pos = _tags_PartitionRecord(self, buf, pos, version)
+        else:
+            pos += 1
     return self, pos
 
 
@@ -157,18 +215,10 @@ def _tags_PartitionRecord(self, buf, pos, version):
             pos += 1
         elif tag == 1 and version >= 2:
             sub = buf[:end]
-            _n, pos = rd_calen(sub, pos)
-            if _n < 0:
-                self.eligible_leader_replicas = None
-            else:
-                self.eligible_leader_replicas, pos = rd_fixed_array(sub, pos, _n, 'i', 4)
+            self.eligible_leader_replicas, pos = rd_cfixed_array(sub, pos, 'i', 4)
         elif tag == 2 and version >= 2:
             sub = buf[:end]
-            _n, pos = rd_calen(sub, pos)
-            if _n < 0:
-                self.last_known_elr = None
-            else:
-                self.last_known_elr, pos = rd_fixed_array(sub, pos, _n, 'i', 4)
+            self.last_known_elr, pos = rd_cfixed_array(sub, pos, 'i', 4)
         else:
             if unknown is None:
                 unknown = []
@@ -179,41 +229,31 @@ def _tags_PartitionRecord(self, buf, pos, version):
 
 
 def _write_PartitionRecord(self, w, version):
-    if (version < 1) and not ((self.directories is not None and not self.directories)):
-        raise CodecError('PartitionRecord.directories cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 2) and not (self.eligible_leader_replicas is None):
-        raise CodecError('PartitionRecord.eligible_leader_replicas cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 2) and not (self.last_known_elr is None):
-        raise CodecError('PartitionRecord.last_known_elr cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    w += _p_i(self.partition_id)
-    w += self.topic_id.bytes
-    _l = self.replicas
-    if _l is None:
-        raise CodecError('non-nullable field PartitionRecord.replicas is None at version ' + str(version))
-    else:
-        wr_calen(w, len(_l))
-        wr_fixed_array(w, _l, 'i')
-    _l = self.isr
-    if _l is None:
-        raise CodecError('non-nullable field PartitionRecord.isr is None at version ' + str(version))
-    else:
-        wr_calen(w, len(_l))
-        wr_fixed_array(w, _l, 'i')
-    _l = self.removing_replicas
-    if _l is None:
-        raise CodecError('non-nullable field PartitionRecord.removing_replicas is None at version ' + str(version))
-    else:
-        wr_calen(w, len(_l))
-        wr_fixed_array(w, _l, 'i')
-    _l = self.adding_replicas
-    if _l is None:
-        raise CodecError('non-nullable field PartitionRecord.adding_replicas is None at version ' + str(version))
-    else:
-        wr_calen(w, len(_l))
-        wr_fixed_array(w, _l, 'i')
-    w += _p_i(self.leader)
-    w += _p_ii(self.leader_epoch, self.partition_epoch)
-    if version >= 1:
+    if version >= 2:
+        w += _p_i(self.partition_id)
+        w += self.topic_id.bytes
+        _l = self.replicas
+        if _l is None:
+            raise CodecError('non-nullable field PartitionRecord.replicas is None at version ' + str(version))
+        else:
+            wr_cfixed_array(w, _l, 'i')
+        _l = self.isr
+        if _l is None:
+            raise CodecError('non-nullable field PartitionRecord.isr is None at version ' + str(version))
+        else:
+            wr_cfixed_array(w, _l, 'i')
+        _l = self.removing_replicas
+        if _l is None:
+            raise CodecError('non-nullable field PartitionRecord.removing_replicas is None at version ' + str(version))
+        else:
+            wr_cfixed_array(w, _l, 'i')
+        _l = self.adding_replicas
+        if _l is None:
+            raise CodecError('non-nullable field PartitionRecord.adding_replicas is None at version ' + str(version))
+        else:
+            wr_cfixed_array(w, _l, 'i')
+        w += _p_i(self.leader)
+        w += _p_ii(self.leader_epoch, self.partition_epoch)
         _l = self.directories
         if _l is None:
             raise CodecError('non-nullable field PartitionRecord.directories is None at version ' + str(version))
@@ -221,30 +261,126 @@ def _write_PartitionRecord(self, w, version):
             wr_calen(w, len(_l))
             for _o in _l:
                 w += _o.bytes
-    _t = []
-    if not (self.leader_recovery_state == 0):
-        _v = _Writer()
-        _v += _p_b(self.leader_recovery_state)
-        _t.append((0, _v))
-    if version >= 2 and not (self.eligible_leader_replicas is None):
-        _v = _Writer()
-        _l = self.eligible_leader_replicas
-        if _l is None:
-            _v.append(0)
+        _t = None
+        if not (self.leader_recovery_state == 0):
+            _v = _Writer()
+            _v += _p_b(self.leader_recovery_state)
+            if _t is None:
+                _t = []
+            _t.append((0, _v))
+        if not (self.eligible_leader_replicas is None):
+            _v = _Writer()
+            _l = self.eligible_leader_replicas
+            if _l is None:
+                _v.append(0)
+            else:
+                wr_cfixed_array(_v, _l, 'i')
+            if _t is None:
+                _t = []
+            _t.append((1, _v))
+        if not (self.last_known_elr is None):
+            _v = _Writer()
+            _l = self.last_known_elr
+            if _l is None:
+                _v.append(0)
+            else:
+                wr_cfixed_array(_v, _l, 'i')
+            if _t is None:
+                _t = []
+            _t.append((2, _v))
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
         else:
-            wr_calen(_v, len(_l))
-            wr_fixed_array(_v, _l, 'i')
-        _t.append((1, _v))
-    if version >= 2 and not (self.last_known_elr is None):
-        _v = _Writer()
-        _l = self.last_known_elr
+            wr_tags(w, _t, self.unknown_tagged_fields)
+    elif version >= 1:
+        if not (self.eligible_leader_replicas is None):
+            raise CodecError('PartitionRecord.eligible_leader_replicas cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.last_known_elr is None):
+            raise CodecError('PartitionRecord.last_known_elr cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.partition_id)
+        w += self.topic_id.bytes
+        _l = self.replicas
         if _l is None:
-            _v.append(0)
+            raise CodecError('non-nullable field PartitionRecord.replicas is None at version ' + str(version))
         else:
-            wr_calen(_v, len(_l))
-            wr_fixed_array(_v, _l, 'i')
-        _t.append((2, _v))
-    wr_tags(w, _t, self.unknown_tagged_fields)
+            wr_cfixed_array(w, _l, 'i')
+        _l = self.isr
+        if _l is None:
+            raise CodecError('non-nullable field PartitionRecord.isr is None at version ' + str(version))
+        else:
+            wr_cfixed_array(w, _l, 'i')
+        _l = self.removing_replicas
+        if _l is None:
+            raise CodecError('non-nullable field PartitionRecord.removing_replicas is None at version ' + str(version))
+        else:
+            wr_cfixed_array(w, _l, 'i')
+        _l = self.adding_replicas
+        if _l is None:
+            raise CodecError('non-nullable field PartitionRecord.adding_replicas is None at version ' + str(version))
+        else:
+            wr_cfixed_array(w, _l, 'i')
+        w += _p_i(self.leader)
+        w += _p_ii(self.leader_epoch, self.partition_epoch)
+        _l = self.directories
+        if _l is None:
+            raise CodecError('non-nullable field PartitionRecord.directories is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                w += _o.bytes
+        _t = None
+        if not (self.leader_recovery_state == 0):
+            _v = _Writer()
+            _v += _p_b(self.leader_recovery_state)
+            if _t is None:
+                _t = []
+            _t.append((0, _v))
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
+        else:
+            wr_tags(w, _t, self.unknown_tagged_fields)
+    else:
+        if not ((self.directories is not None and not self.directories)):
+            raise CodecError('PartitionRecord.directories cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.eligible_leader_replicas is None):
+            raise CodecError('PartitionRecord.eligible_leader_replicas cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.last_known_elr is None):
+            raise CodecError('PartitionRecord.last_known_elr cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.partition_id)
+        w += self.topic_id.bytes
+        _l = self.replicas
+        if _l is None:
+            raise CodecError('non-nullable field PartitionRecord.replicas is None at version ' + str(version))
+        else:
+            wr_cfixed_array(w, _l, 'i')
+        _l = self.isr
+        if _l is None:
+            raise CodecError('non-nullable field PartitionRecord.isr is None at version ' + str(version))
+        else:
+            wr_cfixed_array(w, _l, 'i')
+        _l = self.removing_replicas
+        if _l is None:
+            raise CodecError('non-nullable field PartitionRecord.removing_replicas is None at version ' + str(version))
+        else:
+            wr_cfixed_array(w, _l, 'i')
+        _l = self.adding_replicas
+        if _l is None:
+            raise CodecError('non-nullable field PartitionRecord.adding_replicas is None at version ' + str(version))
+        else:
+            wr_cfixed_array(w, _l, 'i')
+        w += _p_i(self.leader)
+        w += _p_ii(self.leader_epoch, self.partition_epoch)
+        _t = None
+        if not (self.leader_recovery_state == 0):
+            _v = _Writer()
+            _v += _p_b(self.leader_recovery_state)
+            if _t is None:
+                _t = []
+            _t.append((0, _v))
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
+        else:
+            wr_tags(w, _t, self.unknown_tagged_fields)
 
 
 PartitionRecord._read = staticmethod(_read_PartitionRecord)

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['ProduceRequest']
@@ -104,154 +105,192 @@ _C_ProduceRequest_TopicProduceData_PartitionProduceData = ProduceRequest.TopicPr
 
 def _read_ProduceRequest(buf, pos, version):
     self = _new(_C_ProduceRequest)
-    flexible = version >= 9
-    if version >= 3:
-        if flexible:
-            self.transactional_id, pos = rd_cnstring(buf, pos)
-        else:
-            self.transactional_id, pos = rd_nstring(buf, pos)
-    else:
-        self.transactional_id = None
-    self.acks, self.timeout_ms = _u_hi(buf, pos)
-    pos += 6
-    if flexible:
+    if version >= 9:
+        self.transactional_id, pos = rd_cnstring(buf, pos)
+        self.acks, self.timeout_ms = _u_hi(buf, pos)
+        pos += 6
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field ProduceRequest.topic_data was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_ProduceRequest_TopicProduceData(buf, pos, version)
-            _a(_o)
-        self.topic_data = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field ProduceRequest.topic_data was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ProduceRequest_TopicProduceData(buf, pos, version)
+                _a(_o)
+            self.topic_data = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 3:
+        self.transactional_id, pos = rd_nstring(buf, pos)
+        self.acks, self.timeout_ms = _u_hi(buf, pos)
+        pos += 6
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ProduceRequest.topic_data was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ProduceRequest_TopicProduceData(buf, pos, version)
+                _a(_o)
+            self.topic_data = _l
+        self.unknown_tagged_fields = None
+    else:
+        self.transactional_id = None
+        self.acks, self.timeout_ms = _u_hi(buf, pos)
+        pos += 6
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ProduceRequest.topic_data was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ProduceRequest_TopicProduceData(buf, pos, version)
+                _a(_o)
+            self.topic_data = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_ProduceRequest(self, w, version):
-    flexible = version >= 9
-    if (version < 3) and not (self.transactional_id is None):
-        raise CodecError('ProduceRequest.transactional_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if version >= 3:
-        if flexible:
-            wr_cnstring(w, self.transactional_id)
+    if version >= 9:
+        wr_cnstring(w, self.transactional_id)
+        w += _p_hi(self.acks, self.timeout_ms)
+        _l = self.topic_data
+        if _l is None:
+            raise CodecError('non-nullable field ProduceRequest.topic_data is None at version ' + str(version))
         else:
-            wr_nstring(w, self.transactional_id)
-    w += _p_hi(self.acks, self.timeout_ms)
-    _l = self.topic_data
-    if _l is None:
-        raise CodecError('non-nullable field ProduceRequest.topic_data is None at version ' + str(version))
-    else:
-        if flexible:
             wr_calen(w, len(_l))
-        else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_ProduceRequest_TopicProduceData(_o, w, version)
-    if flexible:
+            for _o in _l:
+                _write_ProduceRequest_TopicProduceData(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 3:
+        wr_nstring(w, self.transactional_id)
+        w += _p_hi(self.acks, self.timeout_ms)
+        _l = self.topic_data
+        if _l is None:
+            raise CodecError('non-nullable field ProduceRequest.topic_data is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_ProduceRequest_TopicProduceData(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('ProduceRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        if not (self.transactional_id is None):
+            raise CodecError('ProduceRequest.transactional_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_hi(self.acks, self.timeout_ms)
+        _l = self.topic_data
+        if _l is None:
+            raise CodecError('non-nullable field ProduceRequest.topic_data is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_ProduceRequest_TopicProduceData(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('ProduceRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_ProduceRequest_TopicProduceData(buf, pos, version):
     self = _new(_C_ProduceRequest_TopicProduceData)
-    flexible = version >= 9
-    if flexible:
+    if version >= 9:
         self.name, pos = rd_cstring(buf, pos)
-    else:
-        self.name, pos = rd_string(buf, pos)
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field TopicProduceData.partition_data was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_ProduceRequest_TopicProduceData_PartitionProduceData(buf, pos, version)
-            _a(_o)
-        self.partition_data = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field TopicProduceData.partition_data was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ProduceRequest_TopicProduceData_PartitionProduceData(buf, pos, version)
+                _a(_o)
+            self.partition_data = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.name, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field TopicProduceData.partition_data was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ProduceRequest_TopicProduceData_PartitionProduceData(buf, pos, version)
+                _a(_o)
+            self.partition_data = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_ProduceRequest_TopicProduceData(self, w, version):
-    flexible = version >= 9
-    if flexible:
+    if version >= 9:
         wr_cstring(w, self.name)
-    else:
-        wr_string(w, self.name)
-    _l = self.partition_data
-    if _l is None:
-        raise CodecError('non-nullable field TopicProduceData.partition_data is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.partition_data
+        if _l is None:
+            raise CodecError('non-nullable field TopicProduceData.partition_data is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_ProduceRequest_TopicProduceData_PartitionProduceData(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_ProduceRequest_TopicProduceData_PartitionProduceData(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.name)
+        _l = self.partition_data
+        if _l is None:
+            raise CodecError('non-nullable field TopicProduceData.partition_data is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_ProduceRequest_TopicProduceData_PartitionProduceData(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('TopicProduceData: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_ProduceRequest_TopicProduceData_PartitionProduceData(buf, pos, version):
     self = _new(_C_ProduceRequest_TopicProduceData_PartitionProduceData)
-    flexible = version >= 9
-    self.index, = _u_i(buf, pos)
-    pos += 4
-    if flexible:
+    if version >= 9:
+        self.index, = _u_i(buf, pos)
+        pos += 4
         self.records, pos = rd_crecords(buf, pos)
-    else:
-        self.records, pos = rd_records(buf, pos)
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.index, = _u_i(buf, pos)
+        pos += 4
+        self.records, pos = rd_records(buf, pos)
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_ProduceRequest_TopicProduceData_PartitionProduceData(self, w, version):
-    flexible = version >= 9
-    w += _p_i(self.index)
-    if flexible:
+    if version >= 9:
+        w += _p_i(self.index)
         wr_crecords(w, self.records)
-    else:
-        wr_records(w, self.records)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        w += _p_i(self.index)
+        wr_records(w, self.records)
         if self.unknown_tagged_fields:
             raise CodecError('PartitionProduceData: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['ProduceResponse']
@@ -22,12 +23,15 @@ _p_i = _S_i.pack
 _S_ihq = _Struct('>ihq')
 _u_ihq = _S_ihq.unpack_from
 _p_ihq = _S_ihq.pack
+_S_ihqq = _Struct('>ihqq')
+_u_ihqq = _S_ihqq.unpack_from
+_p_ihqq = _S_ihqq.pack
+_S_ihqqq = _Struct('>ihqqq')
+_u_ihqqq = _S_ihqqq.unpack_from
+_p_ihqqq = _S_ihqqq.pack
 _S_ii = _Struct('>ii')
 _u_ii = _S_ii.unpack_from
 _p_ii = _S_ii.pack
-_S_q = _Struct('>q')
-_u_q = _S_q.unpack_from
-_p_q = _S_q.pack
 
 
 class ProduceResponse(Message):
@@ -131,7 +135,7 @@ class ProduceResponse(Message):
             and self.log_start_offset == -1
             and (self.record_errors is not None and not self.record_errors)
             and self.error_message is None
-            and (self.current_leader is not None and self.current_leader._is_default())
+            and (self.current_leader is not None and self.current_leader.leader_id == -1 and self.current_leader.leader_epoch == -1 and not self.current_leader.unknown_tagged_fields)
             and not self.unknown_tagged_fields)
 
         def __init__(self, *, name='', partition_responses=_MISSING, unknown_tagged_fields=None):
@@ -194,32 +198,73 @@ _C_ProduceResponse_NodeEndpoint = ProduceResponse.NodeEndpoint
 
 def _read_ProduceResponse(buf, pos, version):
     self = _new(_C_ProduceResponse)
-    flexible = version >= 9
-    if flexible:
+    if version >= 10:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field ProduceResponse.responses was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_ProduceResponse_TopicProduceResponse(buf, pos, version)
-            _a(_o)
-        self.responses = _l
-    if version >= 1:
+        if _n < 0:
+            raise CodecError('non-nullable field ProduceResponse.responses was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ProduceResponse_TopicProduceResponse(buf, pos, version)
+                _a(_o)
+            self.responses = _l
         self.throttle_time_ms, = _u_i(buf, pos)
         pos += 4
-    else:
-        self.throttle_time_ms = 0
-    self.node_endpoints = []
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.node_endpoints = []
+        self.unknown_tagged_fields = None
         if buf[pos]:
             pos = _tags_ProduceResponse(self, buf, pos, version)
         else:
             pos += 1
+    elif version >= 9:
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ProduceResponse.responses was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ProduceResponse_TopicProduceResponse(buf, pos, version)
+                _a(_o)
+            self.responses = _l
+        self.throttle_time_ms, = _u_i(buf, pos)
+        pos += 4
+        self.node_endpoints = []
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            pos = _tags_ProduceResponse(self, buf, pos, version)
+        else:
+            pos += 1
+    elif version >= 1:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ProduceResponse.responses was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ProduceResponse_TopicProduceResponse(buf, pos, version)
+                _a(_o)
+            self.responses = _l
+        self.throttle_time_ms, = _u_i(buf, pos)
+        pos += 4
+        self.node_endpoints = []
+        self.unknown_tagged_fields = None
+    else:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ProduceResponse.responses was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ProduceResponse_TopicProduceResponse(buf, pos, version)
+                _a(_o)
+            self.responses = _l
+        self.throttle_time_ms = 0
+        self.node_endpoints = []
+        self.unknown_tagged_fields = None
     return self, pos
 
 
@@ -252,24 +297,17 @@ def _tags_ProduceResponse(self, buf, pos, version):
 
 
 def _write_ProduceResponse(self, w, version):
-    flexible = version >= 9
-    if (version < 10) and not ((self.node_endpoints is not None and not self.node_endpoints)):
-        raise CodecError('ProduceResponse.node_endpoints cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    _l = self.responses
-    if _l is None:
-        raise CodecError('non-nullable field ProduceResponse.responses is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+    if version >= 10:
+        _l = self.responses
+        if _l is None:
+            raise CodecError('non-nullable field ProduceResponse.responses is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_ProduceResponse_TopicProduceResponse(_o, w, version)
-    if version >= 1:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_ProduceResponse_TopicProduceResponse(_o, w, version)
         w += _p_i(self.throttle_time_ms)
-    if flexible:
-        _t = []
-        if version >= 10 and not ((self.node_endpoints is not None and not self.node_endpoints)):
+        _t = None
+        if not ((self.node_endpoints is not None and not self.node_endpoints)):
             _v = _Writer()
             _l = self.node_endpoints
             if _l is None:
@@ -278,88 +316,124 @@ def _write_ProduceResponse(self, w, version):
                 wr_calen(_v, len(_l))
                 for _o in _l:
                     _write_ProduceResponse_NodeEndpoint(_o, _v, version)
+            if _t is None:
+                _t = []
             _t.append((0, _v))
-        wr_tags(w, _t, self.unknown_tagged_fields)
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
+        else:
+            wr_tags(w, _t, self.unknown_tagged_fields)
+    elif version >= 9:
+        if not ((self.node_endpoints is not None and not self.node_endpoints)):
+            raise CodecError('ProduceResponse.node_endpoints cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        _l = self.responses
+        if _l is None:
+            raise CodecError('non-nullable field ProduceResponse.responses is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_ProduceResponse_TopicProduceResponse(_o, w, version)
+        w += _p_i(self.throttle_time_ms)
+        _t = None
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
+        else:
+            wr_tags(w, _t, self.unknown_tagged_fields)
+    elif version >= 1:
+        if not ((self.node_endpoints is not None and not self.node_endpoints)):
+            raise CodecError('ProduceResponse.node_endpoints cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        _l = self.responses
+        if _l is None:
+            raise CodecError('non-nullable field ProduceResponse.responses is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_ProduceResponse_TopicProduceResponse(_o, w, version)
+        w += _p_i(self.throttle_time_ms)
+        if self.unknown_tagged_fields:
+            raise CodecError('ProduceResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        if not ((self.node_endpoints is not None and not self.node_endpoints)):
+            raise CodecError('ProduceResponse.node_endpoints cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        _l = self.responses
+        if _l is None:
+            raise CodecError('non-nullable field ProduceResponse.responses is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_ProduceResponse_TopicProduceResponse(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('ProduceResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_ProduceResponse_TopicProduceResponse(buf, pos, version):
     self = _new(_C_ProduceResponse_TopicProduceResponse)
-    flexible = version >= 9
-    if flexible:
+    if version >= 9:
         self.name, pos = rd_cstring(buf, pos)
-    else:
-        self.name, pos = rd_string(buf, pos)
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field TopicProduceResponse.partition_responses was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_ProduceResponse_TopicProduceResponse_PartitionProduceResponse(buf, pos, version)
-            _a(_o)
-        self.partition_responses = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field TopicProduceResponse.partition_responses was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ProduceResponse_TopicProduceResponse_PartitionProduceResponse(buf, pos, version)
+                _a(_o)
+            self.partition_responses = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.name, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field TopicProduceResponse.partition_responses was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ProduceResponse_TopicProduceResponse_PartitionProduceResponse(buf, pos, version)
+                _a(_o)
+            self.partition_responses = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_ProduceResponse_TopicProduceResponse(self, w, version):
-    flexible = version >= 9
-    if flexible:
+    if version >= 9:
         wr_cstring(w, self.name)
-    else:
-        wr_string(w, self.name)
-    _l = self.partition_responses
-    if _l is None:
-        raise CodecError('non-nullable field TopicProduceResponse.partition_responses is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.partition_responses
+        if _l is None:
+            raise CodecError('non-nullable field TopicProduceResponse.partition_responses is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_ProduceResponse_TopicProduceResponse_PartitionProduceResponse(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_ProduceResponse_TopicProduceResponse_PartitionProduceResponse(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.name)
+        _l = self.partition_responses
+        if _l is None:
+            raise CodecError('non-nullable field TopicProduceResponse.partition_responses is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_ProduceResponse_TopicProduceResponse_PartitionProduceResponse(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('TopicProduceResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_ProduceResponse_TopicProduceResponse_PartitionProduceResponse(buf, pos, version):
     self = _new(_C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse)
-    flexible = version >= 9
-    self.index, self.error_code, self.base_offset = _u_ihq(buf, pos)
-    pos += 14
-    if version >= 2:
-        self.log_append_time_ms, = _u_q(buf, pos)
-        pos += 8
-    else:
-        self.log_append_time_ms = -1
-    if version >= 5:
-        self.log_start_offset, = _u_q(buf, pos)
-        pos += 8
-    else:
-        self.log_start_offset = -1
-    if version >= 8:
-        if flexible:
-            _n, pos = rd_calen(buf, pos)
-        else:
-            _n, pos = rd_alen(buf, pos)
+    if version >= 10:
+        self.index, self.error_code, self.base_offset, self.log_append_time_ms, self.log_start_offset = _u_ihqqq(buf, pos)
+        pos += 30
+        _n, pos = rd_calen(buf, pos)
         if _n < 0:
             raise CodecError('non-nullable field PartitionProduceResponse.record_errors was serialized as null')
         else:
@@ -369,22 +443,73 @@ def _read_ProduceResponse_TopicProduceResponse_PartitionProduceResponse(buf, pos
                 _o, pos = _read_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_BatchIndexAndErrorMessage(buf, pos, version)
                 _a(_o)
             self.record_errors = _l
-    else:
-        self.record_errors = []
-    if version >= 8:
-        if flexible:
-            self.error_message, pos = rd_cnstring(buf, pos)
-        else:
-            self.error_message, pos = rd_nstring(buf, pos)
-    else:
-        self.error_message = None
-    self.current_leader = _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch()
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.error_message, pos = rd_cnstring(buf, pos)
+        self.current_leader = _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch()
+        self.unknown_tagged_fields = None
         if buf[pos]:
             pos = _tags_ProduceResponse_TopicProduceResponse_PartitionProduceResponse(self, buf, pos, version)
         else:
             pos += 1
+    elif version >= 9:
+        self.index, self.error_code, self.base_offset, self.log_append_time_ms, self.log_start_offset = _u_ihqqq(buf, pos)
+        pos += 30
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field PartitionProduceResponse.record_errors was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_BatchIndexAndErrorMessage(buf, pos, version)
+                _a(_o)
+            self.record_errors = _l
+        self.error_message, pos = rd_cnstring(buf, pos)
+        self.current_leader = _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch()
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            pos = _tags_ProduceResponse_TopicProduceResponse_PartitionProduceResponse(self, buf, pos, version)
+        else:
+            pos += 1
+    elif version >= 8:
+        self.index, self.error_code, self.base_offset, self.log_append_time_ms, self.log_start_offset = _u_ihqqq(buf, pos)
+        pos += 30
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field PartitionProduceResponse.record_errors was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_BatchIndexAndErrorMessage(buf, pos, version)
+                _a(_o)
+            self.record_errors = _l
+        self.error_message, pos = rd_nstring(buf, pos)
+        self.current_leader = _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch()
+        self.unknown_tagged_fields = None
+    elif version >= 5:
+        self.index, self.error_code, self.base_offset, self.log_append_time_ms, self.log_start_offset = _u_ihqqq(buf, pos)
+        pos += 30
+        self.record_errors = []
+        self.error_message = None
+        self.current_leader = _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch()
+        self.unknown_tagged_fields = None
+    elif version >= 2:
+        self.index, self.error_code, self.base_offset, self.log_append_time_ms = _u_ihqq(buf, pos)
+        pos += 22
+        self.log_start_offset = -1
+        self.record_errors = []
+        self.error_message = None
+        self.current_leader = _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch()
+        self.unknown_tagged_fields = None
+    else:
+        self.index, self.error_code, self.base_offset = _u_ihq(buf, pos)
+        pos += 14
+        self.log_append_time_ms = -1
+        self.log_start_offset = -1
+        self.record_errors = []
+        self.error_message = None
+        self.current_leader = _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch()
+        self.unknown_tagged_fields = None
     return self, pos
 
 
@@ -408,77 +533,112 @@ def _tags_ProduceResponse_TopicProduceResponse_PartitionProduceResponse(self, bu
 
 
 def _write_ProduceResponse_TopicProduceResponse_PartitionProduceResponse(self, w, version):
-    flexible = version >= 9
-    if (version < 10) and not ((self.current_leader is not None and self.current_leader._is_default())):
-        raise CodecError('PartitionProduceResponse.current_leader cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    w += _p_ihq(self.index, self.error_code, self.base_offset)
-    if version >= 2:
-        w += _p_q(self.log_append_time_ms)
-    if version >= 5:
-        w += _p_q(self.log_start_offset)
-    if version >= 8:
+    if version >= 10:
+        w += _p_ihqqq(self.index, self.error_code, self.base_offset, self.log_append_time_ms, self.log_start_offset)
         _l = self.record_errors
         if _l is None:
             raise CodecError('non-nullable field PartitionProduceResponse.record_errors is None at version ' + str(version))
         else:
-            if flexible:
-                wr_calen(w, len(_l))
-            else:
-                wr_alen(w, len(_l))
+            wr_calen(w, len(_l))
             for _o in _l:
                 _write_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_BatchIndexAndErrorMessage(_o, w, version)
-    if version >= 8:
-        if flexible:
-            wr_cnstring(w, self.error_message)
-        else:
-            wr_nstring(w, self.error_message)
-    if flexible:
-        _t = []
-        if version >= 10 and not ((self.current_leader is not None and self.current_leader._is_default())):
+        wr_cnstring(w, self.error_message)
+        _t = None
+        if not ((self.current_leader is not None and self.current_leader.leader_id == -1 and self.current_leader.leader_epoch == -1 and not self.current_leader.unknown_tagged_fields)):
             _v = _Writer()
             _s = self.current_leader
             if _s is None:
                 raise CodecError('non-nullable field PartitionProduceResponse.current_leader is None at version ' + str(version))
             else:
                 _write_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch(_s, _v, version)
+            if _t is None:
+                _t = []
             _t.append((0, _v))
-        wr_tags(w, _t, self.unknown_tagged_fields)
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
+        else:
+            wr_tags(w, _t, self.unknown_tagged_fields)
+    elif version >= 9:
+        if not ((self.current_leader is not None and self.current_leader.leader_id == -1 and self.current_leader.leader_epoch == -1 and not self.current_leader.unknown_tagged_fields)):
+            raise CodecError('PartitionProduceResponse.current_leader cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_ihqqq(self.index, self.error_code, self.base_offset, self.log_append_time_ms, self.log_start_offset)
+        _l = self.record_errors
+        if _l is None:
+            raise CodecError('non-nullable field PartitionProduceResponse.record_errors is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_BatchIndexAndErrorMessage(_o, w, version)
+        wr_cnstring(w, self.error_message)
+        _t = None
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
+        else:
+            wr_tags(w, _t, self.unknown_tagged_fields)
+    elif version >= 8:
+        if not ((self.current_leader is not None and self.current_leader.leader_id == -1 and self.current_leader.leader_epoch == -1 and not self.current_leader.unknown_tagged_fields)):
+            raise CodecError('PartitionProduceResponse.current_leader cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_ihqqq(self.index, self.error_code, self.base_offset, self.log_append_time_ms, self.log_start_offset)
+        _l = self.record_errors
+        if _l is None:
+            raise CodecError('non-nullable field PartitionProduceResponse.record_errors is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_BatchIndexAndErrorMessage(_o, w, version)
+        wr_nstring(w, self.error_message)
+        if self.unknown_tagged_fields:
+            raise CodecError('PartitionProduceResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 5:
+        if not ((self.current_leader is not None and self.current_leader.leader_id == -1 and self.current_leader.leader_epoch == -1 and not self.current_leader.unknown_tagged_fields)):
+            raise CodecError('PartitionProduceResponse.current_leader cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_ihqqq(self.index, self.error_code, self.base_offset, self.log_append_time_ms, self.log_start_offset)
+        if self.unknown_tagged_fields:
+            raise CodecError('PartitionProduceResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 2:
+        if not ((self.current_leader is not None and self.current_leader.leader_id == -1 and self.current_leader.leader_epoch == -1 and not self.current_leader.unknown_tagged_fields)):
+            raise CodecError('PartitionProduceResponse.current_leader cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_ihqq(self.index, self.error_code, self.base_offset, self.log_append_time_ms)
+        if self.unknown_tagged_fields:
+            raise CodecError('PartitionProduceResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        if not ((self.current_leader is not None and self.current_leader.leader_id == -1 and self.current_leader.leader_epoch == -1 and not self.current_leader.unknown_tagged_fields)):
+            raise CodecError('PartitionProduceResponse.current_leader cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_ihq(self.index, self.error_code, self.base_offset)
         if self.unknown_tagged_fields:
             raise CodecError('PartitionProduceResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_BatchIndexAndErrorMessage(buf, pos, version):
     self = _new(_C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_BatchIndexAndErrorMessage)
-    flexible = version >= 9
-    self.batch_index, = _u_i(buf, pos)
-    pos += 4
-    if flexible:
+    if version >= 9:
+        self.batch_index, = _u_i(buf, pos)
+        pos += 4
         self.batch_index_error_message, pos = rd_cnstring(buf, pos)
-    else:
-        self.batch_index_error_message, pos = rd_nstring(buf, pos)
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.batch_index, = _u_i(buf, pos)
+        pos += 4
+        self.batch_index_error_message, pos = rd_nstring(buf, pos)
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_BatchIndexAndErrorMessage(self, w, version):
-    flexible = version >= 9
-    w += _p_i(self.batch_index)
-    if flexible:
+    if version >= 9:
+        w += _p_i(self.batch_index)
         wr_cnstring(w, self.batch_index_error_message)
-    else:
-        wr_nstring(w, self.batch_index_error_message)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        w += _p_i(self.batch_index)
+        wr_nstring(w, self.batch_index_error_message)
         if self.unknown_tagged_fields:
             raise CodecError('BatchIndexAndErrorMessage: tagged fields set, but version ' + str(version) + ' is not flexible')
 

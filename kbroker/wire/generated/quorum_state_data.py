@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['QuorumStateData']
@@ -92,22 +93,25 @@ _C_QuorumStateData_Voter = QuorumStateData.Voter
 
 def _read_QuorumStateData(buf, pos, version):
     self = _new(_C_QuorumStateData)
-    if version <= 0:
-        self.cluster_id, pos = rd_cstring(buf, pos)
-    else:
-        self.cluster_id = ''
-    self.leader_id, self.leader_epoch, self.voted_id = _u_iii(buf, pos)
-    pos += 12
     if version >= 1:
+        self.cluster_id = ''
+        self.leader_id, self.leader_epoch, self.voted_id = _u_iii(buf, pos)
+        pos += 12
         self.voted_directory_id, pos = rd_uuid(buf, pos)
+        self.applied_offset = 0
+        self.current_voters = []
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
     else:
+        self.cluster_id, pos = rd_cstring(buf, pos)
+        self.leader_id, self.leader_epoch, self.voted_id = _u_iii(buf, pos)
+        pos += 12
         self.voted_directory_id = ZERO_UUID
-    if version <= 0:
         self.applied_offset, = _u_q(buf, pos)
         pos += 8
-    else:
-        self.applied_offset = 0
-    if version <= 0:
         _n, pos = rd_calen(buf, pos)
         if _n < 0:
             self.current_voters = None
@@ -118,33 +122,34 @@ def _read_QuorumStateData(buf, pos, version):
                 _o, pos = _read_QuorumStateData_Voter(buf, pos, version)
                 _a(_o)
             self.current_voters = _l
-    else:
-        self.current_voters = []
-    self.unknown_tagged_fields = None
-    if buf[pos]:
-        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
-    else:
-        pos += 1
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
     return self, pos
 
 
 def _write_QuorumStateData(self, w, version):
-    if (version > 0) and not (self.cluster_id == ''):
-        raise CodecError('QuorumStateData.cluster_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 1) and not (self.voted_directory_id == ZERO_UUID):
-        raise CodecError('QuorumStateData.voted_directory_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version > 0) and not (self.applied_offset == 0):
-        raise CodecError('QuorumStateData.applied_offset cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version > 0) and not ((self.current_voters is not None and not self.current_voters)):
-        raise CodecError('QuorumStateData.current_voters cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if version <= 0:
-        wr_cstring(w, self.cluster_id)
-    w += _p_iii(self.leader_id, self.leader_epoch, self.voted_id)
     if version >= 1:
+        if not (self.cluster_id == ''):
+            raise CodecError('QuorumStateData.cluster_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.applied_offset == 0):
+            raise CodecError('QuorumStateData.applied_offset cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.current_voters is not None and not self.current_voters)):
+            raise CodecError('QuorumStateData.current_voters cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_iii(self.leader_id, self.leader_epoch, self.voted_id)
         w += self.voted_directory_id.bytes
-    if version <= 0:
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    else:
+        if not (self.voted_directory_id == ZERO_UUID):
+            raise CodecError('QuorumStateData.voted_directory_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        wr_cstring(w, self.cluster_id)
+        w += _p_iii(self.leader_id, self.leader_epoch, self.voted_id)
         w += _p_q(self.applied_offset)
-    if version <= 0:
         _l = self.current_voters
         if _l is None:
             w.append(0)
@@ -152,10 +157,10 @@ def _write_QuorumStateData(self, w, version):
             wr_calen(w, len(_l))
             for _o in _l:
                 _write_QuorumStateData_Voter(_o, w, version)
-    if self.unknown_tagged_fields:
-        wr_tags(w, None, self.unknown_tagged_fields)
-    else:
-        w.append(0)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_QuorumStateData_Voter(buf, pos, version):

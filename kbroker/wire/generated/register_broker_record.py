@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['RegisterBrokerRecord']
@@ -19,6 +20,9 @@ _new = object.__new__
 _S_z = _Struct('>?')
 _u_z = _S_z.unpack_from
 _p_z = _S_z.pack
+_S_zz = _Struct('>??')
+_u_zz = _S_zz.unpack_from
+_p_zz = _S_zz.pack
 _S_Hh = _Struct('>Hh')
 _u_Hh = _S_Hh.unpack_from
 _p_Hh = _S_Hh.pack
@@ -28,6 +32,9 @@ _p_hh = _S_hh.pack
 _S_i = _Struct('>i')
 _u_i = _S_i.unpack_from
 _p_i = _S_i.pack
+_S_iz = _Struct('>i?')
+_u_iz = _S_iz.unpack_from
+_p_iz = _S_iz.pack
 _S_q = _Struct('>q')
 _u_q = _S_q.unpack_from
 _p_q = _S_q.pack
@@ -141,50 +148,149 @@ _C_RegisterBrokerRecord_BrokerFeature = RegisterBrokerRecord.BrokerFeature
 
 def _read_RegisterBrokerRecord(buf, pos, version):
     self = _new(_C_RegisterBrokerRecord)
-    self.broker_id, = _u_i(buf, pos)
-    pos += 4
-    if version >= 2:
-        self.is_migrating_zk_broker, = _u_z(buf, pos)
-        pos += 1
-    else:
+    if version >= 3:
+        self.broker_id, self.is_migrating_zk_broker = _u_iz(buf, pos)
+        pos += 5
+        self.incarnation_id, pos = rd_uuid(buf, pos)
+        self.broker_epoch, = _u_q(buf, pos)
+        pos += 8
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field RegisterBrokerRecord.end_points was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_RegisterBrokerRecord_BrokerEndpoint(buf, pos, version)
+                _a(_o)
+            self.end_points = _l
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field RegisterBrokerRecord.features was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_RegisterBrokerRecord_BrokerFeature(buf, pos, version)
+                _a(_o)
+            self.features = _l
+        self.rack, pos = rd_cnstring(buf, pos)
+        self.fenced, self.in_controlled_shutdown = _u_zz(buf, pos)
+        pos += 2
+        self.log_dirs = []
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            pos = _tags_RegisterBrokerRecord(self, buf, pos, version)
+        else:
+            pos += 1
+    elif version >= 2:
+        self.broker_id, self.is_migrating_zk_broker = _u_iz(buf, pos)
+        pos += 5
+        self.incarnation_id, pos = rd_uuid(buf, pos)
+        self.broker_epoch, = _u_q(buf, pos)
+        pos += 8
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field RegisterBrokerRecord.end_points was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_RegisterBrokerRecord_BrokerEndpoint(buf, pos, version)
+                _a(_o)
+            self.end_points = _l
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field RegisterBrokerRecord.features was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_RegisterBrokerRecord_BrokerFeature(buf, pos, version)
+                _a(_o)
+            self.features = _l
+        self.rack, pos = rd_cnstring(buf, pos)
+        self.fenced, self.in_controlled_shutdown = _u_zz(buf, pos)
+        pos += 2
+        self.log_dirs = []
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            pos = _tags_RegisterBrokerRecord(self, buf, pos, version)
+        else:
+            pos += 1
+    elif version >= 1:
+        self.broker_id, = _u_i(buf, pos)
+        pos += 4
         self.is_migrating_zk_broker = False
-    self.incarnation_id, pos = rd_uuid(buf, pos)
-    self.broker_epoch, = _u_q(buf, pos)
-    pos += 8
-    _n, pos = rd_calen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field RegisterBrokerRecord.end_points was serialized as null')
+        self.incarnation_id, pos = rd_uuid(buf, pos)
+        self.broker_epoch, = _u_q(buf, pos)
+        pos += 8
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field RegisterBrokerRecord.end_points was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_RegisterBrokerRecord_BrokerEndpoint(buf, pos, version)
+                _a(_o)
+            self.end_points = _l
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field RegisterBrokerRecord.features was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_RegisterBrokerRecord_BrokerFeature(buf, pos, version)
+                _a(_o)
+            self.features = _l
+        self.rack, pos = rd_cnstring(buf, pos)
+        self.fenced, self.in_controlled_shutdown = _u_zz(buf, pos)
+        pos += 2
+        self.log_dirs = []
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            pos = _tags_RegisterBrokerRecord(self, buf, pos, version)
+        else:
+            pos += 1
     else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_RegisterBrokerRecord_BrokerEndpoint(buf, pos, version)
-            _a(_o)
-        self.end_points = _l
-    _n, pos = rd_calen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field RegisterBrokerRecord.features was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_RegisterBrokerRecord_BrokerFeature(buf, pos, version)
-            _a(_o)
-        self.features = _l
-    self.rack, pos = rd_cnstring(buf, pos)
-    self.fenced, = _u_z(buf, pos)
-    pos += 1
-    if version >= 1:
-        self.in_controlled_shutdown, = _u_z(buf, pos)
+        self.broker_id, = _u_i(buf, pos)
+        pos += 4
+        self.is_migrating_zk_broker = False
+        self.incarnation_id, pos = rd_uuid(buf, pos)
+        self.broker_epoch, = _u_q(buf, pos)
+        pos += 8
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field RegisterBrokerRecord.end_points was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_RegisterBrokerRecord_BrokerEndpoint(buf, pos, version)
+                _a(_o)
+            self.end_points = _l
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field RegisterBrokerRecord.features was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_RegisterBrokerRecord_BrokerFeature(buf, pos, version)
+                _a(_o)
+            self.features = _l
+        self.rack, pos = rd_cnstring(buf, pos)
+        self.fenced, = _u_z(buf, pos)
         pos += 1
-    else:
         self.in_controlled_shutdown = False
-    self.log_dirs = []
-    self.unknown_tagged_fields = None
-    if buf[pos]:
-        pos = _tags_RegisterBrokerRecord(self, buf, pos, version)
-    else:
-        pos += 1
+        self.log_dirs = []
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            pos = _tags_RegisterBrokerRecord(self, buf, pos, version)
+        else:
+            pos += 1
     return self, pos
 
 
@@ -217,47 +323,130 @@ def _tags_RegisterBrokerRecord(self, buf, pos, version):
 
 
 def _write_RegisterBrokerRecord(self, w, version):
-    if (version < 2) and not (self.is_migrating_zk_broker == False):
-        raise CodecError('RegisterBrokerRecord.is_migrating_zk_broker cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 1) and not (self.in_controlled_shutdown == False):
-        raise CodecError('RegisterBrokerRecord.in_controlled_shutdown cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 3) and not ((self.log_dirs is not None and not self.log_dirs)):
-        raise CodecError('RegisterBrokerRecord.log_dirs cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    w += _p_i(self.broker_id)
-    if version >= 2:
-        w += _p_z(self.is_migrating_zk_broker)
-    w += self.incarnation_id.bytes
-    w += _p_q(self.broker_epoch)
-    _l = self.end_points
-    if _l is None:
-        raise CodecError('non-nullable field RegisterBrokerRecord.end_points is None at version ' + str(version))
-    else:
-        wr_calen(w, len(_l))
-        for _o in _l:
-            _write_RegisterBrokerRecord_BrokerEndpoint(_o, w, version)
-    _l = self.features
-    if _l is None:
-        raise CodecError('non-nullable field RegisterBrokerRecord.features is None at version ' + str(version))
-    else:
-        wr_calen(w, len(_l))
-        for _o in _l:
-            _write_RegisterBrokerRecord_BrokerFeature(_o, w, version)
-    wr_cnstring(w, self.rack)
-    w += _p_z(self.fenced)
-    if version >= 1:
-        w += _p_z(self.in_controlled_shutdown)
-    _t = []
-    if version >= 3 and not ((self.log_dirs is not None and not self.log_dirs)):
-        _v = _Writer()
-        _l = self.log_dirs
+    if version >= 3:
+        w += _p_iz(self.broker_id, self.is_migrating_zk_broker)
+        w += self.incarnation_id.bytes
+        w += _p_q(self.broker_epoch)
+        _l = self.end_points
         if _l is None:
-            raise CodecError('non-nullable field RegisterBrokerRecord.log_dirs is None at version ' + str(version))
+            raise CodecError('non-nullable field RegisterBrokerRecord.end_points is None at version ' + str(version))
         else:
-            wr_calen(_v, len(_l))
+            wr_calen(w, len(_l))
             for _o in _l:
-                _v += _o.bytes
-        _t.append((0, _v))
-    wr_tags(w, _t, self.unknown_tagged_fields)
+                _write_RegisterBrokerRecord_BrokerEndpoint(_o, w, version)
+        _l = self.features
+        if _l is None:
+            raise CodecError('non-nullable field RegisterBrokerRecord.features is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_RegisterBrokerRecord_BrokerFeature(_o, w, version)
+        wr_cnstring(w, self.rack)
+        w += _p_zz(self.fenced, self.in_controlled_shutdown)
+        _t = None
+        if not ((self.log_dirs is not None and not self.log_dirs)):
+            _v = _Writer()
+            _l = self.log_dirs
+            if _l is None:
+                raise CodecError('non-nullable field RegisterBrokerRecord.log_dirs is None at version ' + str(version))
+            else:
+                wr_calen(_v, len(_l))
+                for _o in _l:
+                    _v += _o.bytes
+            if _t is None:
+                _t = []
+            _t.append((0, _v))
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
+        else:
+            wr_tags(w, _t, self.unknown_tagged_fields)
+    elif version >= 2:
+        if not ((self.log_dirs is not None and not self.log_dirs)):
+            raise CodecError('RegisterBrokerRecord.log_dirs cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_iz(self.broker_id, self.is_migrating_zk_broker)
+        w += self.incarnation_id.bytes
+        w += _p_q(self.broker_epoch)
+        _l = self.end_points
+        if _l is None:
+            raise CodecError('non-nullable field RegisterBrokerRecord.end_points is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_RegisterBrokerRecord_BrokerEndpoint(_o, w, version)
+        _l = self.features
+        if _l is None:
+            raise CodecError('non-nullable field RegisterBrokerRecord.features is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_RegisterBrokerRecord_BrokerFeature(_o, w, version)
+        wr_cnstring(w, self.rack)
+        w += _p_zz(self.fenced, self.in_controlled_shutdown)
+        _t = None
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
+        else:
+            wr_tags(w, _t, self.unknown_tagged_fields)
+    elif version >= 1:
+        if not (self.is_migrating_zk_broker == False):
+            raise CodecError('RegisterBrokerRecord.is_migrating_zk_broker cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.log_dirs is not None and not self.log_dirs)):
+            raise CodecError('RegisterBrokerRecord.log_dirs cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.broker_id)
+        w += self.incarnation_id.bytes
+        w += _p_q(self.broker_epoch)
+        _l = self.end_points
+        if _l is None:
+            raise CodecError('non-nullable field RegisterBrokerRecord.end_points is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_RegisterBrokerRecord_BrokerEndpoint(_o, w, version)
+        _l = self.features
+        if _l is None:
+            raise CodecError('non-nullable field RegisterBrokerRecord.features is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_RegisterBrokerRecord_BrokerFeature(_o, w, version)
+        wr_cnstring(w, self.rack)
+        w += _p_zz(self.fenced, self.in_controlled_shutdown)
+        _t = None
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
+        else:
+            wr_tags(w, _t, self.unknown_tagged_fields)
+    else:
+        if not (self.is_migrating_zk_broker == False):
+            raise CodecError('RegisterBrokerRecord.is_migrating_zk_broker cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.in_controlled_shutdown == False):
+            raise CodecError('RegisterBrokerRecord.in_controlled_shutdown cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.log_dirs is not None and not self.log_dirs)):
+            raise CodecError('RegisterBrokerRecord.log_dirs cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.broker_id)
+        w += self.incarnation_id.bytes
+        w += _p_q(self.broker_epoch)
+        _l = self.end_points
+        if _l is None:
+            raise CodecError('non-nullable field RegisterBrokerRecord.end_points is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_RegisterBrokerRecord_BrokerEndpoint(_o, w, version)
+        _l = self.features
+        if _l is None:
+            raise CodecError('non-nullable field RegisterBrokerRecord.features is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_RegisterBrokerRecord_BrokerFeature(_o, w, version)
+        wr_cnstring(w, self.rack)
+        w += _p_z(self.fenced)
+        _t = None
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
+        else:
+            wr_tags(w, _t, self.unknown_tagged_fields)
 
 
 def _read_RegisterBrokerRecord_BrokerEndpoint(buf, pos, version):

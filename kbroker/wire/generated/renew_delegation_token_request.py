@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['RenewDelegationTokenRequest']
@@ -53,35 +54,34 @@ _C_RenewDelegationTokenRequest = RenewDelegationTokenRequest
 
 def _read_RenewDelegationTokenRequest(buf, pos, version):
     self = _new(_C_RenewDelegationTokenRequest)
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         self.hmac, pos = rd_cbytes(buf, pos)
-    else:
-        self.hmac, pos = rd_bytes(buf, pos)
-    self.renew_period_ms, = _u_q(buf, pos)
-    pos += 8
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.renew_period_ms, = _u_q(buf, pos)
+        pos += 8
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.hmac, pos = rd_bytes(buf, pos)
+        self.renew_period_ms, = _u_q(buf, pos)
+        pos += 8
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_RenewDelegationTokenRequest(self, w, version):
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         wr_cbytes(w, self.hmac)
-    else:
-        wr_bytes(w, self.hmac)
-    w += _p_q(self.renew_period_ms)
-    if flexible:
+        w += _p_q(self.renew_period_ms)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_bytes(w, self.hmac)
+        w += _p_q(self.renew_period_ms)
         if self.unknown_tagged_fields:
             raise CodecError('RenewDelegationTokenRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 

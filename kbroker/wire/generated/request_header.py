@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['RequestHeader']
@@ -59,33 +60,43 @@ _C_RequestHeader = RequestHeader
 
 def _read_RequestHeader(buf, pos, version):
     self = _new(_C_RequestHeader)
-    flexible = version >= 2
-    self.request_api_key, self.request_api_version, self.correlation_id = _u_hhi(buf, pos)
-    pos += 8
-    if version >= 1:
+    if version >= 2:
+        self.request_api_key, self.request_api_version, self.correlation_id = _u_hhi(buf, pos)
+        pos += 8
         self.client_id, pos = rd_nstring(buf, pos)
-    else:
-        self.client_id = ''
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 1:
+        self.request_api_key, self.request_api_version, self.correlation_id = _u_hhi(buf, pos)
+        pos += 8
+        self.client_id, pos = rd_nstring(buf, pos)
+        self.unknown_tagged_fields = None
+    else:
+        self.request_api_key, self.request_api_version, self.correlation_id = _u_hhi(buf, pos)
+        pos += 8
+        self.client_id = ''
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_RequestHeader(self, w, version):
-    flexible = version >= 2
-    w += _p_hhi(self.request_api_key, self.request_api_version, self.correlation_id)
-    if version >= 1:
+    if version >= 2:
+        w += _p_hhi(self.request_api_key, self.request_api_version, self.correlation_id)
         wr_nstring(w, self.client_id)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 1:
+        w += _p_hhi(self.request_api_key, self.request_api_version, self.correlation_id)
+        wr_nstring(w, self.client_id)
+        if self.unknown_tagged_fields:
+            raise CodecError('RequestHeader: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        w += _p_hhi(self.request_api_key, self.request_api_version, self.correlation_id)
         if self.unknown_tagged_fields:
             raise CodecError('RequestHeader: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['SaslAuthenticateRequest']
@@ -47,32 +48,28 @@ _C_SaslAuthenticateRequest = SaslAuthenticateRequest
 
 def _read_SaslAuthenticateRequest(buf, pos, version):
     self = _new(_C_SaslAuthenticateRequest)
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         self.auth_bytes, pos = rd_cbytes(buf, pos)
-    else:
-        self.auth_bytes, pos = rd_bytes(buf, pos)
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.auth_bytes, pos = rd_bytes(buf, pos)
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_SaslAuthenticateRequest(self, w, version):
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         wr_cbytes(w, self.auth_bytes)
-    else:
-        wr_bytes(w, self.auth_bytes)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_bytes(w, self.auth_bytes)
         if self.unknown_tagged_fields:
             raise CodecError('SaslAuthenticateRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 

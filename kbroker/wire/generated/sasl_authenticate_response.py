@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['SaslAuthenticateResponse']
@@ -62,50 +63,57 @@ _C_SaslAuthenticateResponse = SaslAuthenticateResponse
 
 def _read_SaslAuthenticateResponse(buf, pos, version):
     self = _new(_C_SaslAuthenticateResponse)
-    flexible = version >= 2
-    self.error_code, = _u_h(buf, pos)
-    pos += 2
-    if flexible:
+    if version >= 2:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
         self.error_message, pos = rd_cnstring(buf, pos)
-    else:
-        self.error_message, pos = rd_nstring(buf, pos)
-    if flexible:
         self.auth_bytes, pos = rd_cbytes(buf, pos)
-    else:
-        self.auth_bytes, pos = rd_bytes(buf, pos)
-    if version >= 1:
         self.session_lifetime_ms, = _u_q(buf, pos)
         pos += 8
-    else:
-        self.session_lifetime_ms = 0
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 1:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.error_message, pos = rd_nstring(buf, pos)
+        self.auth_bytes, pos = rd_bytes(buf, pos)
+        self.session_lifetime_ms, = _u_q(buf, pos)
+        pos += 8
+        self.unknown_tagged_fields = None
+    else:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        self.error_message, pos = rd_nstring(buf, pos)
+        self.auth_bytes, pos = rd_bytes(buf, pos)
+        self.session_lifetime_ms = 0
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_SaslAuthenticateResponse(self, w, version):
-    flexible = version >= 2
-    w += _p_h(self.error_code)
-    if flexible:
+    if version >= 2:
+        w += _p_h(self.error_code)
         wr_cnstring(w, self.error_message)
-    else:
-        wr_nstring(w, self.error_message)
-    if flexible:
         wr_cbytes(w, self.auth_bytes)
-    else:
-        wr_bytes(w, self.auth_bytes)
-    if version >= 1:
         w += _p_q(self.session_lifetime_ms)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 1:
+        w += _p_h(self.error_code)
+        wr_nstring(w, self.error_message)
+        wr_bytes(w, self.auth_bytes)
+        w += _p_q(self.session_lifetime_ms)
+        if self.unknown_tagged_fields:
+            raise CodecError('SaslAuthenticateResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        w += _p_h(self.error_code)
+        wr_nstring(w, self.error_message)
+        wr_bytes(w, self.auth_bytes)
         if self.unknown_tagged_fields:
             raise CodecError('SaslAuthenticateResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 

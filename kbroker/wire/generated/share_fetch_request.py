@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['ShareFetchRequest']
@@ -300,11 +301,9 @@ def _read_ShareFetchRequest_FetchTopic_FetchPartition_AcknowledgementBatch(buf, 
     self = _new(_C_ShareFetchRequest_FetchTopic_FetchPartition_AcknowledgementBatch)
     self.first_offset, self.last_offset = _u_qq(buf, pos)
     pos += 16
-    _n, pos = rd_calen(buf, pos)
-    if _n < 0:
+    self.acknowledge_types, pos = rd_cfixed_array(buf, pos, 'b', 1)
+    if self.acknowledge_types is None:
         raise CodecError('non-nullable field AcknowledgementBatch.acknowledge_types was serialized as null')
-    else:
-        self.acknowledge_types, pos = rd_fixed_array(buf, pos, _n, 'b', 1)
     self.unknown_tagged_fields = None
     if buf[pos]:
         self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
@@ -319,8 +318,7 @@ def _write_ShareFetchRequest_FetchTopic_FetchPartition_AcknowledgementBatch(self
     if _l is None:
         raise CodecError('non-nullable field AcknowledgementBatch.acknowledge_types is None at version ' + str(version))
     else:
-        wr_calen(w, len(_l))
-        wr_fixed_array(w, _l, 'b')
+        wr_cfixed_array(w, _l, 'b')
     if self.unknown_tagged_fields:
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
@@ -330,11 +328,9 @@ def _write_ShareFetchRequest_FetchTopic_FetchPartition_AcknowledgementBatch(self
 def _read_ShareFetchRequest_ForgottenTopic(buf, pos, version):
     self = _new(_C_ShareFetchRequest_ForgottenTopic)
     self.topic_id, pos = rd_uuid(buf, pos)
-    _n, pos = rd_calen(buf, pos)
-    if _n < 0:
+    self.partitions, pos = rd_cfixed_array(buf, pos, 'i', 4)
+    if self.partitions is None:
         raise CodecError('non-nullable field ForgottenTopic.partitions was serialized as null')
-    else:
-        self.partitions, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
     self.unknown_tagged_fields = None
     if buf[pos]:
         self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
@@ -349,8 +345,7 @@ def _write_ShareFetchRequest_ForgottenTopic(self, w, version):
     if _l is None:
         raise CodecError('non-nullable field ForgottenTopic.partitions is None at version ' + str(version))
     else:
-        wr_calen(w, len(_l))
-        wr_fixed_array(w, _l, 'i')
+        wr_cfixed_array(w, _l, 'i')
     if self.unknown_tagged_fields:
         wr_tags(w, None, self.unknown_tagged_fields)
     else:

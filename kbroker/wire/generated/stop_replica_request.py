@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['StopReplicaRequest']
@@ -22,12 +23,18 @@ _p_z = _S_z.pack
 _S_i = _Struct('>i')
 _u_i = _S_i.unpack_from
 _p_i = _S_i.pack
+_S_iziq = _Struct('>i?iq')
+_u_iziq = _S_iziq.unpack_from
+_p_iziq = _S_iziq.pack
 _S_iiz = _Struct('>ii?')
 _u_iiz = _S_iiz.unpack_from
 _p_iiz = _S_iiz.pack
-_S_q = _Struct('>q')
-_u_q = _S_q.unpack_from
-_p_q = _S_q.pack
+_S_iq = _Struct('>iq')
+_u_iq = _S_iq.unpack_from
+_p_iq = _S_iq.pack
+_S_iqz = _Struct('>iq?')
+_u_iqz = _S_iqz.unpack_from
+_p_iqz = _S_iqz.pack
 
 
 class StopReplicaRequest(Message):
@@ -167,56 +174,12 @@ _C_StopReplicaRequest_StopReplicaTopicState_StopReplicaPartitionState = StopRepl
 
 def _read_StopReplicaRequest(buf, pos, version):
     self = _new(_C_StopReplicaRequest)
-    flexible = version >= 2
-    self.controller_id, = _u_i(buf, pos)
-    pos += 4
     if version >= 4:
-        self.is_k_raft_controller, = _u_z(buf, pos)
-        pos += 1
-    else:
-        self.is_k_raft_controller = False
-    self.controller_epoch, = _u_i(buf, pos)
-    pos += 4
-    if version >= 1:
-        self.broker_epoch, = _u_q(buf, pos)
-        pos += 8
-    else:
-        self.broker_epoch = -1
-    if version <= 2:
-        self.delete_partitions, = _u_z(buf, pos)
-        pos += 1
-    else:
+        self.controller_id, self.is_k_raft_controller, self.controller_epoch, self.broker_epoch = _u_iziq(buf, pos)
+        pos += 17
         self.delete_partitions = False
-    if version <= 0:
-        _n, pos = rd_alen(buf, pos)
-        if _n < 0:
-            raise CodecError('non-nullable field StopReplicaRequest.ungrouped_partitions was serialized as null')
-        else:
-            _l = []
-            _a = _l.append
-            for _ in range(_n):
-                _o, pos = _read_StopReplicaRequest_StopReplicaPartitionV0(buf, pos, version)
-                _a(_o)
-            self.ungrouped_partitions = _l
-    else:
         self.ungrouped_partitions = []
-    if 1 <= version <= 2:
-        if flexible:
-            _n, pos = rd_calen(buf, pos)
-        else:
-            _n, pos = rd_alen(buf, pos)
-        if _n < 0:
-            raise CodecError('non-nullable field StopReplicaRequest.topics was serialized as null')
-        else:
-            _l = []
-            _a = _l.append
-            for _ in range(_n):
-                _o, pos = _read_StopReplicaRequest_StopReplicaTopicV1(buf, pos, version)
-                _a(_o)
-            self.topics = _l
-    else:
         self.topics = []
-    if version >= 3:
         _n, pos = rd_calen(buf, pos)
         if _n < 0:
             raise CodecError('non-nullable field StopReplicaRequest.topic_states was serialized as null')
@@ -227,57 +190,111 @@ def _read_StopReplicaRequest(buf, pos, version):
                 _o, pos = _read_StopReplicaRequest_StopReplicaTopicState(buf, pos, version)
                 _a(_o)
             self.topic_states = _l
-    else:
-        self.topic_states = []
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 3:
+        self.controller_id, = _u_i(buf, pos)
+        pos += 4
+        self.is_k_raft_controller = False
+        self.controller_epoch, self.broker_epoch = _u_iq(buf, pos)
+        pos += 12
+        self.delete_partitions = False
+        self.ungrouped_partitions = []
+        self.topics = []
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field StopReplicaRequest.topic_states was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_StopReplicaRequest_StopReplicaTopicState(buf, pos, version)
+                _a(_o)
+            self.topic_states = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 2:
+        self.controller_id, = _u_i(buf, pos)
+        pos += 4
+        self.is_k_raft_controller = False
+        self.controller_epoch, self.broker_epoch, self.delete_partitions = _u_iqz(buf, pos)
+        pos += 13
+        self.ungrouped_partitions = []
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field StopReplicaRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_StopReplicaRequest_StopReplicaTopicV1(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.topic_states = []
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 1:
+        self.controller_id, = _u_i(buf, pos)
+        pos += 4
+        self.is_k_raft_controller = False
+        self.controller_epoch, self.broker_epoch, self.delete_partitions = _u_iqz(buf, pos)
+        pos += 13
+        self.ungrouped_partitions = []
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field StopReplicaRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_StopReplicaRequest_StopReplicaTopicV1(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.topic_states = []
+        self.unknown_tagged_fields = None
+    else:
+        self.controller_id, = _u_i(buf, pos)
+        pos += 4
+        self.is_k_raft_controller = False
+        self.controller_epoch, = _u_i(buf, pos)
+        pos += 4
+        self.broker_epoch = -1
+        self.delete_partitions, = _u_z(buf, pos)
+        pos += 1
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field StopReplicaRequest.ungrouped_partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_StopReplicaRequest_StopReplicaPartitionV0(buf, pos, version)
+                _a(_o)
+            self.ungrouped_partitions = _l
+        self.topics = []
+        self.topic_states = []
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_StopReplicaRequest(self, w, version):
-    flexible = version >= 2
-    if (version < 4) and not (self.is_k_raft_controller == False):
-        raise CodecError('StopReplicaRequest.is_k_raft_controller cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version > 2) and not (self.delete_partitions == False):
-        raise CodecError('StopReplicaRequest.delete_partitions cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version > 0) and not ((self.ungrouped_partitions is not None and not self.ungrouped_partitions)):
-        raise CodecError('StopReplicaRequest.ungrouped_partitions cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 1 or version > 2) and not ((self.topics is not None and not self.topics)):
-        raise CodecError('StopReplicaRequest.topics cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 3) and not ((self.topic_states is not None and not self.topic_states)):
-        raise CodecError('StopReplicaRequest.topic_states cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    w += _p_i(self.controller_id)
     if version >= 4:
-        w += _p_z(self.is_k_raft_controller)
-    w += _p_i(self.controller_epoch)
-    if version >= 1:
-        w += _p_q(self.broker_epoch)
-    if version <= 2:
-        w += _p_z(self.delete_partitions)
-    if version <= 0:
-        _l = self.ungrouped_partitions
-        if _l is None:
-            raise CodecError('non-nullable field StopReplicaRequest.ungrouped_partitions is None at version ' + str(version))
-        else:
-            wr_alen(w, len(_l))
-            for _o in _l:
-                _write_StopReplicaRequest_StopReplicaPartitionV0(_o, w, version)
-    if 1 <= version <= 2:
-        _l = self.topics
-        if _l is None:
-            raise CodecError('non-nullable field StopReplicaRequest.topics is None at version ' + str(version))
-        else:
-            if flexible:
-                wr_calen(w, len(_l))
-            else:
-                wr_alen(w, len(_l))
-            for _o in _l:
-                _write_StopReplicaRequest_StopReplicaTopicV1(_o, w, version)
-    if version >= 3:
+        if not (self.delete_partitions == False):
+            raise CodecError('StopReplicaRequest.delete_partitions cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.ungrouped_partitions is not None and not self.ungrouped_partitions)):
+            raise CodecError('StopReplicaRequest.ungrouped_partitions cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.topics is not None and not self.topics)):
+            raise CodecError('StopReplicaRequest.topics cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_iziq(self.controller_id, self.is_k_raft_controller, self.controller_epoch, self.broker_epoch)
         _l = self.topic_states
         if _l is None:
             raise CodecError('non-nullable field StopReplicaRequest.topic_states is None at version ' + str(version))
@@ -285,12 +302,87 @@ def _write_StopReplicaRequest(self, w, version):
             wr_calen(w, len(_l))
             for _o in _l:
                 _write_StopReplicaRequest_StopReplicaTopicState(_o, w, version)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 3:
+        if not (self.is_k_raft_controller == False):
+            raise CodecError('StopReplicaRequest.is_k_raft_controller cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.delete_partitions == False):
+            raise CodecError('StopReplicaRequest.delete_partitions cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.ungrouped_partitions is not None and not self.ungrouped_partitions)):
+            raise CodecError('StopReplicaRequest.ungrouped_partitions cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.topics is not None and not self.topics)):
+            raise CodecError('StopReplicaRequest.topics cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.controller_id)
+        w += _p_iq(self.controller_epoch, self.broker_epoch)
+        _l = self.topic_states
+        if _l is None:
+            raise CodecError('non-nullable field StopReplicaRequest.topic_states is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_StopReplicaRequest_StopReplicaTopicState(_o, w, version)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 2:
+        if not (self.is_k_raft_controller == False):
+            raise CodecError('StopReplicaRequest.is_k_raft_controller cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.ungrouped_partitions is not None and not self.ungrouped_partitions)):
+            raise CodecError('StopReplicaRequest.ungrouped_partitions cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.topic_states is not None and not self.topic_states)):
+            raise CodecError('StopReplicaRequest.topic_states cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.controller_id)
+        w += _p_iqz(self.controller_epoch, self.broker_epoch, self.delete_partitions)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field StopReplicaRequest.topics is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_StopReplicaRequest_StopReplicaTopicV1(_o, w, version)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 1:
+        if not (self.is_k_raft_controller == False):
+            raise CodecError('StopReplicaRequest.is_k_raft_controller cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.ungrouped_partitions is not None and not self.ungrouped_partitions)):
+            raise CodecError('StopReplicaRequest.ungrouped_partitions cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.topic_states is not None and not self.topic_states)):
+            raise CodecError('StopReplicaRequest.topic_states cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.controller_id)
+        w += _p_iqz(self.controller_epoch, self.broker_epoch, self.delete_partitions)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field StopReplicaRequest.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_StopReplicaRequest_StopReplicaTopicV1(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('StopReplicaRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        if not (self.is_k_raft_controller == False):
+            raise CodecError('StopReplicaRequest.is_k_raft_controller cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.topics is not None and not self.topics)):
+            raise CodecError('StopReplicaRequest.topics cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.topic_states is not None and not self.topic_states)):
+            raise CodecError('StopReplicaRequest.topic_states cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.controller_id)
+        w += _p_i(self.controller_epoch)
+        w += _p_z(self.delete_partitions)
+        _l = self.ungrouped_partitions
+        if _l is None:
+            raise CodecError('non-nullable field StopReplicaRequest.ungrouped_partitions is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_StopReplicaRequest_StopReplicaPartitionV0(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('StopReplicaRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
@@ -313,49 +405,44 @@ def _write_StopReplicaRequest_StopReplicaPartitionV0(self, w, version):
 
 def _read_StopReplicaRequest_StopReplicaTopicV1(buf, pos, version):
     self = _new(_C_StopReplicaRequest_StopReplicaTopicV1)
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         self.name, pos = rd_cstring(buf, pos)
-    else:
-        self.name, pos = rd_string(buf, pos)
-    if flexible:
-        _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field StopReplicaTopicV1.partition_indexes was serialized as null')
-    else:
-        self.partition_indexes, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.partition_indexes, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.partition_indexes is None:
+            raise CodecError('non-nullable field StopReplicaTopicV1.partition_indexes was serialized as null')
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.name, pos = rd_string(buf, pos)
+        self.partition_indexes, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.partition_indexes is None:
+            raise CodecError('non-nullable field StopReplicaTopicV1.partition_indexes was serialized as null')
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_StopReplicaRequest_StopReplicaTopicV1(self, w, version):
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         wr_cstring(w, self.name)
-    else:
-        wr_string(w, self.name)
-    _l = self.partition_indexes
-    if _l is None:
-        raise CodecError('non-nullable field StopReplicaTopicV1.partition_indexes is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.partition_indexes
+        if _l is None:
+            raise CodecError('non-nullable field StopReplicaTopicV1.partition_indexes is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        wr_fixed_array(w, _l, 'i')
-    if flexible:
+            wr_cfixed_array(w, _l, 'i')
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.name)
+        _l = self.partition_indexes
+        if _l is None:
+            raise CodecError('non-nullable field StopReplicaTopicV1.partition_indexes is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
         if self.unknown_tagged_fields:
             raise CodecError('StopReplicaTopicV1: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['StopReplicaResponse']
@@ -80,85 +81,98 @@ _C_StopReplicaResponse_StopReplicaPartitionError = StopReplicaResponse.StopRepli
 
 def _read_StopReplicaResponse(buf, pos, version):
     self = _new(_C_StopReplicaResponse)
-    flexible = version >= 2
-    self.error_code, = _u_h(buf, pos)
-    pos += 2
-    if flexible:
+    if version >= 2:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field StopReplicaResponse.partition_errors was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_StopReplicaResponse_StopReplicaPartitionError(buf, pos, version)
-            _a(_o)
-        self.partition_errors = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field StopReplicaResponse.partition_errors was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_StopReplicaResponse_StopReplicaPartitionError(buf, pos, version)
+                _a(_o)
+            self.partition_errors = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field StopReplicaResponse.partition_errors was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_StopReplicaResponse_StopReplicaPartitionError(buf, pos, version)
+                _a(_o)
+            self.partition_errors = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_StopReplicaResponse(self, w, version):
-    flexible = version >= 2
-    w += _p_h(self.error_code)
-    _l = self.partition_errors
-    if _l is None:
-        raise CodecError('non-nullable field StopReplicaResponse.partition_errors is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+    if version >= 2:
+        w += _p_h(self.error_code)
+        _l = self.partition_errors
+        if _l is None:
+            raise CodecError('non-nullable field StopReplicaResponse.partition_errors is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_StopReplicaResponse_StopReplicaPartitionError(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_StopReplicaResponse_StopReplicaPartitionError(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        w += _p_h(self.error_code)
+        _l = self.partition_errors
+        if _l is None:
+            raise CodecError('non-nullable field StopReplicaResponse.partition_errors is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_StopReplicaResponse_StopReplicaPartitionError(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('StopReplicaResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_StopReplicaResponse_StopReplicaPartitionError(buf, pos, version):
     self = _new(_C_StopReplicaResponse_StopReplicaPartitionError)
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         self.topic_name, pos = rd_cstring(buf, pos)
-    else:
-        self.topic_name, pos = rd_string(buf, pos)
-    self.partition_index, self.error_code = _u_ih(buf, pos)
-    pos += 6
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.partition_index, self.error_code = _u_ih(buf, pos)
+        pos += 6
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.topic_name, pos = rd_string(buf, pos)
+        self.partition_index, self.error_code = _u_ih(buf, pos)
+        pos += 6
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_StopReplicaResponse_StopReplicaPartitionError(self, w, version):
-    flexible = version >= 2
-    if flexible:
+    if version >= 2:
         wr_cstring(w, self.topic_name)
-    else:
-        wr_string(w, self.topic_name)
-    w += _p_ih(self.partition_index, self.error_code)
-    if flexible:
+        w += _p_ih(self.partition_index, self.error_code)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.topic_name)
+        w += _p_ih(self.partition_index, self.error_code)
         if self.unknown_tagged_fields:
             raise CodecError('StopReplicaPartitionError: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['SyncGroupRequest']
@@ -89,132 +90,187 @@ _C_SyncGroupRequest_SyncGroupRequestAssignment = SyncGroupRequest.SyncGroupReque
 
 def _read_SyncGroupRequest(buf, pos, version):
     self = _new(_C_SyncGroupRequest)
-    flexible = version >= 4
-    if flexible:
+    if version >= 5:
         self.group_id, pos = rd_cstring(buf, pos)
-    else:
-        self.group_id, pos = rd_string(buf, pos)
-    self.generation_id, = _u_i(buf, pos)
-    pos += 4
-    if flexible:
+        self.generation_id, = _u_i(buf, pos)
+        pos += 4
         self.member_id, pos = rd_cstring(buf, pos)
-    else:
-        self.member_id, pos = rd_string(buf, pos)
-    if version >= 3:
-        if flexible:
-            self.group_instance_id, pos = rd_cnstring(buf, pos)
-        else:
-            self.group_instance_id, pos = rd_nstring(buf, pos)
-    else:
-        self.group_instance_id = None
-    if version >= 5:
+        self.group_instance_id, pos = rd_cnstring(buf, pos)
         self.protocol_type, pos = rd_cnstring(buf, pos)
-    else:
-        self.protocol_type = None
-    if version >= 5:
         self.protocol_name, pos = rd_cnstring(buf, pos)
-    else:
-        self.protocol_name = None
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field SyncGroupRequest.assignments was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_SyncGroupRequest_SyncGroupRequestAssignment(buf, pos, version)
-            _a(_o)
-        self.assignments = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field SyncGroupRequest.assignments was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_SyncGroupRequest_SyncGroupRequestAssignment(buf, pos, version)
+                _a(_o)
+            self.assignments = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 4:
+        self.group_id, pos = rd_cstring(buf, pos)
+        self.generation_id, = _u_i(buf, pos)
+        pos += 4
+        self.member_id, pos = rd_cstring(buf, pos)
+        self.group_instance_id, pos = rd_cnstring(buf, pos)
+        self.protocol_type = None
+        self.protocol_name = None
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field SyncGroupRequest.assignments was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_SyncGroupRequest_SyncGroupRequestAssignment(buf, pos, version)
+                _a(_o)
+            self.assignments = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 3:
+        self.group_id, pos = rd_string(buf, pos)
+        self.generation_id, = _u_i(buf, pos)
+        pos += 4
+        self.member_id, pos = rd_string(buf, pos)
+        self.group_instance_id, pos = rd_nstring(buf, pos)
+        self.protocol_type = None
+        self.protocol_name = None
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field SyncGroupRequest.assignments was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_SyncGroupRequest_SyncGroupRequestAssignment(buf, pos, version)
+                _a(_o)
+            self.assignments = _l
+        self.unknown_tagged_fields = None
+    else:
+        self.group_id, pos = rd_string(buf, pos)
+        self.generation_id, = _u_i(buf, pos)
+        pos += 4
+        self.member_id, pos = rd_string(buf, pos)
+        self.group_instance_id = None
+        self.protocol_type = None
+        self.protocol_name = None
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field SyncGroupRequest.assignments was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_SyncGroupRequest_SyncGroupRequestAssignment(buf, pos, version)
+                _a(_o)
+            self.assignments = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_SyncGroupRequest(self, w, version):
-    flexible = version >= 4
-    if (version < 3) and not (self.group_instance_id is None):
-        raise CodecError('SyncGroupRequest.group_instance_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if flexible:
+    if version >= 5:
         wr_cstring(w, self.group_id)
-    else:
-        wr_string(w, self.group_id)
-    w += _p_i(self.generation_id)
-    if flexible:
+        w += _p_i(self.generation_id)
         wr_cstring(w, self.member_id)
-    else:
-        wr_string(w, self.member_id)
-    if version >= 3:
-        if flexible:
-            wr_cnstring(w, self.group_instance_id)
-        else:
-            wr_nstring(w, self.group_instance_id)
-    if version >= 5:
+        wr_cnstring(w, self.group_instance_id)
         wr_cnstring(w, self.protocol_type)
-    if version >= 5:
         wr_cnstring(w, self.protocol_name)
-    _l = self.assignments
-    if _l is None:
-        raise CodecError('non-nullable field SyncGroupRequest.assignments is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.assignments
+        if _l is None:
+            raise CodecError('non-nullable field SyncGroupRequest.assignments is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_SyncGroupRequest_SyncGroupRequestAssignment(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_SyncGroupRequest_SyncGroupRequestAssignment(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 4:
+        wr_cstring(w, self.group_id)
+        w += _p_i(self.generation_id)
+        wr_cstring(w, self.member_id)
+        wr_cnstring(w, self.group_instance_id)
+        _l = self.assignments
+        if _l is None:
+            raise CodecError('non-nullable field SyncGroupRequest.assignments is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_SyncGroupRequest_SyncGroupRequestAssignment(_o, w, version)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 3:
+        wr_string(w, self.group_id)
+        w += _p_i(self.generation_id)
+        wr_string(w, self.member_id)
+        wr_nstring(w, self.group_instance_id)
+        _l = self.assignments
+        if _l is None:
+            raise CodecError('non-nullable field SyncGroupRequest.assignments is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_SyncGroupRequest_SyncGroupRequestAssignment(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('SyncGroupRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        if not (self.group_instance_id is None):
+            raise CodecError('SyncGroupRequest.group_instance_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        wr_string(w, self.group_id)
+        w += _p_i(self.generation_id)
+        wr_string(w, self.member_id)
+        _l = self.assignments
+        if _l is None:
+            raise CodecError('non-nullable field SyncGroupRequest.assignments is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_SyncGroupRequest_SyncGroupRequestAssignment(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('SyncGroupRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_SyncGroupRequest_SyncGroupRequestAssignment(buf, pos, version):
     self = _new(_C_SyncGroupRequest_SyncGroupRequestAssignment)
-    flexible = version >= 4
-    if flexible:
+    if version >= 4:
         self.member_id, pos = rd_cstring(buf, pos)
-    else:
-        self.member_id, pos = rd_string(buf, pos)
-    if flexible:
         self.assignment, pos = rd_cbytes(buf, pos)
-    else:
-        self.assignment, pos = rd_bytes(buf, pos)
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.member_id, pos = rd_string(buf, pos)
+        self.assignment, pos = rd_bytes(buf, pos)
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_SyncGroupRequest_SyncGroupRequestAssignment(self, w, version):
-    flexible = version >= 4
-    if flexible:
+    if version >= 4:
         wr_cstring(w, self.member_id)
-    else:
-        wr_string(w, self.member_id)
-    if flexible:
         wr_cbytes(w, self.assignment)
-    else:
-        wr_bytes(w, self.assignment)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.member_id)
+        wr_bytes(w, self.assignment)
         if self.unknown_tagged_fields:
             raise CodecError('SyncGroupRequestAssignment: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['TransactionLogValue']
@@ -107,35 +108,52 @@ _C_TransactionLogValue_PartitionsSchema = TransactionLogValue.PartitionsSchema
 
 def _read_TransactionLogValue(buf, pos, version):
     self = _new(_C_TransactionLogValue)
-    flexible = version >= 1
-    self.producer_id, = _u_q(buf, pos)
-    pos += 8
-    self.previous_producer_id = -1
-    self.next_producer_id = -1
-    self.producer_epoch, self.transaction_timeout_ms, self.transaction_status = _u_hib(buf, pos)
-    pos += 7
-    if flexible:
+    if version >= 1:
+        self.producer_id, = _u_q(buf, pos)
+        pos += 8
+        self.previous_producer_id = -1
+        self.next_producer_id = -1
+        self.producer_epoch, self.transaction_timeout_ms, self.transaction_status = _u_hib(buf, pos)
+        pos += 7
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        self.transaction_partitions = None
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_TransactionLogValue_PartitionsSchema(buf, pos, version)
-            _a(_o)
-        self.transaction_partitions = _l
-    self.transaction_last_update_timestamp_ms, self.transaction_start_timestamp_ms = _u_qq(buf, pos)
-    pos += 16
-    self.client_transaction_version = 0
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            self.transaction_partitions = None
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_TransactionLogValue_PartitionsSchema(buf, pos, version)
+                _a(_o)
+            self.transaction_partitions = _l
+        self.transaction_last_update_timestamp_ms, self.transaction_start_timestamp_ms = _u_qq(buf, pos)
+        pos += 16
+        self.client_transaction_version = 0
+        self.unknown_tagged_fields = None
         if buf[pos]:
             pos = _tags_TransactionLogValue(self, buf, pos, version)
         else:
             pos += 1
+    else:
+        self.producer_id, = _u_q(buf, pos)
+        pos += 8
+        self.previous_producer_id = -1
+        self.next_producer_id = -1
+        self.producer_epoch, self.transaction_timeout_ms, self.transaction_status = _u_hib(buf, pos)
+        pos += 7
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            self.transaction_partitions = None
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_TransactionLogValue_PartitionsSchema(buf, pos, version)
+                _a(_o)
+            self.transaction_partitions = _l
+        self.transaction_last_update_timestamp_ms, self.transaction_start_timestamp_ms = _u_qq(buf, pos)
+        pos += 16
+        self.client_transaction_version = 0
+        self.unknown_tagged_fields = None
     return self, pos
 
 
@@ -168,94 +186,101 @@ def _tags_TransactionLogValue(self, buf, pos, version):
 
 
 def _write_TransactionLogValue(self, w, version):
-    flexible = version >= 1
-    if (version < 1) and not (self.previous_producer_id == -1):
-        raise CodecError('TransactionLogValue.previous_producer_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 1) and not (self.next_producer_id == -1):
-        raise CodecError('TransactionLogValue.next_producer_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 1) and not (self.client_transaction_version == 0):
-        raise CodecError('TransactionLogValue.client_transaction_version cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    w += _p_q(self.producer_id)
-    w += _p_hib(self.producer_epoch, self.transaction_timeout_ms, self.transaction_status)
-    _l = self.transaction_partitions
-    if _l is None:
-        if flexible:
+    if version >= 1:
+        w += _p_q(self.producer_id)
+        w += _p_hib(self.producer_epoch, self.transaction_timeout_ms, self.transaction_status)
+        _l = self.transaction_partitions
+        if _l is None:
             w.append(0)
         else:
-            w += b'\xff\xff\xff\xff'
-    else:
-        if flexible:
             wr_calen(w, len(_l))
-        else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_TransactionLogValue_PartitionsSchema(_o, w, version)
-    w += _p_qq(self.transaction_last_update_timestamp_ms, self.transaction_start_timestamp_ms)
-    if flexible:
-        _t = []
+            for _o in _l:
+                _write_TransactionLogValue_PartitionsSchema(_o, w, version)
+        w += _p_qq(self.transaction_last_update_timestamp_ms, self.transaction_start_timestamp_ms)
+        _t = None
         if not (self.previous_producer_id == -1):
             _v = _Writer()
             _v += _p_q(self.previous_producer_id)
+            if _t is None:
+                _t = []
             _t.append((0, _v))
         if not (self.next_producer_id == -1):
             _v = _Writer()
             _v += _p_q(self.next_producer_id)
+            if _t is None:
+                _t = []
             _t.append((1, _v))
         if not (self.client_transaction_version == 0):
             _v = _Writer()
             _v += _p_h(self.client_transaction_version)
+            if _t is None:
+                _t = []
             _t.append((2, _v))
-        wr_tags(w, _t, self.unknown_tagged_fields)
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
+        else:
+            wr_tags(w, _t, self.unknown_tagged_fields)
     else:
+        if not (self.previous_producer_id == -1):
+            raise CodecError('TransactionLogValue.previous_producer_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.next_producer_id == -1):
+            raise CodecError('TransactionLogValue.next_producer_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.client_transaction_version == 0):
+            raise CodecError('TransactionLogValue.client_transaction_version cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_q(self.producer_id)
+        w += _p_hib(self.producer_epoch, self.transaction_timeout_ms, self.transaction_status)
+        _l = self.transaction_partitions
+        if _l is None:
+            w += b'\xff\xff\xff\xff'
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_TransactionLogValue_PartitionsSchema(_o, w, version)
+        w += _p_qq(self.transaction_last_update_timestamp_ms, self.transaction_start_timestamp_ms)
         if self.unknown_tagged_fields:
             raise CodecError('TransactionLogValue: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_TransactionLogValue_PartitionsSchema(buf, pos, version):
     self = _new(_C_TransactionLogValue_PartitionsSchema)
-    flexible = version >= 1
-    if flexible:
+    if version >= 1:
         self.topic, pos = rd_cstring(buf, pos)
-    else:
-        self.topic, pos = rd_string(buf, pos)
-    if flexible:
-        _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field PartitionsSchema.partition_ids was serialized as null')
-    else:
-        self.partition_ids, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.partition_ids, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.partition_ids is None:
+            raise CodecError('non-nullable field PartitionsSchema.partition_ids was serialized as null')
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.topic, pos = rd_string(buf, pos)
+        self.partition_ids, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.partition_ids is None:
+            raise CodecError('non-nullable field PartitionsSchema.partition_ids was serialized as null')
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_TransactionLogValue_PartitionsSchema(self, w, version):
-    flexible = version >= 1
-    if flexible:
+    if version >= 1:
         wr_cstring(w, self.topic)
-    else:
-        wr_string(w, self.topic)
-    _l = self.partition_ids
-    if _l is None:
-        raise CodecError('non-nullable field PartitionsSchema.partition_ids is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.partition_ids
+        if _l is None:
+            raise CodecError('non-nullable field PartitionsSchema.partition_ids is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        wr_fixed_array(w, _l, 'i')
-    if flexible:
+            wr_cfixed_array(w, _l, 'i')
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.topic)
+        _l = self.partition_ids
+        if _l is None:
+            raise CodecError('non-nullable field PartitionsSchema.partition_ids is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
         if self.unknown_tagged_fields:
             raise CodecError('PartitionsSchema: tagged fields set, but version ' + str(version) + ' is not flexible')
 

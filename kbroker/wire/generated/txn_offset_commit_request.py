@@ -7,24 +7,28 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['TxnOffsetCommitRequest']
 
 _new = object.__new__
-_S_i = _Struct('>i')
-_u_i = _S_i.unpack_from
-_p_i = _S_i.pack
 _S_iq = _Struct('>iq')
 _u_iq = _S_iq.unpack_from
 _p_iq = _S_iq.pack
+_S_iqi = _Struct('>iqi')
+_u_iqi = _S_iqi.unpack_from
+_p_iqi = _S_iqi.pack
 _S_qh = _Struct('>qh')
 _u_qh = _S_qh.unpack_from
 _p_qh = _S_qh.pack
+_S_qhi = _Struct('>qhi')
+_u_qhi = _S_qhi.unpack_from
+_p_qhi = _S_qhi.pack
 
 
 class TxnOffsetCommitRequest(Message):
@@ -125,188 +129,192 @@ _C_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPart
 
 def _read_TxnOffsetCommitRequest(buf, pos, version):
     self = _new(_C_TxnOffsetCommitRequest)
-    flexible = version >= 3
-    if flexible:
+    if version >= 3:
         self.transactional_id, pos = rd_cstring(buf, pos)
-    else:
-        self.transactional_id, pos = rd_string(buf, pos)
-    if flexible:
         self.group_id, pos = rd_cstring(buf, pos)
-    else:
-        self.group_id, pos = rd_string(buf, pos)
-    self.producer_id, self.producer_epoch = _u_qh(buf, pos)
-    pos += 10
-    if version >= 3:
-        self.generation_id, = _u_i(buf, pos)
-        pos += 4
-    else:
-        self.generation_id = -1
-    if version >= 3:
+        self.producer_id, self.producer_epoch, self.generation_id = _u_qhi(buf, pos)
+        pos += 14
         self.member_id, pos = rd_cstring(buf, pos)
-    else:
-        self.member_id = ''
-    if version >= 3:
         self.group_instance_id, pos = rd_cnstring(buf, pos)
-    else:
-        self.group_instance_id = None
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field TxnOffsetCommitRequest.topics was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic(buf, pos, version)
-            _a(_o)
-        self.topics = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field TxnOffsetCommitRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.transactional_id, pos = rd_string(buf, pos)
+        self.group_id, pos = rd_string(buf, pos)
+        self.producer_id, self.producer_epoch = _u_qh(buf, pos)
+        pos += 10
+        self.generation_id = -1
+        self.member_id = ''
+        self.group_instance_id = None
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field TxnOffsetCommitRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_TxnOffsetCommitRequest(self, w, version):
-    flexible = version >= 3
-    if (version < 3) and not (self.generation_id == -1):
-        raise CodecError('TxnOffsetCommitRequest.generation_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 3) and not (self.member_id == ''):
-        raise CodecError('TxnOffsetCommitRequest.member_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 3) and not (self.group_instance_id is None):
-        raise CodecError('TxnOffsetCommitRequest.group_instance_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if flexible:
+    if version >= 3:
         wr_cstring(w, self.transactional_id)
-    else:
-        wr_string(w, self.transactional_id)
-    if flexible:
         wr_cstring(w, self.group_id)
-    else:
-        wr_string(w, self.group_id)
-    w += _p_qh(self.producer_id, self.producer_epoch)
-    if version >= 3:
-        w += _p_i(self.generation_id)
-    if version >= 3:
+        w += _p_qhi(self.producer_id, self.producer_epoch, self.generation_id)
         wr_cstring(w, self.member_id)
-    if version >= 3:
         wr_cnstring(w, self.group_instance_id)
-    _l = self.topics
-    if _l is None:
-        raise CodecError('non-nullable field TxnOffsetCommitRequest.topics is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field TxnOffsetCommitRequest.topics is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        if not (self.generation_id == -1):
+            raise CodecError('TxnOffsetCommitRequest.generation_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.member_id == ''):
+            raise CodecError('TxnOffsetCommitRequest.member_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.group_instance_id is None):
+            raise CodecError('TxnOffsetCommitRequest.group_instance_id cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        wr_string(w, self.transactional_id)
+        wr_string(w, self.group_id)
+        w += _p_qh(self.producer_id, self.producer_epoch)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field TxnOffsetCommitRequest.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('TxnOffsetCommitRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic(buf, pos, version):
     self = _new(_C_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic)
-    flexible = version >= 3
-    if flexible:
+    if version >= 3:
         self.name, pos = rd_cstring(buf, pos)
-    else:
-        self.name, pos = rd_string(buf, pos)
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field TxnOffsetCommitRequestTopic.partitions was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition(buf, pos, version)
-            _a(_o)
-        self.partitions = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field TxnOffsetCommitRequestTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.name, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field TxnOffsetCommitRequestTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic(self, w, version):
-    flexible = version >= 3
-    if flexible:
+    if version >= 3:
         wr_cstring(w, self.name)
-    else:
-        wr_string(w, self.name)
-    _l = self.partitions
-    if _l is None:
-        raise CodecError('non-nullable field TxnOffsetCommitRequestTopic.partitions is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field TxnOffsetCommitRequestTopic.partitions is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.name)
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field TxnOffsetCommitRequestTopic.partitions is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('TxnOffsetCommitRequestTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition(buf, pos, version):
     self = _new(_C_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition)
-    flexible = version >= 3
-    self.partition_index, self.committed_offset = _u_iq(buf, pos)
-    pos += 12
-    if version >= 2:
-        self.committed_leader_epoch, = _u_i(buf, pos)
-        pos += 4
-    else:
-        self.committed_leader_epoch = -1
-    if flexible:
+    if version >= 3:
+        self.partition_index, self.committed_offset, self.committed_leader_epoch = _u_iqi(buf, pos)
+        pos += 16
         self.committed_metadata, pos = rd_cnstring(buf, pos)
-    else:
-        self.committed_metadata, pos = rd_nstring(buf, pos)
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 2:
+        self.partition_index, self.committed_offset, self.committed_leader_epoch = _u_iqi(buf, pos)
+        pos += 16
+        self.committed_metadata, pos = rd_nstring(buf, pos)
+        self.unknown_tagged_fields = None
+    else:
+        self.partition_index, self.committed_offset = _u_iq(buf, pos)
+        pos += 12
+        self.committed_leader_epoch = -1
+        self.committed_metadata, pos = rd_nstring(buf, pos)
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition(self, w, version):
-    flexible = version >= 3
-    w += _p_iq(self.partition_index, self.committed_offset)
-    if version >= 2:
-        w += _p_i(self.committed_leader_epoch)
-    if flexible:
+    if version >= 3:
+        w += _p_iqi(self.partition_index, self.committed_offset, self.committed_leader_epoch)
         wr_cnstring(w, self.committed_metadata)
-    else:
-        wr_nstring(w, self.committed_metadata)
-    if flexible:
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 2:
+        w += _p_iqi(self.partition_index, self.committed_offset, self.committed_leader_epoch)
+        wr_nstring(w, self.committed_metadata)
+        if self.unknown_tagged_fields:
+            raise CodecError('TxnOffsetCommitRequestPartition: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        w += _p_iq(self.partition_index, self.committed_offset)
+        wr_nstring(w, self.committed_metadata)
         if self.unknown_tagged_fields:
             raise CodecError('TxnOffsetCommitRequestPartition: tagged fields set, but version ' + str(version) + ' is not flexible')
 

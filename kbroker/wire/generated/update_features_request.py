@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['UpdateFeaturesRequest']
@@ -25,6 +26,9 @@ _p_b = _S_b.pack
 _S_h = _Struct('>h')
 _u_h = _S_h.unpack_from
 _p_h = _S_h.pack
+_S_hz = _Struct('>h?')
+_u_hz = _S_hz.unpack_from
+_p_hz = _S_hz.pack
 _S_i = _Struct('>i')
 _u_i = _S_i.unpack_from
 _p_i = _S_i.pack
@@ -92,88 +96,127 @@ _C_UpdateFeaturesRequest_FeatureUpdateKey = UpdateFeaturesRequest.FeatureUpdateK
 
 def _read_UpdateFeaturesRequest(buf, pos, version):
     self = _new(_C_UpdateFeaturesRequest)
-    self.timeout_ms, = _u_i(buf, pos)
-    pos += 4
-    _n, pos = rd_calen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field UpdateFeaturesRequest.feature_updates was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_UpdateFeaturesRequest_FeatureUpdateKey(buf, pos, version)
-            _a(_o)
-        self.feature_updates = _l
     if version >= 1:
+        self.timeout_ms, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field UpdateFeaturesRequest.feature_updates was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_UpdateFeaturesRequest_FeatureUpdateKey(buf, pos, version)
+                _a(_o)
+            self.feature_updates = _l
         self.validate_only, = _u_z(buf, pos)
         pos += 1
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
     else:
+        self.timeout_ms, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field UpdateFeaturesRequest.feature_updates was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_UpdateFeaturesRequest_FeatureUpdateKey(buf, pos, version)
+                _a(_o)
+            self.feature_updates = _l
         self.validate_only = False
-    self.unknown_tagged_fields = None
-    if buf[pos]:
-        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
-    else:
-        pos += 1
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
     return self, pos
 
 
 def _write_UpdateFeaturesRequest(self, w, version):
-    if (version < 1) and not (self.validate_only == False):
-        raise CodecError('UpdateFeaturesRequest.validate_only cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    w += _p_i(self.timeout_ms)
-    _l = self.feature_updates
-    if _l is None:
-        raise CodecError('non-nullable field UpdateFeaturesRequest.feature_updates is None at version ' + str(version))
-    else:
-        wr_calen(w, len(_l))
-        for _o in _l:
-            _write_UpdateFeaturesRequest_FeatureUpdateKey(_o, w, version)
     if version >= 1:
+        w += _p_i(self.timeout_ms)
+        _l = self.feature_updates
+        if _l is None:
+            raise CodecError('non-nullable field UpdateFeaturesRequest.feature_updates is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_UpdateFeaturesRequest_FeatureUpdateKey(_o, w, version)
         w += _p_z(self.validate_only)
-    if self.unknown_tagged_fields:
-        wr_tags(w, None, self.unknown_tagged_fields)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
     else:
-        w.append(0)
+        if not (self.validate_only == False):
+            raise CodecError('UpdateFeaturesRequest.validate_only cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.timeout_ms)
+        _l = self.feature_updates
+        if _l is None:
+            raise CodecError('non-nullable field UpdateFeaturesRequest.feature_updates is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_UpdateFeaturesRequest_FeatureUpdateKey(_o, w, version)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_UpdateFeaturesRequest_FeatureUpdateKey(buf, pos, version):
     self = _new(_C_UpdateFeaturesRequest_FeatureUpdateKey)
-    self.feature, pos = rd_cstring(buf, pos)
-    self.max_version_level, = _u_h(buf, pos)
-    pos += 2
-    if version <= 0:
-        self.allow_downgrade, = _u_z(buf, pos)
-        pos += 1
-    else:
-        self.allow_downgrade = False
     if version >= 1:
+        self.feature, pos = rd_cstring(buf, pos)
+        self.max_version_level, = _u_h(buf, pos)
+        pos += 2
+        self.allow_downgrade = False
         self.upgrade_type, = _u_b(buf, pos)
         pos += 1
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
     else:
+        self.feature, pos = rd_cstring(buf, pos)
+        self.max_version_level, self.allow_downgrade = _u_hz(buf, pos)
+        pos += 3
         self.upgrade_type = 1
-    self.unknown_tagged_fields = None
-    if buf[pos]:
-        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
-    else:
-        pos += 1
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
     return self, pos
 
 
 def _write_UpdateFeaturesRequest_FeatureUpdateKey(self, w, version):
-    if (version > 0) and not (self.allow_downgrade == False):
-        raise CodecError('FeatureUpdateKey.allow_downgrade cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 1) and not (self.upgrade_type == 1):
-        raise CodecError('FeatureUpdateKey.upgrade_type cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    wr_cstring(w, self.feature)
-    w += _p_h(self.max_version_level)
-    if version <= 0:
-        w += _p_z(self.allow_downgrade)
     if version >= 1:
+        if not (self.allow_downgrade == False):
+            raise CodecError('FeatureUpdateKey.allow_downgrade cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        wr_cstring(w, self.feature)
+        w += _p_h(self.max_version_level)
         w += _p_b(self.upgrade_type)
-    if self.unknown_tagged_fields:
-        wr_tags(w, None, self.unknown_tagged_fields)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
     else:
-        w.append(0)
+        if not (self.upgrade_type == 1):
+            raise CodecError('FeatureUpdateKey.upgrade_type cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        wr_cstring(w, self.feature)
+        w += _p_hz(self.max_version_level, self.allow_downgrade)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 UpdateFeaturesRequest._read = staticmethod(_read_UpdateFeaturesRequest)

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['UpdateFeaturesResponse']
@@ -86,10 +87,20 @@ _C_UpdateFeaturesResponse_UpdatableFeatureResult = UpdateFeaturesResponse.Updata
 
 def _read_UpdateFeaturesResponse(buf, pos, version):
     self = _new(_C_UpdateFeaturesResponse)
-    self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
-    pos += 6
-    self.error_message, pos = rd_cnstring(buf, pos)
-    if version <= 1:
+    if version >= 2:
+        self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
+        pos += 6
+        self.error_message, pos = rd_cnstring(buf, pos)
+        self.results = []
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
+        pos += 6
+        self.error_message, pos = rd_cnstring(buf, pos)
         _n, pos = rd_calen(buf, pos)
         if _n < 0:
             raise CodecError('non-nullable field UpdateFeaturesResponse.results was serialized as null')
@@ -100,20 +111,25 @@ def _read_UpdateFeaturesResponse(buf, pos, version):
                 _o, pos = _read_UpdateFeaturesResponse_UpdatableFeatureResult(buf, pos, version)
                 _a(_o)
             self.results = _l
-    else:
-        self.results = []
-    self.unknown_tagged_fields = None
-    if buf[pos]:
-        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
-    else:
-        pos += 1
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
     return self, pos
 
 
 def _write_UpdateFeaturesResponse(self, w, version):
-    w += _p_ih(self.throttle_time_ms, self.error_code)
-    wr_cnstring(w, self.error_message)
-    if version <= 1:
+    if version >= 2:
+        w += _p_ih(self.throttle_time_ms, self.error_code)
+        wr_cnstring(w, self.error_message)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    else:
+        w += _p_ih(self.throttle_time_ms, self.error_code)
+        wr_cnstring(w, self.error_message)
         _l = self.results
         if _l is None:
             raise CodecError('non-nullable field UpdateFeaturesResponse.results is None at version ' + str(version))
@@ -121,10 +137,10 @@ def _write_UpdateFeaturesResponse(self, w, version):
             wr_calen(w, len(_l))
             for _o in _l:
                 _write_UpdateFeaturesResponse_UpdatableFeatureResult(_o, w, version)
-    if self.unknown_tagged_fields:
-        wr_tags(w, None, self.unknown_tagged_fields)
-    else:
-        w.append(0)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_UpdateFeaturesResponse_UpdatableFeatureResult(buf, pos, version):

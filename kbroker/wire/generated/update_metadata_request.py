@@ -7,18 +7,16 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['UpdateMetadataRequest']
 
 _new = object.__new__
-_S_z = _Struct('>?')
-_u_z = _S_z.unpack_from
-_p_z = _S_z.pack
 _S_b = _Struct('>b')
 _u_b = _S_b.unpack_from
 _p_b = _S_b.pack
@@ -28,12 +26,15 @@ _p_h = _S_h.pack
 _S_i = _Struct('>i')
 _u_i = _S_i.unpack_from
 _p_i = _S_i.pack
+_S_iz = _Struct('>i?')
+_u_iz = _S_iz.unpack_from
+_p_iz = _S_iz.pack
 _S_iiii = _Struct('>iiii')
 _u_iiii = _S_iiii.unpack_from
 _p_iiii = _S_iiii.pack
-_S_q = _Struct('>q')
-_u_q = _S_q.unpack_from
-_p_q = _S_q.pack
+_S_iq = _Struct('>iq')
+_u_iq = _S_iq.unpack_from
+_p_iq = _S_iq.pack
 
 
 class UpdateMetadataRequest(Message):
@@ -209,23 +210,108 @@ _C_UpdateMetadataRequest_UpdateMetadataBroker_UpdateMetadataEndpoint = UpdateMet
 
 def _read_UpdateMetadataRequest(buf, pos, version):
     self = _new(_C_UpdateMetadataRequest)
-    flexible = version >= 6
-    self.controller_id, = _u_i(buf, pos)
-    pos += 4
     if version >= 8:
-        self.is_k_raft_controller, = _u_z(buf, pos)
-        pos += 1
-    else:
+        self.controller_id, self.is_k_raft_controller = _u_iz(buf, pos)
+        pos += 5
+        self.type = 0
+        self.controller_epoch, self.broker_epoch = _u_iq(buf, pos)
+        pos += 12
+        self.ungrouped_partition_states = []
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field UpdateMetadataRequest.topic_states was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_UpdateMetadataRequest_UpdateMetadataTopicState(buf, pos, version)
+                _a(_o)
+            self.topic_states = _l
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field UpdateMetadataRequest.live_brokers was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_UpdateMetadataRequest_UpdateMetadataBroker(buf, pos, version)
+                _a(_o)
+            self.live_brokers = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            pos = _tags_UpdateMetadataRequest(self, buf, pos, version)
+        else:
+            pos += 1
+    elif version >= 6:
+        self.controller_id, = _u_i(buf, pos)
+        pos += 4
         self.is_k_raft_controller = False
-    self.type = 0
-    self.controller_epoch, = _u_i(buf, pos)
-    pos += 4
-    if version >= 5:
-        self.broker_epoch, = _u_q(buf, pos)
-        pos += 8
+        self.type = 0
+        self.controller_epoch, self.broker_epoch = _u_iq(buf, pos)
+        pos += 12
+        self.ungrouped_partition_states = []
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field UpdateMetadataRequest.topic_states was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_UpdateMetadataRequest_UpdateMetadataTopicState(buf, pos, version)
+                _a(_o)
+            self.topic_states = _l
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field UpdateMetadataRequest.live_brokers was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_UpdateMetadataRequest_UpdateMetadataBroker(buf, pos, version)
+                _a(_o)
+            self.live_brokers = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            pos = _tags_UpdateMetadataRequest(self, buf, pos, version)
+        else:
+            pos += 1
+    elif version >= 5:
+        self.controller_id, = _u_i(buf, pos)
+        pos += 4
+        self.is_k_raft_controller = False
+        self.type = 0
+        self.controller_epoch, self.broker_epoch = _u_iq(buf, pos)
+        pos += 12
+        self.ungrouped_partition_states = []
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field UpdateMetadataRequest.topic_states was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_UpdateMetadataRequest_UpdateMetadataTopicState(buf, pos, version)
+                _a(_o)
+            self.topic_states = _l
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field UpdateMetadataRequest.live_brokers was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_UpdateMetadataRequest_UpdateMetadataBroker(buf, pos, version)
+                _a(_o)
+            self.live_brokers = _l
+        self.unknown_tagged_fields = None
     else:
+        self.controller_id, = _u_i(buf, pos)
+        pos += 4
+        self.is_k_raft_controller = False
+        self.type = 0
+        self.controller_epoch, = _u_i(buf, pos)
+        pos += 4
         self.broker_epoch = -1
-    if version <= 4:
         _n, pos = rd_alen(buf, pos)
         if _n < 0:
             raise CodecError('non-nullable field UpdateMetadataRequest.ungrouped_partition_states was serialized as null')
@@ -236,43 +322,18 @@ def _read_UpdateMetadataRequest(buf, pos, version):
                 _o, pos = _read_UpdateMetadataRequest_UpdateMetadataPartitionState(buf, pos, version)
                 _a(_o)
             self.ungrouped_partition_states = _l
-    else:
-        self.ungrouped_partition_states = []
-    if version >= 5:
-        if flexible:
-            _n, pos = rd_calen(buf, pos)
-        else:
-            _n, pos = rd_alen(buf, pos)
+        self.topic_states = []
+        _n, pos = rd_alen(buf, pos)
         if _n < 0:
-            raise CodecError('non-nullable field UpdateMetadataRequest.topic_states was serialized as null')
+            raise CodecError('non-nullable field UpdateMetadataRequest.live_brokers was serialized as null')
         else:
             _l = []
             _a = _l.append
             for _ in range(_n):
-                _o, pos = _read_UpdateMetadataRequest_UpdateMetadataTopicState(buf, pos, version)
+                _o, pos = _read_UpdateMetadataRequest_UpdateMetadataBroker(buf, pos, version)
                 _a(_o)
-            self.topic_states = _l
-    else:
-        self.topic_states = []
-    if flexible:
-        _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field UpdateMetadataRequest.live_brokers was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_UpdateMetadataRequest_UpdateMetadataBroker(buf, pos, version)
-            _a(_o)
-        self.live_brokers = _l
-    self.unknown_tagged_fields = None
-    if flexible:
-        if buf[pos]:
-            pos = _tags_UpdateMetadataRequest(self, buf, pos, version)
-        else:
-            pos += 1
+            self.live_brokers = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
@@ -297,22 +358,98 @@ def _tags_UpdateMetadataRequest(self, buf, pos, version):
 
 
 def _write_UpdateMetadataRequest(self, w, version):
-    flexible = version >= 6
-    if (version < 8) and not (self.is_k_raft_controller == False):
-        raise CodecError('UpdateMetadataRequest.is_k_raft_controller cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 8) and not (self.type == 0):
-        raise CodecError('UpdateMetadataRequest.type cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version > 4) and not ((self.ungrouped_partition_states is not None and not self.ungrouped_partition_states)):
-        raise CodecError('UpdateMetadataRequest.ungrouped_partition_states cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    if (version < 5) and not ((self.topic_states is not None and not self.topic_states)):
-        raise CodecError('UpdateMetadataRequest.topic_states cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    w += _p_i(self.controller_id)
     if version >= 8:
-        w += _p_z(self.is_k_raft_controller)
-    w += _p_i(self.controller_epoch)
-    if version >= 5:
-        w += _p_q(self.broker_epoch)
-    if version <= 4:
+        if not ((self.ungrouped_partition_states is not None and not self.ungrouped_partition_states)):
+            raise CodecError('UpdateMetadataRequest.ungrouped_partition_states cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_iz(self.controller_id, self.is_k_raft_controller)
+        w += _p_iq(self.controller_epoch, self.broker_epoch)
+        _l = self.topic_states
+        if _l is None:
+            raise CodecError('non-nullable field UpdateMetadataRequest.topic_states is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_UpdateMetadataRequest_UpdateMetadataTopicState(_o, w, version)
+        _l = self.live_brokers
+        if _l is None:
+            raise CodecError('non-nullable field UpdateMetadataRequest.live_brokers is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_UpdateMetadataRequest_UpdateMetadataBroker(_o, w, version)
+        _t = None
+        if not (self.type == 0):
+            _v = _Writer()
+            _v += _p_b(self.type)
+            if _t is None:
+                _t = []
+            _t.append((0, _v))
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
+        else:
+            wr_tags(w, _t, self.unknown_tagged_fields)
+    elif version >= 6:
+        if not (self.is_k_raft_controller == False):
+            raise CodecError('UpdateMetadataRequest.is_k_raft_controller cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.type == 0):
+            raise CodecError('UpdateMetadataRequest.type cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.ungrouped_partition_states is not None and not self.ungrouped_partition_states)):
+            raise CodecError('UpdateMetadataRequest.ungrouped_partition_states cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.controller_id)
+        w += _p_iq(self.controller_epoch, self.broker_epoch)
+        _l = self.topic_states
+        if _l is None:
+            raise CodecError('non-nullable field UpdateMetadataRequest.topic_states is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_UpdateMetadataRequest_UpdateMetadataTopicState(_o, w, version)
+        _l = self.live_brokers
+        if _l is None:
+            raise CodecError('non-nullable field UpdateMetadataRequest.live_brokers is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_UpdateMetadataRequest_UpdateMetadataBroker(_o, w, version)
+        _t = None
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
+        else:
+            wr_tags(w, _t, self.unknown_tagged_fields)
+    elif version >= 5:
+        if not (self.is_k_raft_controller == False):
+            raise CodecError('UpdateMetadataRequest.is_k_raft_controller cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.type == 0):
+            raise CodecError('UpdateMetadataRequest.type cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.ungrouped_partition_states is not None and not self.ungrouped_partition_states)):
+            raise CodecError('UpdateMetadataRequest.ungrouped_partition_states cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.controller_id)
+        w += _p_iq(self.controller_epoch, self.broker_epoch)
+        _l = self.topic_states
+        if _l is None:
+            raise CodecError('non-nullable field UpdateMetadataRequest.topic_states is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_UpdateMetadataRequest_UpdateMetadataTopicState(_o, w, version)
+        _l = self.live_brokers
+        if _l is None:
+            raise CodecError('non-nullable field UpdateMetadataRequest.live_brokers is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_UpdateMetadataRequest_UpdateMetadataBroker(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('UpdateMetadataRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
+    else:
+        if not (self.is_k_raft_controller == False):
+            raise CodecError('UpdateMetadataRequest.is_k_raft_controller cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not (self.type == 0):
+            raise CodecError('UpdateMetadataRequest.type cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        if not ((self.topic_states is not None and not self.topic_states)):
+            raise CodecError('UpdateMetadataRequest.topic_states cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_i(self.controller_id)
+        w += _p_i(self.controller_epoch)
         _l = self.ungrouped_partition_states
         if _l is None:
             raise CodecError('non-nullable field UpdateMetadataRequest.ungrouped_partition_states is None at version ' + str(version))
@@ -320,210 +457,274 @@ def _write_UpdateMetadataRequest(self, w, version):
             wr_alen(w, len(_l))
             for _o in _l:
                 _write_UpdateMetadataRequest_UpdateMetadataPartitionState(_o, w, version)
-    if version >= 5:
-        _l = self.topic_states
+        _l = self.live_brokers
         if _l is None:
-            raise CodecError('non-nullable field UpdateMetadataRequest.topic_states is None at version ' + str(version))
-        else:
-            if flexible:
-                wr_calen(w, len(_l))
-            else:
-                wr_alen(w, len(_l))
-            for _o in _l:
-                _write_UpdateMetadataRequest_UpdateMetadataTopicState(_o, w, version)
-    _l = self.live_brokers
-    if _l is None:
-        raise CodecError('non-nullable field UpdateMetadataRequest.live_brokers is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+            raise CodecError('non-nullable field UpdateMetadataRequest.live_brokers is None at version ' + str(version))
         else:
             wr_alen(w, len(_l))
-        for _o in _l:
-            _write_UpdateMetadataRequest_UpdateMetadataBroker(_o, w, version)
-    if flexible:
-        _t = []
-        if version >= 8 and not (self.type == 0):
-            _v = _Writer()
-            _v += _p_b(self.type)
-            _t.append((0, _v))
-        wr_tags(w, _t, self.unknown_tagged_fields)
-    else:
+            for _o in _l:
+                _write_UpdateMetadataRequest_UpdateMetadataBroker(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('UpdateMetadataRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_UpdateMetadataRequest_UpdateMetadataPartitionState(buf, pos, version):
     self = _new(_C_UpdateMetadataRequest_UpdateMetadataPartitionState)
-    flexible = version >= 6
-    if version <= 4:
-        self.topic_name, pos = rd_string(buf, pos)
-    else:
+    if version >= 6:
         self.topic_name = ''
-    self.partition_index, self.controller_epoch, self.leader, self.leader_epoch = _u_iiii(buf, pos)
-    pos += 16
-    if flexible:
-        _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field UpdateMetadataPartitionState.isr was serialized as null')
-    else:
-        self.isr, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
-    self.zk_version, = _u_i(buf, pos)
-    pos += 4
-    if flexible:
-        _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field UpdateMetadataPartitionState.replicas was serialized as null')
-    else:
-        self.replicas, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
-    if version >= 4:
-        if flexible:
-            _n, pos = rd_calen(buf, pos)
-        else:
-            _n, pos = rd_alen(buf, pos)
-        if _n < 0:
+        self.partition_index, self.controller_epoch, self.leader, self.leader_epoch = _u_iiii(buf, pos)
+        pos += 16
+        self.isr, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.isr is None:
+            raise CodecError('non-nullable field UpdateMetadataPartitionState.isr was serialized as null')
+        self.zk_version, = _u_i(buf, pos)
+        pos += 4
+        self.replicas, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.replicas is None:
+            raise CodecError('non-nullable field UpdateMetadataPartitionState.replicas was serialized as null')
+        self.offline_replicas, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.offline_replicas is None:
             raise CodecError('non-nullable field UpdateMetadataPartitionState.offline_replicas was serialized as null')
-        else:
-            self.offline_replicas, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
-    else:
-        self.offline_replicas = []
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 5:
+        self.topic_name = ''
+        self.partition_index, self.controller_epoch, self.leader, self.leader_epoch = _u_iiii(buf, pos)
+        pos += 16
+        self.isr, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.isr is None:
+            raise CodecError('non-nullable field UpdateMetadataPartitionState.isr was serialized as null')
+        self.zk_version, = _u_i(buf, pos)
+        pos += 4
+        self.replicas, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.replicas is None:
+            raise CodecError('non-nullable field UpdateMetadataPartitionState.replicas was serialized as null')
+        self.offline_replicas, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.offline_replicas is None:
+            raise CodecError('non-nullable field UpdateMetadataPartitionState.offline_replicas was serialized as null')
+        self.unknown_tagged_fields = None
+    elif version >= 4:
+        self.topic_name, pos = rd_string(buf, pos)
+        self.partition_index, self.controller_epoch, self.leader, self.leader_epoch = _u_iiii(buf, pos)
+        pos += 16
+        self.isr, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.isr is None:
+            raise CodecError('non-nullable field UpdateMetadataPartitionState.isr was serialized as null')
+        self.zk_version, = _u_i(buf, pos)
+        pos += 4
+        self.replicas, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.replicas is None:
+            raise CodecError('non-nullable field UpdateMetadataPartitionState.replicas was serialized as null')
+        self.offline_replicas, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.offline_replicas is None:
+            raise CodecError('non-nullable field UpdateMetadataPartitionState.offline_replicas was serialized as null')
+        self.unknown_tagged_fields = None
+    else:
+        self.topic_name, pos = rd_string(buf, pos)
+        self.partition_index, self.controller_epoch, self.leader, self.leader_epoch = _u_iiii(buf, pos)
+        pos += 16
+        self.isr, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.isr is None:
+            raise CodecError('non-nullable field UpdateMetadataPartitionState.isr was serialized as null')
+        self.zk_version, = _u_i(buf, pos)
+        pos += 4
+        self.replicas, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.replicas is None:
+            raise CodecError('non-nullable field UpdateMetadataPartitionState.replicas was serialized as null')
+        self.offline_replicas = []
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_UpdateMetadataRequest_UpdateMetadataPartitionState(self, w, version):
-    flexible = version >= 6
-    if version <= 4:
-        wr_string(w, self.topic_name)
-    w += _p_iiii(self.partition_index, self.controller_epoch, self.leader, self.leader_epoch)
-    _l = self.isr
-    if _l is None:
-        raise CodecError('non-nullable field UpdateMetadataPartitionState.isr is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+    if version >= 6:
+        w += _p_iiii(self.partition_index, self.controller_epoch, self.leader, self.leader_epoch)
+        _l = self.isr
+        if _l is None:
+            raise CodecError('non-nullable field UpdateMetadataPartitionState.isr is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        wr_fixed_array(w, _l, 'i')
-    w += _p_i(self.zk_version)
-    _l = self.replicas
-    if _l is None:
-        raise CodecError('non-nullable field UpdateMetadataPartitionState.replicas is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+            wr_cfixed_array(w, _l, 'i')
+        w += _p_i(self.zk_version)
+        _l = self.replicas
+        if _l is None:
+            raise CodecError('non-nullable field UpdateMetadataPartitionState.replicas is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        wr_fixed_array(w, _l, 'i')
-    if version >= 4:
+            wr_cfixed_array(w, _l, 'i')
         _l = self.offline_replicas
         if _l is None:
             raise CodecError('non-nullable field UpdateMetadataPartitionState.offline_replicas is None at version ' + str(version))
         else:
-            if flexible:
-                wr_calen(w, len(_l))
-            else:
-                wr_alen(w, len(_l))
-            wr_fixed_array(w, _l, 'i')
-    if flexible:
+            wr_cfixed_array(w, _l, 'i')
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 5:
+        w += _p_iiii(self.partition_index, self.controller_epoch, self.leader, self.leader_epoch)
+        _l = self.isr
+        if _l is None:
+            raise CodecError('non-nullable field UpdateMetadataPartitionState.isr is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
+        w += _p_i(self.zk_version)
+        _l = self.replicas
+        if _l is None:
+            raise CodecError('non-nullable field UpdateMetadataPartitionState.replicas is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
+        _l = self.offline_replicas
+        if _l is None:
+            raise CodecError('non-nullable field UpdateMetadataPartitionState.offline_replicas is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
+        if self.unknown_tagged_fields:
+            raise CodecError('UpdateMetadataPartitionState: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 4:
+        wr_string(w, self.topic_name)
+        w += _p_iiii(self.partition_index, self.controller_epoch, self.leader, self.leader_epoch)
+        _l = self.isr
+        if _l is None:
+            raise CodecError('non-nullable field UpdateMetadataPartitionState.isr is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
+        w += _p_i(self.zk_version)
+        _l = self.replicas
+        if _l is None:
+            raise CodecError('non-nullable field UpdateMetadataPartitionState.replicas is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
+        _l = self.offline_replicas
+        if _l is None:
+            raise CodecError('non-nullable field UpdateMetadataPartitionState.offline_replicas is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
+        if self.unknown_tagged_fields:
+            raise CodecError('UpdateMetadataPartitionState: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        wr_string(w, self.topic_name)
+        w += _p_iiii(self.partition_index, self.controller_epoch, self.leader, self.leader_epoch)
+        _l = self.isr
+        if _l is None:
+            raise CodecError('non-nullable field UpdateMetadataPartitionState.isr is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
+        w += _p_i(self.zk_version)
+        _l = self.replicas
+        if _l is None:
+            raise CodecError('non-nullable field UpdateMetadataPartitionState.replicas is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
         if self.unknown_tagged_fields:
             raise CodecError('UpdateMetadataPartitionState: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_UpdateMetadataRequest_UpdateMetadataTopicState(buf, pos, version):
     self = _new(_C_UpdateMetadataRequest_UpdateMetadataTopicState)
-    flexible = version >= 6
-    if flexible:
-        self.topic_name, pos = rd_cstring(buf, pos)
-    else:
-        self.topic_name, pos = rd_string(buf, pos)
     if version >= 7:
+        self.topic_name, pos = rd_cstring(buf, pos)
         self.topic_id, pos = rd_uuid(buf, pos)
-    else:
-        self.topic_id = ZERO_UUID
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field UpdateMetadataTopicState.partition_states was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_UpdateMetadataRequest_UpdateMetadataPartitionState(buf, pos, version)
-            _a(_o)
-        self.partition_states = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field UpdateMetadataTopicState.partition_states was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_UpdateMetadataRequest_UpdateMetadataPartitionState(buf, pos, version)
+                _a(_o)
+            self.partition_states = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 6:
+        self.topic_name, pos = rd_cstring(buf, pos)
+        self.topic_id = ZERO_UUID
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field UpdateMetadataTopicState.partition_states was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_UpdateMetadataRequest_UpdateMetadataPartitionState(buf, pos, version)
+                _a(_o)
+            self.partition_states = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.topic_name, pos = rd_string(buf, pos)
+        self.topic_id = ZERO_UUID
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field UpdateMetadataTopicState.partition_states was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_UpdateMetadataRequest_UpdateMetadataPartitionState(buf, pos, version)
+                _a(_o)
+            self.partition_states = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_UpdateMetadataRequest_UpdateMetadataTopicState(self, w, version):
-    flexible = version >= 6
-    if flexible:
-        wr_cstring(w, self.topic_name)
-    else:
-        wr_string(w, self.topic_name)
     if version >= 7:
+        wr_cstring(w, self.topic_name)
         w += self.topic_id.bytes
-    _l = self.partition_states
-    if _l is None:
-        raise CodecError('non-nullable field UpdateMetadataTopicState.partition_states is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.partition_states
+        if _l is None:
+            raise CodecError('non-nullable field UpdateMetadataTopicState.partition_states is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_UpdateMetadataRequest_UpdateMetadataPartitionState(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_UpdateMetadataRequest_UpdateMetadataPartitionState(_o, w, version)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
+    elif version >= 6:
+        wr_cstring(w, self.topic_name)
+        _l = self.partition_states
+        if _l is None:
+            raise CodecError('non-nullable field UpdateMetadataTopicState.partition_states is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_UpdateMetadataRequest_UpdateMetadataPartitionState(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.topic_name)
+        _l = self.partition_states
+        if _l is None:
+            raise CodecError('non-nullable field UpdateMetadataTopicState.partition_states is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_UpdateMetadataRequest_UpdateMetadataPartitionState(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('UpdateMetadataTopicState: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_UpdateMetadataRequest_UpdateMetadataBroker(buf, pos, version):
     self = _new(_C_UpdateMetadataRequest_UpdateMetadataBroker)
-    flexible = version >= 6
-    self.id, = _u_i(buf, pos)
-    pos += 4
-    if version <= 0:
-        self.v0_host, pos = rd_string(buf, pos)
-    else:
-        self.v0_host = ''
-    if version <= 0:
-        self.v0_port, = _u_i(buf, pos)
+    if version >= 6:
+        self.id, = _u_i(buf, pos)
         pos += 4
-    else:
+        self.v0_host = ''
         self.v0_port = 0
-    if version >= 1:
-        if flexible:
-            _n, pos = rd_calen(buf, pos)
-        else:
-            _n, pos = rd_alen(buf, pos)
+        _n, pos = rd_calen(buf, pos)
         if _n < 0:
             raise CodecError('non-nullable field UpdateMetadataBroker.endpoints was serialized as null')
         else:
@@ -533,103 +734,158 @@ def _read_UpdateMetadataRequest_UpdateMetadataBroker(buf, pos, version):
                 _o, pos = _read_UpdateMetadataRequest_UpdateMetadataBroker_UpdateMetadataEndpoint(buf, pos, version)
                 _a(_o)
             self.endpoints = _l
-    else:
-        self.endpoints = []
-    if version >= 2:
-        if flexible:
-            self.rack, pos = rd_cnstring(buf, pos)
-        else:
-            self.rack, pos = rd_nstring(buf, pos)
-    else:
-        self.rack = ''
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.rack, pos = rd_cnstring(buf, pos)
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 2:
+        self.id, = _u_i(buf, pos)
+        pos += 4
+        self.v0_host = ''
+        self.v0_port = 0
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field UpdateMetadataBroker.endpoints was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_UpdateMetadataRequest_UpdateMetadataBroker_UpdateMetadataEndpoint(buf, pos, version)
+                _a(_o)
+            self.endpoints = _l
+        self.rack, pos = rd_nstring(buf, pos)
+        self.unknown_tagged_fields = None
+    elif version >= 1:
+        self.id, = _u_i(buf, pos)
+        pos += 4
+        self.v0_host = ''
+        self.v0_port = 0
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field UpdateMetadataBroker.endpoints was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_UpdateMetadataRequest_UpdateMetadataBroker_UpdateMetadataEndpoint(buf, pos, version)
+                _a(_o)
+            self.endpoints = _l
+        self.rack = ''
+        self.unknown_tagged_fields = None
+    else:
+        self.id, = _u_i(buf, pos)
+        pos += 4
+        self.v0_host, pos = rd_string(buf, pos)
+        self.v0_port, = _u_i(buf, pos)
+        pos += 4
+        self.endpoints = []
+        self.rack = ''
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_UpdateMetadataRequest_UpdateMetadataBroker(self, w, version):
-    flexible = version >= 6
-    w += _p_i(self.id)
-    if version <= 0:
-        wr_string(w, self.v0_host)
-    if version <= 0:
-        w += _p_i(self.v0_port)
-    if version >= 1:
+    if version >= 6:
+        w += _p_i(self.id)
         _l = self.endpoints
         if _l is None:
             raise CodecError('non-nullable field UpdateMetadataBroker.endpoints is None at version ' + str(version))
         else:
-            if flexible:
-                wr_calen(w, len(_l))
-            else:
-                wr_alen(w, len(_l))
+            wr_calen(w, len(_l))
             for _o in _l:
                 _write_UpdateMetadataRequest_UpdateMetadataBroker_UpdateMetadataEndpoint(_o, w, version)
-    if version >= 2:
-        if flexible:
-            wr_cnstring(w, self.rack)
-        else:
-            wr_nstring(w, self.rack)
-    if flexible:
+        wr_cnstring(w, self.rack)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 2:
+        w += _p_i(self.id)
+        _l = self.endpoints
+        if _l is None:
+            raise CodecError('non-nullable field UpdateMetadataBroker.endpoints is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_UpdateMetadataRequest_UpdateMetadataBroker_UpdateMetadataEndpoint(_o, w, version)
+        wr_nstring(w, self.rack)
+        if self.unknown_tagged_fields:
+            raise CodecError('UpdateMetadataBroker: tagged fields set, but version ' + str(version) + ' is not flexible')
+    elif version >= 1:
+        w += _p_i(self.id)
+        _l = self.endpoints
+        if _l is None:
+            raise CodecError('non-nullable field UpdateMetadataBroker.endpoints is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_UpdateMetadataRequest_UpdateMetadataBroker_UpdateMetadataEndpoint(_o, w, version)
+        if self.unknown_tagged_fields:
+            raise CodecError('UpdateMetadataBroker: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        w += _p_i(self.id)
+        wr_string(w, self.v0_host)
+        w += _p_i(self.v0_port)
         if self.unknown_tagged_fields:
             raise CodecError('UpdateMetadataBroker: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_UpdateMetadataRequest_UpdateMetadataBroker_UpdateMetadataEndpoint(buf, pos, version):
     self = _new(_C_UpdateMetadataRequest_UpdateMetadataBroker_UpdateMetadataEndpoint)
-    flexible = version >= 6
-    self.port, = _u_i(buf, pos)
-    pos += 4
-    if flexible:
+    if version >= 6:
+        self.port, = _u_i(buf, pos)
+        pos += 4
         self.host, pos = rd_cstring(buf, pos)
-    else:
-        self.host, pos = rd_string(buf, pos)
-    if version >= 3:
-        if flexible:
-            self.listener, pos = rd_cstring(buf, pos)
-        else:
-            self.listener, pos = rd_string(buf, pos)
-    else:
-        self.listener = ''
-    self.security_protocol, = _u_h(buf, pos)
-    pos += 2
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.listener, pos = rd_cstring(buf, pos)
+        self.security_protocol, = _u_h(buf, pos)
+        pos += 2
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    elif version >= 3:
+        self.port, = _u_i(buf, pos)
+        pos += 4
+        self.host, pos = rd_string(buf, pos)
+        self.listener, pos = rd_string(buf, pos)
+        self.security_protocol, = _u_h(buf, pos)
+        pos += 2
+        self.unknown_tagged_fields = None
+    else:
+        self.port, = _u_i(buf, pos)
+        pos += 4
+        self.host, pos = rd_string(buf, pos)
+        self.listener = ''
+        self.security_protocol, = _u_h(buf, pos)
+        pos += 2
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_UpdateMetadataRequest_UpdateMetadataBroker_UpdateMetadataEndpoint(self, w, version):
-    flexible = version >= 6
-    w += _p_i(self.port)
-    if flexible:
+    if version >= 6:
+        w += _p_i(self.port)
         wr_cstring(w, self.host)
-    else:
-        wr_string(w, self.host)
-    if version >= 3:
-        if flexible:
-            wr_cstring(w, self.listener)
-        else:
-            wr_string(w, self.listener)
-    w += _p_h(self.security_protocol)
-    if flexible:
+        wr_cstring(w, self.listener)
+        w += _p_h(self.security_protocol)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+    elif version >= 3:
+        w += _p_i(self.port)
+        wr_string(w, self.host)
+        wr_string(w, self.listener)
+        w += _p_h(self.security_protocol)
+        if self.unknown_tagged_fields:
+            raise CodecError('UpdateMetadataEndpoint: tagged fields set, but version ' + str(version) + ' is not flexible')
     else:
+        w += _p_i(self.port)
+        wr_string(w, self.host)
+        w += _p_h(self.security_protocol)
         if self.unknown_tagged_fields:
             raise CodecError('UpdateMetadataEndpoint: tagged fields set, but version ' + str(version) + ' is not flexible')
 

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['UpdateRaftVoterResponse']
@@ -78,7 +79,7 @@ class UpdateRaftVoterResponse(Message):
     def _is_default(self):
         return (self.throttle_time_ms == 0
             and self.error_code == 0
-            and (self.current_leader is not None and self.current_leader._is_default())
+            and (self.current_leader is not None and self.current_leader.leader_id == -1 and self.current_leader.leader_epoch == -1 and self.current_leader.host == '' and self.current_leader.port == 0 and not self.current_leader.unknown_tagged_fields)
             and not self.unknown_tagged_fields)
 
 
@@ -121,16 +122,21 @@ def _tags_UpdateRaftVoterResponse(self, buf, pos, version):
 
 def _write_UpdateRaftVoterResponse(self, w, version):
     w += _p_ih(self.throttle_time_ms, self.error_code)
-    _t = []
-    if not ((self.current_leader is not None and self.current_leader._is_default())):
+    _t = None
+    if not ((self.current_leader is not None and self.current_leader.leader_id == -1 and self.current_leader.leader_epoch == -1 and self.current_leader.host == '' and self.current_leader.port == 0 and not self.current_leader.unknown_tagged_fields)):
         _v = _Writer()
         _s = self.current_leader
         if _s is None:
             raise CodecError('non-nullable field UpdateRaftVoterResponse.current_leader is None at version ' + str(version))
         else:
             _write_UpdateRaftVoterResponse_CurrentLeader(_s, _v, version)
+        if _t is None:
+            _t = []
         _t.append((0, _v))
-    wr_tags(w, _t, self.unknown_tagged_fields)
+    if _t is None and not self.unknown_tagged_fields:
+        w.append(0)
+    else:
+        wr_tags(w, _t, self.unknown_tagged_fields)
 
 
 def _read_UpdateRaftVoterResponse_CurrentLeader(buf, pos, version):

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['VoteRequest']
@@ -119,45 +120,74 @@ _C_VoteRequest_TopicData_PartitionData = VoteRequest.TopicData.PartitionData
 
 def _read_VoteRequest(buf, pos, version):
     self = _new(_C_VoteRequest)
-    self.cluster_id, pos = rd_cnstring(buf, pos)
     if version >= 1:
+        self.cluster_id, pos = rd_cnstring(buf, pos)
         self.voter_id, = _u_i(buf, pos)
         pos += 4
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field VoteRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_VoteRequest_TopicData(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
     else:
+        self.cluster_id, pos = rd_cnstring(buf, pos)
         self.voter_id = -1
-    _n, pos = rd_calen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field VoteRequest.topics was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_VoteRequest_TopicData(buf, pos, version)
-            _a(_o)
-        self.topics = _l
-    self.unknown_tagged_fields = None
-    if buf[pos]:
-        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
-    else:
-        pos += 1
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field VoteRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_VoteRequest_TopicData(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
     return self, pos
 
 
 def _write_VoteRequest(self, w, version):
-    wr_cnstring(w, self.cluster_id)
     if version >= 1:
+        wr_cnstring(w, self.cluster_id)
         w += _p_i(self.voter_id)
-    _l = self.topics
-    if _l is None:
-        raise CodecError('non-nullable field VoteRequest.topics is None at version ' + str(version))
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field VoteRequest.topics is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_VoteRequest_TopicData(_o, w, version)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
     else:
-        wr_calen(w, len(_l))
-        for _o in _l:
-            _write_VoteRequest_TopicData(_o, w, version)
-    if self.unknown_tagged_fields:
-        wr_tags(w, None, self.unknown_tagged_fields)
-    else:
-        w.append(0)
+        wr_cnstring(w, self.cluster_id)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field VoteRequest.topics is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_VoteRequest_TopicData(_o, w, version)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_VoteRequest_TopicData(buf, pos, version):
@@ -198,37 +228,50 @@ def _write_VoteRequest_TopicData(self, w, version):
 
 def _read_VoteRequest_TopicData_PartitionData(buf, pos, version):
     self = _new(_C_VoteRequest_TopicData_PartitionData)
-    self.partition_index, self.candidate_epoch, self.candidate_id = _u_iii(buf, pos)
-    pos += 12
     if version >= 1:
+        self.partition_index, self.candidate_epoch, self.candidate_id = _u_iii(buf, pos)
+        pos += 12
         self.candidate_directory_id, pos = rd_uuid(buf, pos)
-    else:
-        self.candidate_directory_id = ZERO_UUID
-    if version >= 1:
         self.voter_directory_id, pos = rd_uuid(buf, pos)
+        self.last_offset_epoch, self.last_offset = _u_iq(buf, pos)
+        pos += 12
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
     else:
+        self.partition_index, self.candidate_epoch, self.candidate_id = _u_iii(buf, pos)
+        pos += 12
+        self.candidate_directory_id = ZERO_UUID
         self.voter_directory_id = ZERO_UUID
-    self.last_offset_epoch, self.last_offset = _u_iq(buf, pos)
-    pos += 12
-    self.unknown_tagged_fields = None
-    if buf[pos]:
-        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
-    else:
-        pos += 1
+        self.last_offset_epoch, self.last_offset = _u_iq(buf, pos)
+        pos += 12
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
     return self, pos
 
 
 def _write_VoteRequest_TopicData_PartitionData(self, w, version):
-    w += _p_iii(self.partition_index, self.candidate_epoch, self.candidate_id)
     if version >= 1:
+        w += _p_iii(self.partition_index, self.candidate_epoch, self.candidate_id)
         w += self.candidate_directory_id.bytes
-    if version >= 1:
         w += self.voter_directory_id.bytes
-    w += _p_iq(self.last_offset_epoch, self.last_offset)
-    if self.unknown_tagged_fields:
-        wr_tags(w, None, self.unknown_tagged_fields)
+        w += _p_iq(self.last_offset_epoch, self.last_offset)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
     else:
-        w.append(0)
+        w += _p_iii(self.partition_index, self.candidate_epoch, self.candidate_id)
+        w += _p_iq(self.last_offset_epoch, self.last_offset)
+        if self.unknown_tagged_fields:
+            wr_tags(w, None, self.unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 VoteRequest._read = staticmethod(_read_VoteRequest)

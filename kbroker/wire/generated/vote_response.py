@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['VoteResponse']
@@ -140,24 +141,44 @@ _C_VoteResponse_NodeEndpoint = VoteResponse.NodeEndpoint
 
 def _read_VoteResponse(buf, pos, version):
     self = _new(_C_VoteResponse)
-    self.error_code, = _u_h(buf, pos)
-    pos += 2
-    _n, pos = rd_calen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field VoteResponse.topics was serialized as null')
+    if version >= 1:
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field VoteResponse.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_VoteResponse_TopicData(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.node_endpoints = []
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            pos = _tags_VoteResponse(self, buf, pos, version)
+        else:
+            pos += 1
     else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_VoteResponse_TopicData(buf, pos, version)
-            _a(_o)
-        self.topics = _l
-    self.node_endpoints = []
-    self.unknown_tagged_fields = None
-    if buf[pos]:
-        pos = _tags_VoteResponse(self, buf, pos, version)
-    else:
-        pos += 1
+        self.error_code, = _u_h(buf, pos)
+        pos += 2
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field VoteResponse.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_VoteResponse_TopicData(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.node_endpoints = []
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            pos = _tags_VoteResponse(self, buf, pos, version)
+        else:
+            pos += 1
     return self, pos
 
 
@@ -190,28 +211,48 @@ def _tags_VoteResponse(self, buf, pos, version):
 
 
 def _write_VoteResponse(self, w, version):
-    if (version < 1) and not ((self.node_endpoints is not None and not self.node_endpoints)):
-        raise CodecError('VoteResponse.node_endpoints cannot be written at version ' + str(version) + ' (it holds a non-default value)')
-    w += _p_h(self.error_code)
-    _l = self.topics
-    if _l is None:
-        raise CodecError('non-nullable field VoteResponse.topics is None at version ' + str(version))
-    else:
-        wr_calen(w, len(_l))
-        for _o in _l:
-            _write_VoteResponse_TopicData(_o, w, version)
-    _t = []
-    if version >= 1 and not ((self.node_endpoints is not None and not self.node_endpoints)):
-        _v = _Writer()
-        _l = self.node_endpoints
+    if version >= 1:
+        w += _p_h(self.error_code)
+        _l = self.topics
         if _l is None:
-            raise CodecError('non-nullable field VoteResponse.node_endpoints is None at version ' + str(version))
+            raise CodecError('non-nullable field VoteResponse.topics is None at version ' + str(version))
         else:
-            wr_calen(_v, len(_l))
+            wr_calen(w, len(_l))
             for _o in _l:
-                _write_VoteResponse_NodeEndpoint(_o, _v, version)
-        _t.append((0, _v))
-    wr_tags(w, _t, self.unknown_tagged_fields)
+                _write_VoteResponse_TopicData(_o, w, version)
+        _t = None
+        if not ((self.node_endpoints is not None and not self.node_endpoints)):
+            _v = _Writer()
+            _l = self.node_endpoints
+            if _l is None:
+                raise CodecError('non-nullable field VoteResponse.node_endpoints is None at version ' + str(version))
+            else:
+                wr_calen(_v, len(_l))
+                for _o in _l:
+                    _write_VoteResponse_NodeEndpoint(_o, _v, version)
+            if _t is None:
+                _t = []
+            _t.append((0, _v))
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
+        else:
+            wr_tags(w, _t, self.unknown_tagged_fields)
+    else:
+        if not ((self.node_endpoints is not None and not self.node_endpoints)):
+            raise CodecError('VoteResponse.node_endpoints cannot be written at version ' + str(version) + ' (it holds a non-default value)')
+        w += _p_h(self.error_code)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field VoteResponse.topics is None at version ' + str(version))
+        else:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_VoteResponse_TopicData(_o, w, version)
+        _t = None
+        if _t is None and not self.unknown_tagged_fields:
+            w.append(0)
+        else:
+            wr_tags(w, _t, self.unknown_tagged_fields)
 
 
 def _read_VoteResponse_TopicData(buf, pos, version):

@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['WriteTxnMarkersRequest']
@@ -104,149 +105,172 @@ _C_WriteTxnMarkersRequest_WritableTxnMarker_WritableTxnMarkerTopic = WriteTxnMar
 
 def _read_WriteTxnMarkersRequest(buf, pos, version):
     self = _new(_C_WriteTxnMarkersRequest)
-    flexible = version >= 1
-    if flexible:
+    if version >= 1:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field WriteTxnMarkersRequest.markers was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_WriteTxnMarkersRequest_WritableTxnMarker(buf, pos, version)
-            _a(_o)
-        self.markers = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field WriteTxnMarkersRequest.markers was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_WriteTxnMarkersRequest_WritableTxnMarker(buf, pos, version)
+                _a(_o)
+            self.markers = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field WriteTxnMarkersRequest.markers was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_WriteTxnMarkersRequest_WritableTxnMarker(buf, pos, version)
+                _a(_o)
+            self.markers = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_WriteTxnMarkersRequest(self, w, version):
-    flexible = version >= 1
-    _l = self.markers
-    if _l is None:
-        raise CodecError('non-nullable field WriteTxnMarkersRequest.markers is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+    if version >= 1:
+        _l = self.markers
+        if _l is None:
+            raise CodecError('non-nullable field WriteTxnMarkersRequest.markers is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_WriteTxnMarkersRequest_WritableTxnMarker(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_WriteTxnMarkersRequest_WritableTxnMarker(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        _l = self.markers
+        if _l is None:
+            raise CodecError('non-nullable field WriteTxnMarkersRequest.markers is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_WriteTxnMarkersRequest_WritableTxnMarker(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('WriteTxnMarkersRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_WriteTxnMarkersRequest_WritableTxnMarker(buf, pos, version):
     self = _new(_C_WriteTxnMarkersRequest_WritableTxnMarker)
-    flexible = version >= 1
-    self.producer_id, self.producer_epoch, self.transaction_result = _u_qhz(buf, pos)
-    pos += 11
-    if flexible:
+    if version >= 1:
+        self.producer_id, self.producer_epoch, self.transaction_result = _u_qhz(buf, pos)
+        pos += 11
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field WritableTxnMarker.topics was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_WriteTxnMarkersRequest_WritableTxnMarker_WritableTxnMarkerTopic(buf, pos, version)
-            _a(_o)
-        self.topics = _l
-    self.coordinator_epoch, = _u_i(buf, pos)
-    pos += 4
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field WritableTxnMarker.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_WriteTxnMarkersRequest_WritableTxnMarker_WritableTxnMarkerTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.coordinator_epoch, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.producer_id, self.producer_epoch, self.transaction_result = _u_qhz(buf, pos)
+        pos += 11
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field WritableTxnMarker.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_WriteTxnMarkersRequest_WritableTxnMarker_WritableTxnMarkerTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.coordinator_epoch, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_WriteTxnMarkersRequest_WritableTxnMarker(self, w, version):
-    flexible = version >= 1
-    w += _p_qhz(self.producer_id, self.producer_epoch, self.transaction_result)
-    _l = self.topics
-    if _l is None:
-        raise CodecError('non-nullable field WritableTxnMarker.topics is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+    if version >= 1:
+        w += _p_qhz(self.producer_id, self.producer_epoch, self.transaction_result)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field WritableTxnMarker.topics is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_WriteTxnMarkersRequest_WritableTxnMarker_WritableTxnMarkerTopic(_o, w, version)
-    w += _p_i(self.coordinator_epoch)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_WriteTxnMarkersRequest_WritableTxnMarker_WritableTxnMarkerTopic(_o, w, version)
+        w += _p_i(self.coordinator_epoch)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        w += _p_qhz(self.producer_id, self.producer_epoch, self.transaction_result)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field WritableTxnMarker.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_WriteTxnMarkersRequest_WritableTxnMarker_WritableTxnMarkerTopic(_o, w, version)
+        w += _p_i(self.coordinator_epoch)
         if self.unknown_tagged_fields:
             raise CodecError('WritableTxnMarker: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_WriteTxnMarkersRequest_WritableTxnMarker_WritableTxnMarkerTopic(buf, pos, version):
     self = _new(_C_WriteTxnMarkersRequest_WritableTxnMarker_WritableTxnMarkerTopic)
-    flexible = version >= 1
-    if flexible:
+    if version >= 1:
         self.name, pos = rd_cstring(buf, pos)
-    else:
-        self.name, pos = rd_string(buf, pos)
-    if flexible:
-        _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field WritableTxnMarkerTopic.partition_indexes was serialized as null')
-    else:
-        self.partition_indexes, pos = rd_fixed_array(buf, pos, _n, 'i', 4)
-    self.unknown_tagged_fields = None
-    if flexible:
+        self.partition_indexes, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.partition_indexes is None:
+            raise CodecError('non-nullable field WritableTxnMarkerTopic.partition_indexes was serialized as null')
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.name, pos = rd_string(buf, pos)
+        self.partition_indexes, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.partition_indexes is None:
+            raise CodecError('non-nullable field WritableTxnMarkerTopic.partition_indexes was serialized as null')
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_WriteTxnMarkersRequest_WritableTxnMarker_WritableTxnMarkerTopic(self, w, version):
-    flexible = version >= 1
-    if flexible:
+    if version >= 1:
         wr_cstring(w, self.name)
-    else:
-        wr_string(w, self.name)
-    _l = self.partition_indexes
-    if _l is None:
-        raise CodecError('non-nullable field WritableTxnMarkerTopic.partition_indexes is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.partition_indexes
+        if _l is None:
+            raise CodecError('non-nullable field WritableTxnMarkerTopic.partition_indexes is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        wr_fixed_array(w, _l, 'i')
-    if flexible:
+            wr_cfixed_array(w, _l, 'i')
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.name)
+        _l = self.partition_indexes
+        if _l is None:
+            raise CodecError('non-nullable field WritableTxnMarkerTopic.partition_indexes is None at version ' + str(version))
+        else:
+            wr_fixed_array(w, _l, 'i')
         if self.unknown_tagged_fields:
             raise CodecError('WritableTxnMarkerTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
 

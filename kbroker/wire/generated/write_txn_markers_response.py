@@ -7,10 +7,11 @@ from kbroker.wire.errors import CodecError
 from kbroker.wire.primitives import (
     MISSING as _MISSING, Message, Writer as _Writer, ZERO_UUID,
     rd_alen, rd_bytes, rd_calen, rd_cbytes, rd_cnbytes, rd_cnstring, rd_crecords,
-    rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
+    rd_cfixed_array, rd_cstring, rd_fixed_array, rd_nbytes, rd_nstring, rd_records, rd_string,
     rd_tag_header, rd_unknown_tags, rd_uuid, rd_uvarint,
     wr_alen, wr_bytes, wr_calen, wr_cbytes, wr_cnbytes, wr_cnstring, wr_crecords,
-    wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string, wr_tags,
+    wr_cfixed_array, wr_cstring, wr_fixed_array, wr_nbytes, wr_nstring, wr_records, wr_string,
+    wr_tags,
 )
 
 __all__ = ['WriteTxnMarkersResponse']
@@ -116,179 +117,214 @@ _C_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult_
 
 def _read_WriteTxnMarkersResponse(buf, pos, version):
     self = _new(_C_WriteTxnMarkersResponse)
-    flexible = version >= 1
-    if flexible:
+    if version >= 1:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field WriteTxnMarkersResponse.markers was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_WriteTxnMarkersResponse_WritableTxnMarkerResult(buf, pos, version)
-            _a(_o)
-        self.markers = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field WriteTxnMarkersResponse.markers was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_WriteTxnMarkersResponse_WritableTxnMarkerResult(buf, pos, version)
+                _a(_o)
+            self.markers = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field WriteTxnMarkersResponse.markers was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_WriteTxnMarkersResponse_WritableTxnMarkerResult(buf, pos, version)
+                _a(_o)
+            self.markers = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_WriteTxnMarkersResponse(self, w, version):
-    flexible = version >= 1
-    _l = self.markers
-    if _l is None:
-        raise CodecError('non-nullable field WriteTxnMarkersResponse.markers is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+    if version >= 1:
+        _l = self.markers
+        if _l is None:
+            raise CodecError('non-nullable field WriteTxnMarkersResponse.markers is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_WriteTxnMarkersResponse_WritableTxnMarkerResult(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_WriteTxnMarkersResponse_WritableTxnMarkerResult(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        _l = self.markers
+        if _l is None:
+            raise CodecError('non-nullable field WriteTxnMarkersResponse.markers is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_WriteTxnMarkersResponse_WritableTxnMarkerResult(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('WriteTxnMarkersResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_WriteTxnMarkersResponse_WritableTxnMarkerResult(buf, pos, version):
     self = _new(_C_WriteTxnMarkersResponse_WritableTxnMarkerResult)
-    flexible = version >= 1
-    self.producer_id, = _u_q(buf, pos)
-    pos += 8
-    if flexible:
+    if version >= 1:
+        self.producer_id, = _u_q(buf, pos)
+        pos += 8
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field WritableTxnMarkerResult.topics was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult(buf, pos, version)
-            _a(_o)
-        self.topics = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field WritableTxnMarkerResult.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.producer_id, = _u_q(buf, pos)
+        pos += 8
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field WritableTxnMarkerResult.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_WriteTxnMarkersResponse_WritableTxnMarkerResult(self, w, version):
-    flexible = version >= 1
-    w += _p_q(self.producer_id)
-    _l = self.topics
-    if _l is None:
-        raise CodecError('non-nullable field WritableTxnMarkerResult.topics is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+    if version >= 1:
+        w += _p_q(self.producer_id)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field WritableTxnMarkerResult.topics is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        w += _p_q(self.producer_id)
+        _l = self.topics
+        if _l is None:
+            raise CodecError('non-nullable field WritableTxnMarkerResult.topics is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('WritableTxnMarkerResult: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult(buf, pos, version):
     self = _new(_C_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult)
-    flexible = version >= 1
-    if flexible:
+    if version >= 1:
         self.name, pos = rd_cstring(buf, pos)
-    else:
-        self.name, pos = rd_string(buf, pos)
-    if flexible:
         _n, pos = rd_calen(buf, pos)
-    else:
-        _n, pos = rd_alen(buf, pos)
-    if _n < 0:
-        raise CodecError('non-nullable field WritableTxnMarkerTopicResult.partitions was serialized as null')
-    else:
-        _l = []
-        _a = _l.append
-        for _ in range(_n):
-            _o, pos = _read_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult_WritableTxnMarkerPartitionResult(buf, pos, version)
-            _a(_o)
-        self.partitions = _l
-    self.unknown_tagged_fields = None
-    if flexible:
+        if _n < 0:
+            raise CodecError('non-nullable field WritableTxnMarkerTopicResult.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult_WritableTxnMarkerPartitionResult(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.name, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field WritableTxnMarkerTopicResult.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = _read_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult_WritableTxnMarkerPartitionResult(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult(self, w, version):
-    flexible = version >= 1
-    if flexible:
+    if version >= 1:
         wr_cstring(w, self.name)
-    else:
-        wr_string(w, self.name)
-    _l = self.partitions
-    if _l is None:
-        raise CodecError('non-nullable field WritableTxnMarkerTopicResult.partitions is None at version ' + str(version))
-    else:
-        if flexible:
-            wr_calen(w, len(_l))
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field WritableTxnMarkerTopicResult.partitions is None at version ' + str(version))
         else:
-            wr_alen(w, len(_l))
-        for _o in _l:
-            _write_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult_WritableTxnMarkerPartitionResult(_o, w, version)
-    if flexible:
+            wr_calen(w, len(_l))
+            for _o in _l:
+                _write_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult_WritableTxnMarkerPartitionResult(_o, w, version)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        wr_string(w, self.name)
+        _l = self.partitions
+        if _l is None:
+            raise CodecError('non-nullable field WritableTxnMarkerTopicResult.partitions is None at version ' + str(version))
+        else:
+            wr_alen(w, len(_l))
+            for _o in _l:
+                _write_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult_WritableTxnMarkerPartitionResult(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('WritableTxnMarkerTopicResult: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
 def _read_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult_WritableTxnMarkerPartitionResult(buf, pos, version):
     self = _new(_C_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult_WritableTxnMarkerPartitionResult)
-    flexible = version >= 1
-    self.partition_index, self.error_code = _u_ih(buf, pos)
-    pos += 6
-    self.unknown_tagged_fields = None
-    if flexible:
+    if version >= 1:
+        self.partition_index, self.error_code = _u_ih(buf, pos)
+        pos += 6
+        self.unknown_tagged_fields = None
         if buf[pos]:
             self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
         else:
             pos += 1
+    else:
+        self.partition_index, self.error_code = _u_ih(buf, pos)
+        pos += 6
+        self.unknown_tagged_fields = None
     return self, pos
 
 
 def _write_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult_WritableTxnMarkerPartitionResult(self, w, version):
-    flexible = version >= 1
-    w += _p_ih(self.partition_index, self.error_code)
-    if flexible:
+    if version >= 1:
+        w += _p_ih(self.partition_index, self.error_code)
         if self.unknown_tagged_fields:
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
     else:
+        w += _p_ih(self.partition_index, self.error_code)
         if self.unknown_tagged_fields:
             raise CodecError('WritableTxnMarkerPartitionResult: tagged fields set, but version ' + str(version) + ' is not flexible')
 
