@@ -60,7 +60,12 @@ class KafkaPythonDriver:
             c.close()
 
     def describe_configs(self, topic):
-        res = self.admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+        resource = ConfigResource(ConfigResourceType.TOPIC, topic)
+        try:    # kafka-python 3: {type: {name: {key: {...}}}}, only modified keys unless asked
+            res = self.admin.describe_configs([resource], config_filter="all")
+            return {k: c["value"] for k, c in res["topic"][topic].items()}
+        except TypeError:
+            res = self.admin.describe_configs([resource])
         resp = res[0] if isinstance(res, list) else res
         (resource,) = resp.resources
         # (error_code, error_message, resource_type, resource_name, config_entries)
