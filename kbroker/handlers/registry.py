@@ -50,6 +50,12 @@ HANDLER_MODULES: tuple[str, ...] = (
     "describe_configs",
     "alter_configs",
     "incremental_alter_configs",
+    "create_partitions",
+    "describe_topic_partitions",
+    "delete_records",
+    "describe_cluster",
+    "describe_log_dirs",
+    "offset_for_leader_epoch",
 )
 
 
