@@ -26,7 +26,7 @@ def _partition(image, p) -> _Part:
     return _Part(error_code=0, partition_index=p.partition_id,
                  leader_id=p.leader if p.leader in alive else -1, leader_epoch=p.leader_epoch,
                  replica_nodes=list(p.replicas), isr_nodes=list(p.isr),
-                 eligible_leader_replicas=None, last_known_elr=None,
+                 eligible_leader_replicas=[], last_known_elr=[],   # the Java admin client needs lists, not null
                  offline_replicas=[r for r in p.replicas if r not in image.brokers])
 
 
