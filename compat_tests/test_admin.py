@@ -219,3 +219,34 @@ def test_aiokafka_admin(shared_broker):
 
     asyncio.run(asyncio.wait_for(go(), 60))
     _wait_partitions(AdminClient({"bootstrap.servers": shared_broker.bootstrap}), "aio-admin", 2)
+
+
+# -- the Java client (3.9 and 4.x) -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", ["4.3.0", "3.9.0"])
+def test_java_admin(shared_broker, version):
+    if not java_client.available(version):
+        pytest.fail("Java client jars missing: run scripts/fetch-java-clients.sh")
+    from compat_tests.clients.java import JavaDriver
+    topic = f"java-admin-{version.replace('.', '-')}"
+    out = JavaDriver(shared_broker.bootstrap, version).run("admin-suite", topic)
+    lines = {}
+    for line in out.splitlines():
+        f = line.split("\t")
+        lines.setdefault(f[0], []).append(f[1:])
+    parts = lines["partitions"][0]
+    assert parts[:2] == ["4", "1"] and parts[2] != "AAAAAAAAAAAAAAAAAAAAAA"
+    assert lines["shrink"] == [["InvalidPartitionsException"]]
+    cfg = {c[0]: c[1:] for c in lines["config"]}
+    assert cfg["retention.ms"][:3] == ["3600000", "DYNAMIC_TOPIC_CONFIG", "LONG"]
+    assert cfg["retention.ms"][3].startswith("retention.ms=3600000:DYNAMIC_TOPIC_CONFIG,log.retention.hours=168:DEFAULT_CONFIG")
+    assert cfg["cleanup.policy"][:3] == ["delete,compact", "DYNAMIC_TOPIC_CONFIG", "LIST"]
+    assert cfg["segment.bytes"][:3] == ["1073741824", "DEFAULT_CONFIG", "INT"]
+    assert lines["badconfig"] == [["InvalidConfigurationException"]]
+    assert lines["broker"] == [["1", "DEFAULT_CONFIG", "true"]]
+    assert lines["deleted"] == [["4", "4"]]
+    assert lines["beyond"] == [["OffsetOutOfRangeException"]]
+    assert lines["cluster"][0][1:] == ["1", "1"]
+    assert lines["logdir"][0][1] == "true" and int(lines["logdir"][0][0]) > 0
+    assert lines["seek"] == [["6"]]

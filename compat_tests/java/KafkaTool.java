@@ -46,6 +46,7 @@ public class KafkaTool {
             case "describe-configs" -> describeConfigs(bootstrap, rest);
             case "alter-config" -> alterConfig(bootstrap, rest);
             case "latest-offsets" -> latestOffsets(bootstrap, rest);
+            case "admin-suite" -> AdminSuite.run(bootstrap, rest[0]);
             default -> throw new IllegalArgumentException("unknown command " + cmd);
         }
     }
@@ -183,6 +184,91 @@ public class KafkaTool {
             for (var e : new TreeMap<Integer, Long>(res.entrySet().stream().collect(
                     java.util.stream.Collectors.toMap(x -> x.getKey().partition(), x -> x.getValue().offset()))).entrySet())
                 System.out.println(e.getKey() + "\t" + e.getValue());
+        }
+    }
+}
+
+// admin-suite TOPIC : the admin APIs of issue 4 in one JVM, one "key \t value..." line per check
+class AdminSuite {
+    static void out(Object... f) {
+        StringBuilder b = new StringBuilder();
+        for (Object x : f) { if (b.length() > 0) b.append('\t'); b.append(x); }
+        System.out.println(b);
+    }
+
+    static String errorName(Exception e) {
+        Throwable c = e instanceof ExecutionException ? e.getCause() : e;
+        return c.getClass().getSimpleName();
+    }
+
+    static void run(String bootstrap, String topic) throws Exception {
+        try (Admin admin = KafkaTool.admin(bootstrap)) {
+            admin.createTopics(List.of(new NewTopic(topic, 2, (short) 1))).all().get(30, TimeUnit.SECONDS);
+            admin.createPartitions(Map.of(topic, NewPartitions.increaseTo(4))).all().get(30, TimeUnit.SECONDS);
+            TopicDescription d = admin.describeTopics(List.of(topic)).allTopicNames().get(30, TimeUnit.SECONDS).get(topic);
+            out("partitions", d.partitions().size(), d.partitions().get(3).leader().id(), d.topicId());
+            try {
+                admin.createPartitions(Map.of(topic, NewPartitions.increaseTo(3))).all().get(30, TimeUnit.SECONDS);
+                out("shrink", "accepted");
+            } catch (ExecutionException e) { out("shrink", errorName(e)); }
+
+            ConfigResource r = new ConfigResource(ConfigResource.Type.TOPIC, topic);
+            admin.incrementalAlterConfigs(Map.of(r, List.of(
+                new AlterConfigOp(new ConfigEntry("retention.ms", "3600000"), AlterConfigOp.OpType.SET),
+                new AlterConfigOp(new ConfigEntry("cleanup.policy", "compact"), AlterConfigOp.OpType.APPEND))))
+                .all().get(30, TimeUnit.SECONDS);
+            Config cfg = admin.describeConfigs(List.of(r), new DescribeConfigsOptions().includeSynonyms(true)
+                .includeDocumentation(true)).all().get(30, TimeUnit.SECONDS).get(r);
+            for (String n : List.of("retention.ms", "cleanup.policy", "segment.bytes")) {
+                ConfigEntry e = cfg.get(n);
+                StringBuilder syn = new StringBuilder();
+                for (ConfigEntry.ConfigSynonym s : e.synonyms())
+                    syn.append(s.name()).append('=').append(s.value()).append(':').append(s.source()).append(',');
+                out("config", n, e.value(), e.source(), e.type(), syn);
+            }
+            try {
+                admin.incrementalAlterConfigs(Map.of(r, List.of(new AlterConfigOp(
+                    new ConfigEntry("retention.ms", "soon"), AlterConfigOp.OpType.SET)))).all().get(30, TimeUnit.SECONDS);
+                out("badconfig", "accepted");
+            } catch (ExecutionException e) { out("badconfig", errorName(e)); }
+            ConfigResource b = new ConfigResource(ConfigResource.Type.BROKER, "1");
+            ConfigEntry nparts = admin.describeConfigs(List.of(b)).all().get(30, TimeUnit.SECONDS).get(b).get("num.partitions");
+            out("broker", nparts.value(), nparts.source(), nparts.isReadOnly());
+
+            Properties pp = KafkaTool.props(bootstrap, new String[0]);
+            try (Producer<byte[], byte[]> p = new KafkaProducer<>(pp, new ByteArraySerializer(), new ByteArraySerializer())) {
+                for (int i = 0; i < 10; i++) p.send(new ProducerRecord<>(topic, 0, null, ("v" + i).getBytes()));
+                p.flush();
+            }
+            TopicPartition tp0 = new TopicPartition(topic, 0);
+            long low = admin.deleteRecords(Map.of(tp0, RecordsToDelete.beforeOffset(4))).lowWatermarks().get(tp0)
+                .get(30, TimeUnit.SECONDS).lowWatermark();
+            long earliest = admin.listOffsets(Map.of(tp0, OffsetSpec.earliest())).all().get(30, TimeUnit.SECONDS).get(tp0).offset();
+            out("deleted", low, earliest);
+            try {
+                admin.deleteRecords(Map.of(tp0, RecordsToDelete.beforeOffset(99))).all().get(30, TimeUnit.SECONDS);
+                out("beyond", "accepted");
+            } catch (ExecutionException e) { out("beyond", errorName(e)); }
+
+            DescribeClusterResult c = admin.describeCluster();
+            out("cluster", c.clusterId().get(), c.controller().get().id(), c.nodes().get().size());
+            var dirs = admin.describeLogDirs(List.of(1)).allDescriptions().get(30, TimeUnit.SECONDS).get(1);
+            for (var e : dirs.entrySet()) {
+                var ri = e.getValue().replicaInfos().get(tp0);
+                out("logdir", ri == null ? -1 : ri.size(), e.getValue().totalBytes().isPresent());
+            }
+
+            // seek with a leader epoch: the consumer validates the position with OffsetsForLeaderEpoch
+            Properties cp = KafkaTool.props(bootstrap, new String[0]);
+            cp.put("enable.auto.commit", "false");
+            try (Consumer<byte[], byte[]> con = new KafkaConsumer<>(cp, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
+                con.assign(List.of(tp0));
+                con.seek(tp0, new OffsetAndMetadata(6, Optional.of(0), ""));
+                long first = -1, deadline = System.currentTimeMillis() + 30_000;
+                while (first < 0 && System.currentTimeMillis() < deadline)
+                    for (ConsumerRecord<byte[], byte[]> rec : con.poll(Duration.ofMillis(500))) { if (first < 0) first = rec.offset(); }
+                out("seek", first);
+            }
         }
     }
 }
