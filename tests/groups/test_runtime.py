@@ -1,0 +1,102 @@
+"""GroupCoordinatorRuntime over a fake broker: replies leave only after the records are
+appended, timers fire from the asyncio loop, and a new runtime rebuilds from the log."""
+import asyncio
+import uuid
+from types import SimpleNamespace
+
+from kbroker.groups import errors as E
+from kbroker.groups.classic.messages import JoinRequest, SyncRequest
+from kbroker.groups.config import GroupConfig
+from kbroker.groups.offsets import CommitPartition
+from kbroker.groups.partitioning import OFFSETS_TOPIC
+from kbroker.groups.runtime import GroupCoordinatorRuntime
+from kbroker.groups.shard import OffsetCommitRequest
+from kbroker.wire.records import RecordBatch
+
+N = 3
+
+
+class FakeLog:
+    def __init__(self):
+        self.buffers = []
+
+    def batches(self):
+        offset = 0
+        for buf in self.buffers:
+            b = RecordBatch(bytearray(buf))
+            b.base_offset = offset
+            offset = b.next_offset
+            yield b
+
+
+class FakeReplicas:
+    def __init__(self):
+        self.parts = {p: SimpleNamespace(log=FakeLog()) for p in range(N)}
+
+    def get(self, topic, p):
+        return self.parts.get(p) if topic == OFFSETS_TOPIC else None
+
+    def append(self, part, buf, now_ms, origin="client"):
+        part.log.buffers.append(bytes(buf))
+        return SimpleNamespace(error=0, message=None)
+
+
+def fake_broker(replicas=None):
+    state = {p: SimpleNamespace(leader=1) for p in range(N)}
+    topic = SimpleNamespace(name=OFFSETS_TOPIC, topic_id=uuid.uuid4(), partitions=state)
+    image = SimpleNamespace(topic=lambda name: topic if name == OFFSETS_TOPIC else None,
+                            topics_by_name={OFFSETS_TOPIC: topic}, topics_by_id={}, offset=1,
+                            live_brokers=lambda: [1])
+    return SimpleNamespace(image=image, node_id=1, replicas=replicas or FakeReplicas(), controller=None,
+                           config={})
+
+
+def test_join_sync_commit_then_reload():
+    async def scenario():
+        broker = fake_broker()
+        clock = [1_000]
+        rt = GroupCoordinatorRuntime(broker, GroupConfig(num_partitions=N, initial_rebalance_delay_ms=0),
+                                     lambda: clock[0])
+        rt.start()
+        jr = JoinRequest("g", "", "consumer", [("range", b"sub")], 10_000, 10_000, client_id="c", version=3)
+        r = await asyncio.wait_for(rt.run_parked("g", lambda s, t, now: s.join_group(jr, t, now)), 5)
+        assert r.error == E.NONE and r.generation_id == 1
+        sr = SyncRequest("g", 1, r.member_id, {r.member_id: b"assigned"})
+        s = await rt.run_parked("g", lambda sh, t, now: sh.sync_group(sr, t, now))
+        assert s.assignment == b"assigned"
+        oc = OffsetCommitRequest("g", [("t", [CommitPartition(0, 42, -1, "meta")])], 1, r.member_id, version=8)
+        assert await rt.run("g", lambda sh, now: sh.commit_offsets(oc, now)) == [("t", [(0, E.NONE)])]
+        part = broker.replicas.get(OFFSETS_TOPIC, rt.partition_for("g"))
+        assert len(part.log.buffers) == 2          # the assignment (at sync) and the commit
+        await rt.shutdown()
+
+        rt2 = GroupCoordinatorRuntime(fake_broker(broker.replicas), GroupConfig(num_partitions=N), lambda: clock[0])
+        rt2.start()
+        shard = rt2.shard_for("g")
+        g = shard.classic_group("g")
+        assert g.generation == 1 and g.members[r.member_id].assignment == b"assigned"
+        err, rows = shard.fetch_offsets("g", [("t", [0])])
+        assert rows[0][1][0].offset == 42 and rows[0][1][0].metadata == "meta"
+        await rt2.shutdown()
+    asyncio.run(scenario())
+
+
+def test_session_timeout_fires_from_the_loop():
+    async def scenario():
+        broker = fake_broker()
+        clock = [1_000]
+        rt = GroupCoordinatorRuntime(broker, GroupConfig(num_partitions=N, initial_rebalance_delay_ms=0,
+                                                         min_session_timeout_ms=10), lambda: clock[0])
+        rt.start()
+        jr = JoinRequest("g", "", "consumer", [("range", b"")], 50, 50, version=3)
+        r = await rt.run_parked("g", lambda s, t, now: s.join_group(jr, t, now))
+        await rt.run_parked("g", lambda sh, t, now: sh.sync_group(SyncRequest("g", 1, r.member_id, {}), t, now))
+        clock[0] += 100
+        rt._wake.set()
+        for _ in range(50):
+            await asyncio.sleep(0.01)
+            if not rt.shard_for("g").classic_group("g").members:
+                break
+        assert not rt.shard_for("g").classic_group("g").members
+        await rt.shutdown()
+    asyncio.run(scenario())
