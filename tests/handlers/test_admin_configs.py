@@ -235,3 +235,59 @@ def test_broker_dynamic_configs(admin):
     assert admin.server.replicas.get("t", 0).log.config.retention_ms == 7200000
     assert incremental(admin, BROKER, "1", [("log.cleanup.policy", APPEND, "compact")]).error_code == 0
     assert configs(describe(admin, BROKER, "1"))["log.cleanup.policy"].value == "delete,compact"
+
+
+def test_catalog_covers_every_topic_config():
+    from kbroker.broker.config_catalog import TOPIC_CONFIGS, TOPIC_SYNONYMS
+    from kbroker.kraft.controller import EXTRA_TOPIC_CONFIGS
+    from kbroker.log.config import LogConfig
+    assert set(TOPIC_CONFIGS) == set(LogConfig.names()) | EXTRA_TOPIC_CONFIGS
+    assert set(TOPIC_SYNONYMS) <= set(TOPIC_CONFIGS)
+
+
+def test_changes_survive_restart(tmp_path):
+    """Topic and dynamic broker configs, new partitions and a moved log start offset are all
+    in the metadata log / checkpoints: a restarted broker comes back with them."""
+    import asyncio
+    from kbroker.clock import FakeClock
+    from kbroker.config import BrokerConfig
+    from kbroker.server import KafkaServer
+    from kbroker.wire.generated.create_partitions_request import CreatePartitionsRequest
+    from kbroker.wire.generated.delete_records_request import DeleteRecordsRequest
+
+    def start():
+        loop = asyncio.new_event_loop()
+        cfg = BrokerConfig.load(None, [f"log.dirs={tmp_path}", "listeners=PLAINTEXT://127.0.0.1:9092"])
+        server = KafkaServer(cfg, FakeClock())
+        loop.run_until_complete(server.start(listen=False))
+        server.api_specs.update(registry.load(ADMIN_MODULES + ("create_partitions", "delete_records")))
+        return loop, server, type("H", (), {"server": server, "call": lambda self, *a: _call(server, loop, *a)})()
+
+    loop, server, h = start()
+    create(h, "t")
+    assert incremental(h, TOPIC, "t", [("max.message.bytes", SET, "5000")]).error_code == 0
+    assert incremental(h, BROKER, "", [("log.retention.ms", SET, "7200000")]).error_code == 0
+    P = CreatePartitionsRequest.CreatePartitionsTopic
+    assert h.call(37, 3, CreatePartitionsRequest(topics=[P(name="t", count=2, assignments=None)])).results[0].error_code == 0
+    b = BatchBuilder()
+    for i in range(5):
+        b.append(key=None, value=b"v", timestamp=1_700_000_000_000)
+    T = ProduceRequest.TopicProduceData
+    h.call(0, 9, ProduceRequest(acks=-1, timeout_ms=1000, topic_data=[
+        T(name="t", partition_data=[T.PartitionProduceData(index=1, records=b.build())])]))
+    D = DeleteRecordsRequest.DeleteRecordsTopic
+    h.call(21, 2, DeleteRecordsRequest(topics=[D(name="t", partitions=[D.DeleteRecordsPartition(partition_index=1, offset=3)])]))
+    loop.run_until_complete(server.shutdown())
+    loop.close()
+
+    loop, server, h = start()
+    try:
+        c = configs(describe(h, TOPIC, "t"))
+        assert c["max.message.bytes"].value == "5000" and c["retention.ms"].value == "7200000"
+        assert c["retention.ms"].config_source == DYNAMIC_DEFAULT
+        p1 = server.replicas.get("t", 1)
+        assert p1 is not None and p1.log.config.retention_ms == 7200000 and p1.log.config.max_message_bytes == 5000
+        assert (p1.log.log_start_offset, p1.log.log_end_offset) == (3, 5)
+    finally:
+        loop.run_until_complete(server.shutdown())
+        loop.close()

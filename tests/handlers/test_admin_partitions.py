@@ -93,6 +93,7 @@ def test_describe_topic_partitions_pages(admin):
     assert r.topics[0].topic_id == a.topic_id and r.next_cursor is None
     p = r.topics[0].partitions[0]
     assert (p.leader_id, p.leader_epoch, p.replica_nodes, p.isr_nodes, p.offline_replicas) == (1, 0, [1], [1], [])
+    assert p.eligible_leader_replicas == [] and p.last_known_elr == []   # Java's admin client needs lists
     r = describe_partitions(admin, [], limit=2)
     assert [(t.name, [p.partition_index for p in t.partitions]) for t in r.topics] == [("a", [0, 1])]
     assert (r.next_cursor.topic_name, r.next_cursor.partition_index) == ("a", 2)
