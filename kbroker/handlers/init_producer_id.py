@@ -1,6 +1,5 @@
-"""InitProducerId (22), versions 0-5, for idempotent producers (no transactional id yet:
-a transactional id is answered with TRANSACTIONAL_ID_NOT_FOUND... until the transaction
-coordinator lands it is rejected as COORDINATOR_NOT_AVAILABLE).
+"""InitProducerId (22), versions 0-5, for idempotent producers. A transactional id is
+answered with COORDINATOR_NOT_AVAILABLE until the transaction coordinator lands.
 
 Producer ids come in blocks from the controller (ProducerIdsRecord in the metadata log), so
 ids are never reused across restarts."""
@@ -35,10 +34,6 @@ async def _init_transactional(ctx, req):
 async def _init(ctx, req):
     if req.transactional_id is not None:
         return await _init_transactional(ctx, req)
-    if req.producer_id != -1 and ctx.api_version >= 3:
-        # KIP-360: an idempotent producer bumping its epoch after an error. Without a
-        # transactional id there is no state to fence: hand out a new id.
-        pass
     pid = await ctx.broker.producer_ids.next_id()
     return InitProducerIdResponse(error_code=0, producer_id=pid, producer_epoch=0)
 
