@@ -330,3 +330,39 @@ def test_admin_client_lists_describes_and_refuses_deleting_active_group(gbroker)
     assert "NON_EMPTY_GROUP" in str(e.value) or "not empty" in str(e.value).lower()
     c.close()
     admin.delete_consumer_groups([group])[group].result(20)
+
+
+def test_static_member_restart_keeps_assignment_without_rebalance(gbroker):
+    from kbroker.groups.admin_client import AdminClient as KAdmin
+    bs = gbroker.bootstrap
+    topic, group = unique("static"), unique("g")
+    create_topic(bs, topic, 2)
+    revoked = []
+    a = consumer(bs, group, **{"group.instance.id": "i-1"})
+    a.subscribe([topic], on_revoke=lambda c, parts: revoked.append([p.partition for p in parts]))
+    b = consumer(bs, group, **{"group.instance.id": "i-2"})
+    b.subscribe([topic])
+    seen: dict = {}
+    deadline = time.monotonic() + 30
+    while sorted(len(partitions_of(c)) for c in (a, b)) != [1, 1]:
+        assert time.monotonic() < deadline
+        poll_round([a, b], seen)
+    b_parts = partitions_of(b)
+    with KAdmin(bs) as k:
+        before = {m.group_instance_id: m.member_id for m in k.describe_group(group).members}
+    revoked.clear()
+    b.close()                 # a static member leaves no LeaveGroup behind (KIP-345)
+    b2 = consumer(bs, group, **{"group.instance.id": "i-2"})
+    b2.subscribe([topic])
+    deadline = time.monotonic() + 20
+    while partitions_of(b2) != b_parts:
+        assert time.monotonic() < deadline
+        poll_round([a, b2], seen)
+    for _ in range(10):
+        poll_round([a, b2], seen)
+    with KAdmin(bs) as k:
+        after = {m.group_instance_id: m.member_id for m in k.describe_group(group).members}
+    assert set(after) == {"i-1", "i-2"} and after["i-1"] == before["i-1"] and after["i-2"] != before["i-2"]
+    assert revoked == []      # i-1 never went through a rebalance
+    a.close()
+    b2.close()
