@@ -81,8 +81,9 @@ class _Index:
         return self._capacity // self.entry_size
 
     def is_full(self) -> bool:
-        self._load()
-        return self._entries >= self._capacity // self.entry_size
+        if not self._loaded:
+            self._load()
+        return self._entries * self.entry_size >= self._capacity
 
     def resize(self, new_size: int) -> None:
         self._load()
@@ -108,8 +109,12 @@ class _Index:
         self._writable = False
 
     def flush(self) -> None:
-        if self._mm is not None:
-            self._mm.flush()
+        if self._fd >= 0:
+            os.fsync(self._fd)  # writes the mapping's dirty pages too (shared mapping)
+
+    @property
+    def fd(self) -> int:
+        return self._fd
 
     def close(self) -> None:
         if self._mm is not None:
@@ -197,14 +202,16 @@ class OffsetIndex(_Index):
         return self.entry(slot)
 
     def append(self, offset: int, position: int) -> bool:
-        self._load()
-        if self._entries and offset <= self.last_offset:
-            return False  # Kafka only appends increasing offsets
-        if self._entries >= self._capacity // 8:
-            return False
+        if not self._loaded:
+            self._load()
+        n = self._entries
         rel = offset - self.base_offset
-        _OFF.pack_into(self._mm, self._entries * 8, rel, position)  # type: ignore[arg-type]
-        self._entries += 1
+        if n and rel <= _OFF.unpack_from(self._mm, (n - 1) * 8)[0]:  # type: ignore[arg-type]
+            return False  # Kafka only appends increasing offsets
+        if (n + 1) * 8 > self._capacity:
+            return False
+        _OFF.pack_into(self._mm, n * 8, rel, position)  # type: ignore[arg-type]
+        self._entries = n + 1
         return True
 
     def truncate_to(self, offset: int) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import errno
 import logging
 import os
 from dataclasses import dataclass, field
@@ -176,6 +177,7 @@ class PartitionLog:
         self._sync_waiters: list[tuple[int, asyncio.Future]] = []
         self._sync_task: asyncio.Task | None = None
         self.sync_rounds = 0  # fsync batches run by sync() (group commit)
+        self._durable_offset = 0  # below it, the log data is fsynced (group commit)
         self.closed = False
         self.recovery: RecoveryReport = RecoveryReport(clean_shutdown=True)
         self.leader_epoch_cache = LeaderEpochCache(None)
@@ -293,8 +295,7 @@ class PartitionLog:
                 report.recovered_segments += 1
                 report.segment_reports.append(r)
                 if j != len(self._segments) - 1:
-                    seg.offset_index.trim_to_valid_size()
-                    seg.time_index.trim_to_valid_size()
+                    seg.on_become_inactive()  # final time index entry, trimmed indexes
                 if r.truncated_bytes:
                     report.dropped_bytes += r.truncated_bytes
                     if r.zero_tail:
@@ -760,6 +761,7 @@ class PartitionLog:
 
     def _after_truncate(self) -> None:
         self._fail_sync_waiters(self._leo)
+        self._durable_offset = min(self._durable_offset, self._leo)
         self._recovery_point = min(self._recovery_point, self._leo)
         self._high_watermark = min(self._high_watermark, self._leo)
         self._log_start_offset = min(self._log_start_offset, self._leo)
@@ -779,6 +781,7 @@ class PartitionLog:
         self._leo = offset
         self._log_start_offset = offset
         self._recovery_point = offset
+        self._durable_offset = offset
         self._high_watermark = offset
         self.leader_epoch_cache.clear()
         self.first_dirty_offset = None
@@ -973,7 +976,7 @@ class PartitionLog:
         thread), new appends queue up and the next fsync covers all of them."""
         self._check_open()
         target = self._leo if offset is None else offset
-        if target <= self._recovery_point:
+        if target <= max(self._recovery_point, self._durable_offset):
             return
         loop = asyncio.get_running_loop()
         fut: asyncio.Future = loop.create_future()
@@ -985,8 +988,12 @@ class PartitionLog:
     async def _sync_loop(self) -> None:
         while self._sync_waiters:
             upto = self._leo
+            active = self._segments[-1]
             segs = [s for s in self._segments_from(self._recovery_point) if s.base_offset < upto]
-            jobs = [(s.handle, None if s.active else s) for s in segs]
+            # log data of every segment; indexes of the closed ones (the active segment's
+            # are rebuilt by recovery, so the recovery point stops at its base)
+            jobs = [(fd, fd == s.handle.fd and s is active)
+                    for s in segs for fd in s.sync_fds(with_indexes=s is not active)]
             try:
                 await asyncio.to_thread(_fsync_jobs, jobs)
             except Exception as e:  # pragma: no cover - disk failure
@@ -996,8 +1003,11 @@ class PartitionLog:
                         f.set_exception(KafkaStorageError(f"fsync failed: {e}"))
                 return
             self.sync_rounds += 1
-            self._mark_flushed(min(upto, self._leo), None)
-            rp = self._recovery_point
+            self._durable_offset = max(self._durable_offset, min(upto, self._leo))
+            self._mark_flushed(min(upto, active.base_offset, self._leo), None)
+            if upto >= self._leo:
+                self._unflushed_messages = 0
+            rp = max(self._durable_offset, self._recovery_point)
             still = []
             for t, f in self._sync_waiters:
                 if f.done():
@@ -1069,11 +1079,15 @@ def _as_bytes_view(buf) -> memoryview:
 
 
 def _fsync_jobs(jobs) -> None:
-    for handle, seg in jobs:
-        if seg is not None:
-            seg.flush()
-        elif handle.fd >= 0:
-            os.fdatasync(handle.fd)
+    for fd, data_only in jobs:
+        try:
+            if data_only:
+                os.fdatasync(fd)
+            else:
+                os.fsync(fd)
+        except OSError as e:
+            if e.errno != errno.EBADF:  # closed meanwhile (deleted segment): nothing to do
+                raise
 
 
 def _unlink(path: str) -> None:

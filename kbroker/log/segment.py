@@ -531,8 +531,7 @@ class LogSegment:
         active = self.active
         r = self.recover(max_batch_size=1 << 62)
         if not active:
-            self.offset_index.trim_to_valid_size()
-            self.time_index.trim_to_valid_size()
+            self.on_become_inactive()
         return r
 
     # -- truncation ---------------------------------------------------------------------
@@ -609,6 +608,13 @@ class LogSegment:
             os.fsync(fd)
         self.offset_index.flush()
         self.time_index.flush()
+
+    def sync_fds(self, with_indexes: bool) -> list[int]:
+        """Descriptors to fsync from another thread (group commit)."""
+        fds = [self.handle.fd]
+        if with_indexes:
+            fds += [self.offset_index.fd, self.time_index.fd]
+        return [fd for fd in fds if fd >= 0]
 
     def close(self) -> None:
         """Clean close: trims like a roll (the time index keeps its final entry)."""

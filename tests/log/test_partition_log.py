@@ -579,6 +579,8 @@ def test_flush_and_group_commit(tmp_path, monkeypatch):
 
     res = asyncio.run(main())
     assert sorted(res) == list(range(2, 52))
+    assert log.recovery_point == 0  # the active segment is always re-scanned by recovery
+    log.flush()
     assert log.recovery_point == 52
     assert 1 <= log.sync_rounds <= 3 and len(syncs) == log.sync_rounds
 
