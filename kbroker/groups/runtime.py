@@ -36,6 +36,7 @@ class GroupCoordinatorRuntime:
         self.shards: dict[int, GroupShard] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._stopped = False
         self._creating: asyncio.Future | None = None
         self._topics_cache: tuple[int, dict] = (-2, {})
 
@@ -53,6 +54,8 @@ class GroupCoordinatorRuntime:
         self._task = asyncio.get_running_loop().create_task(self._timer_loop(), name="group-coordinator-timers")
 
     async def shutdown(self) -> None:
+        self._stopped = True
+        self._wake.set()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -209,15 +212,20 @@ class GroupCoordinatorRuntime:
                       OFFSETS_TOPIC, shard.partition, result.error, result.message)
 
     async def _timer_loop(self) -> None:
-        while True:
+        while not self._stopped:
             deadlines = [d for d in (s.next_deadline() for s in self.shards.values()) if d is not None]
             now = self.now_ms()
             timeout = None if not deadlines else max(0.0, (min(deadlines) - now) / 1000.0)
             if timeout is None or timeout > 0:
+                # asyncio.wait, not wait_for: 3.11's wait_for can swallow a cancel that
+                # races with the event being set, and shutdown would then wait forever.
+                waiter = asyncio.ensure_future(self._wake.wait())
                 try:
-                    await asyncio.wait_for(self._wake.wait(), timeout)
-                except asyncio.TimeoutError:
-                    pass
+                    await asyncio.wait([waiter], timeout=timeout)
+                finally:
+                    waiter.cancel()
+            if self._stopped:
+                return
             self._wake.clear()
             now = self.now_ms()
             for shard in list(self.shards.values()):
