@@ -17,3 +17,19 @@ def shared_broker(tmp_path_factory):
     b = BrokerProcess(tmp_path_factory.mktemp("broker")).start()
     yield b
     b.stop()
+
+
+# The compatibility matrix (compat_tests/matrix.py): record every compat test's outcome.
+from compat_tests.matrix import MatrixRecorder  # noqa: E402
+from compat_tests.brokers import DEPS  # noqa: E402
+
+_matrix = MatrixRecorder()
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" or (report.when == "setup" and report.failed):
+        _matrix.record(report.nodeid, report.passed)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    _matrix.write(DEPS / "compat-matrix.md")
