@@ -9,6 +9,7 @@ committed when it returns.
 from __future__ import annotations
 
 from kbroker.net.connection import CloseConnection
+from kbroker.txn.verification import verify_produce
 from kbroker.wire.errors import Errors
 from kbroker.wire.generated.produce_response import ProduceResponse
 
@@ -27,6 +28,7 @@ def handle(ctx, req):
     bad_acks = acks not in (0, 1, -1)
     responses = []
     failed = False
+    txn_rt = getattr(ctx.broker, "txn_coordinator", None)
     for td in req.topic_data:
         parts = replicas.topics.get(td.name)
         out = []
@@ -47,6 +49,13 @@ def handle(ctx, req):
                                  log_start_offset=part.log.log_start_offset,
                                  error_message="produce request has no record batch"))
                 failed = True
+                continue
+            # KIP-890: a transaction's first batch here must be in a partition it added
+            txn_err = verify_produce(txn_rt, req.transactional_id, part, records)
+            if txn_err:
+                failed = True
+                out.append(_Part(index=pd.index, error_code=txn_err, base_offset=-1,
+                                 log_start_offset=part.log.log_start_offset))
                 continue
             # One copy of the records into a writable buffer: the log rewrites base offsets
             # (and, for LogAppendTime, timestamps + CRC) in place before its single pwrite.
