@@ -58,7 +58,8 @@ async def _handle(ctx, req):
             groups = coordinator(ctx)
             shard = groups.shard_for(req.group_id)
             code, parts = append_transactional_offsets(
-                ctx.broker, shard, oc, req.producer_id, req.producer_epoch, ctx.now_ms)
+                ctx.broker, shard, oc, req.producer_id, req.producer_epoch, ctx.now_ms,
+                transactional_id=req.transactional_id)
         except CoordinatorError as e:
             fail_all(e.code)
         else:

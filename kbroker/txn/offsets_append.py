@@ -19,12 +19,21 @@ log = logging.getLogger("kbroker.txn")
 
 
 def append_transactional_offsets(broker, shard, commit_req, producer_id: int,
-                                 producer_epoch: int, now_ms: int):
-    """(error, [(topic, [(partition, error)])]). ``commit_req``: a groups OffsetCommitRequest."""
+                                 producer_epoch: int, now_ms: int,
+                                 transactional_id: str | None = None):
+    """(error, [(topic, [(partition, error)])]). ``commit_req``: a groups OffsetCommitRequest.
+
+    With ``transactional_id`` the group's __consumer_offsets partition must be part of the
+    producer's transaction (AddOffsetsToTxn, KIP-890 part 1), else INVALID_TXN_STATE."""
     from kbroker.groups import record_codec
     from kbroker.groups.runtime import CoordinatorError
     from kbroker.wire.records import BatchBuilder, RecordBatch
 
+    if transactional_id is not None:
+        err = verify_offsets_partition(broker, shard.partition, transactional_id, producer_id,
+                                       producer_epoch)
+        if err:
+            return err, []
     res = Result()
     try:
         shard._validate_commit(commit_req, now_ms, res)
@@ -59,6 +68,26 @@ def append_transactional_offsets(broker, shard, commit_req, producer_id: int,
         for rec in records:
             shard.replay(rec, producer_id=producer_id)
     return E.NONE, answer
+
+
+def verify_offsets_partition(broker, partition: int, transactional_id: str, producer_id: int,
+                             producer_epoch: int) -> int:
+    """KIP-890 part 1 for TxnOffsetCommit: the first offsets of a transaction on this
+    __consumer_offsets partition need the partition in the transaction."""
+    from kbroker.txn.verification import coordinator_verdict, in_transaction_on
+
+    part = broker.replicas.get(OFFSETS_TOPIC, partition)
+    if part is not None and in_transaction_on(part.producer_state, producer_id, producer_epoch):
+        return E.NONE
+    code = coordinator_verdict(getattr(broker, "txn_coordinator", None), transactional_id,
+                               producer_id, producer_epoch, OFFSETS_TOPIC, partition)
+    if code == E.TRANSACTION_ABORTABLE:
+        return E.INVALID_TXN_STATE
+    if code == E.PRODUCER_FENCED:
+        return E.INVALID_PRODUCER_EPOCH
+    if code in (E.CONCURRENT_TRANSACTIONS, E.COORDINATOR_LOAD_IN_PROGRESS):
+        return E.COORDINATOR_LOAD_IN_PROGRESS
+    return code
 
 
 def complete_offsets_transaction(broker, partition: int, producer_id: int, commit: bool) -> None:
