@@ -416,10 +416,6 @@ class LogSegment:
             self._rolling_ts = ts if ts >= 0 else None
             self._rolling_ts_known = True
 
-    def append_from_file(self, src: "LogSegment", position: int, size: int,
-                         batches: list, largest_offset: int) -> None:  # pragma: no cover
-        raise NotImplementedError
-
     # -- recovery -----------------------------------------------------------------------
     def recover(self, max_batch_size: int, limit_offset: int | None = None) -> SegmentRecovery:
         """Re-scan the whole file: validate every batch (framing, magic, CRC, offsets),

@@ -21,6 +21,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from kbroker.log.cleaner import LogCleaner
 from kbroker.log.config import LogConfig
 from kbroker.log.errors import RecordBatchTooLargeError
 from kbroker.log.partition_log import PartitionLog
@@ -81,6 +82,7 @@ class LogMachine(RuleBasedStateMachine):
         self.model = Model()
         self.ts = 1000
         self.now = 10_000
+        self.compacted = False
 
     def teardown(self) -> None:
         try:
@@ -118,8 +120,11 @@ class LogMachine(RuleBasedStateMachine):
         target = data.draw(st.integers(m.log_start, m.leo), label="truncate_to")
         self.log.truncate_to(target)
         kept = [b for b in m.batches if RecordBatch(b).last_offset < target]
-        if kept:
+        if kept and not self.compacted:
             assert self.log.log_end_offset == RecordBatch(kept[-1]).next_offset
+        elif kept:
+            # compaction gaps: the end lands between the last kept batch and the target
+            assert RecordBatch(kept[-1]).next_offset <= self.log.log_end_offset <= target
         else:
             # nothing of the model left: the log is empty from wherever its segment starts
             assert self.log.log_end_offset <= max(target, m.log_start)
@@ -226,6 +231,41 @@ class LogMachine(RuleBasedStateMachine):
         assert got == m.expected_read(m.log_start, 1 << 30, m.leo)
 
 
+class LogMachineCompacted(LogMachine):
+    """cleanup.policy=compact,delete: compaction passes interleaved with everything else."""
+
+    props = dict(CONFIG, **{"cleanup.policy": "compact,delete",
+                            "min.cleanable.dirty.ratio": "0.0"})
+
+    @rule()
+    def compact(self):
+        before = {}
+        for b in self.model.batches:
+            for r in RecordBatch(b).records():
+                before[r.offset] = (r.key, r.value)
+        LogCleaner().clean(self.log, self.now)
+        self.compacted = True
+        end = self.log.first_dirty_offset or 0
+        after = {}
+        batches = []
+        for b in self.log.batches(self.log.log_start_offset):
+            assert b.verify_crc()
+            batches.append(bytes(b.buffer()))
+            for r in b.records():
+                after[r.offset] = (r.key, r.value)
+        for off, kv in after.items():
+            assert before[off] == kv  # offsets and content preserved
+        latest = {}
+        for off in sorted(before):
+            latest[before[off][0]] = off
+        for key, off in latest.items():
+            assert off in after  # the latest record of every key survives
+        for off in before:
+            if off >= end:
+                assert off in after  # nothing past the cleaned range is touched
+        self.model.batches = batches
+
+
 class LogMachinePreallocated(LogMachine):
     props = dict(CONFIG, **{"preallocate": "true", "message.timestamp.type": "LogAppendTime"})
 
@@ -241,3 +281,6 @@ TestLogModelPreallocated = LogMachinePreallocated.TestCase
 TestLogModelPreallocated.settings = settings(max_examples=40, stateful_step_count=40,
                                              deadline=None,
                                              suppress_health_check=list(HealthCheck))
+TestLogModelCompacted = LogMachineCompacted.TestCase
+TestLogModelCompacted.settings = settings(max_examples=50, stateful_step_count=40, deadline=None,
+                                          suppress_health_check=list(HealthCheck))
