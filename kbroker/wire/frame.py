@@ -3,6 +3,12 @@
 Sans-IO: the connection feeds whatever bytes arrived and gets whole frames back. Frames are
 memoryviews; when a frame arrived inside one `feed()` call it is a view of the caller's bytes
 (no copy), otherwise a view of a buffer sized for that frame, filled once.
+
+Or, without any copy in user space, receive straight into the decoder's buffers
+(asyncio.BufferedProtocol style): `get_buffer()` gives a writable memoryview to `recv_into`,
+`buffer_updated(n)` returns the frames completed. Those frames are writable views of buffers
+the decoder never reuses, so they stay valid after the next receive and a handler may rewrite
+them in place (the log rewrites a produce's base offsets before its single write).
 """
 
 from __future__ import annotations
@@ -40,20 +46,80 @@ class FrameDecoder:
     frame is buffered; the stream is unusable afterwards (close the connection, as Kafka does).
     """
 
-    __slots__ = ("max_frame_size", "_head", "_frame", "_filled")
+    __slots__ = ("max_frame_size", "arena_size", "min_free", "_head", "_frame", "_filled",
+                 "_arena", "_start", "_end")
 
-    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE):
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, *,
+                 arena_size: int = 256 * 1024, min_free: int = 4096):
+        """``arena_size``: size of the buffers ``get_buffer`` hands out (a larger frame gets
+        one of its own size); ``min_free``: below this much free space a buffer is retired
+        (no tiny receives)."""
         self.max_frame_size = max_frame_size
+        self.arena_size = arena_size
+        self.min_free = max(1, min_free)
         self._head = bytearray()      # a size prefix split across feed() calls
         self._frame = None            # bytearray for a frame split across feed() calls
         self._filled = 0
+        self._arena = None            # get_buffer(): bytearray being received into
+        self._start = 0               # first byte of the arena not yet returned as a frame
+        self._end = 0                 # end of the received bytes in the arena
 
     @property
     def buffered(self) -> int:
         """Bytes held for an incomplete frame (prefix included)."""
+        if self._arena is not None:
+            return self._end - self._start
         if self._frame is not None:
             return 4 + self._filled
         return len(self._head)
+
+    def get_buffer(self) -> memoryview:
+        """A writable buffer to receive the next bytes into; then call ``buffer_updated``.
+
+        Never a buffer that backs a frame already returned: each bytearray is filled once,
+        front to back, and replaced when full. An incomplete frame that does not fit in the
+        rest of the current buffer moves (its received part is copied once) to a new buffer
+        sized for the whole frame, so a large frame is received straight into its own buffer.
+        Do not mix with ``feed()`` on one decoder.
+        """
+        arena = self._arena
+        start, end = self._start, self._end
+        pending = end - start
+        if pending >= 4:
+            need = 4 + _I32.unpack_from(arena, start)[0]   # checked by buffer_updated
+        else:
+            need = self.min_free
+        if arena is None or start + need > len(arena) or (pending < 4 and len(arena) - end < need):
+            new = bytearray(max(self.arena_size, need))
+            if pending:
+                new[:pending] = memoryview(arena)[start:end]
+            self._arena = arena = new
+            self._start, self._end = 0, pending
+            end = pending
+        return memoryview(arena)[end:]
+
+    def buffer_updated(self, nbytes: int) -> list:
+        """``nbytes`` were written at the start of the last ``get_buffer()``; return the frames
+        they completed (writable memoryviews, possibly none), in order."""
+        arena = self._arena
+        end = self._end + nbytes
+        self._end = end
+        pos = self._start
+        frames = []
+        mv = None
+        max_size = self.max_frame_size
+        while end - pos >= 4:
+            size, = _I32.unpack_from(arena, pos)
+            if size < 0 or size > max_size:
+                raise FrameTooLarge(size, max_size)
+            if end - pos - 4 < size:
+                break
+            if mv is None:
+                mv = memoryview(arena)
+            frames.append(mv[pos + 4:pos + 4 + size])
+            pos += 4 + size
+        self._start = pos
+        return frames
 
     def feed(self, data) -> list:
         """Add bytes; return the frames completed by them (possibly none), in order."""
