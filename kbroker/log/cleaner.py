@@ -29,6 +29,7 @@ import logging
 import os
 from dataclasses import dataclass
 
+from kbroker.txn.compaction import CleanedTxnTracker
 from kbroker.wire.records import BatchBuilder, RecordBatch, iter_batches
 
 from . import segment as _seg
@@ -97,6 +98,9 @@ class LogCleaner:
         fuo = getattr(plog, "first_unstable_offset", None)
         if fuo is not None:
             uncleanable = min(uncleanable, fuo)
+        txns = getattr(plog, "txns", None)  # kbroker.txn PartitionTxns: never past the LSO
+        if txns is not None:
+            uncleanable = min(uncleanable, txns.last_stable_offset(plog.high_watermark))
         if cfg.min_compaction_lag_ms > 0:
             for s in segs:
                 if now_ms - s.largest_timestamp() < cfg.min_compaction_lag_ms:
@@ -157,17 +161,24 @@ class LogCleaner:
         # 1. offset map over whole dirty segments
         offset_map: dict[bytes, int] = {}
         end_offset = None
+        txns = getattr(plog, "txns", None)
+        map_txns = CleanedTxnTracker()
         for i, s in enumerate(segs[:-1]):
             u = upper(i)
             if u <= c.first_dirty:
                 continue
             if u > c.first_uncleanable:
                 break
+            if txns is not None:
+                map_txns.add_aborted(txns.aborted_transactions(s.base_offset, u))
             seg_map: dict[bytes, int] = {}
             for _p, b in s.iter_batches():
                 stats.bytes_read += b.size
                 if b.is_control:
+                    map_txns.on_control(b)
                     continue
+                if map_txns.on_data(b):
+                    continue  # aborted: must not shadow committed values of its keys
                 for r in b.records():
                     if r.key is not None:
                         seg_map[_key_hash(r.key)] = r.offset
@@ -182,11 +193,14 @@ class LogCleaner:
                 return CleanerStats()
             end_offset = c.first_dirty  # no dirty data: a pass to drop expired tombstones
         # 2. producers' last batches in the whole log (their state must survive)
-        last_batch_of_pid: dict[int, int] = {}
+        # (the batch holding its last data offset: sequence; else its last marker: epoch)
+        last_data: dict[int, int] = {}
+        last_marker: dict[int, int] = {}
         for s in segs:
             for _p, b in s.iter_batches():
                 if b.producer_id >= 0:
-                    last_batch_of_pid[b.producer_id] = b.base_offset
+                    (last_marker if b.is_control else last_data)[b.producer_id] = b.base_offset
+        last_batch_of_pid = {**last_marker, **last_data}
         # 3. rewrite groups of segments below end_offset
         group: list[LogSegment] = []
         group_size = 0
@@ -197,15 +211,18 @@ class LogCleaner:
                 break
             if group and (group_size + s.size > plog.config.segment_bytes
                           or u - 1 - group[0].base_offset > INT_MAX):
-                groups.append(group)
+                groups.append((group, s.base_offset))
                 group, group_size = [], 0
             group.append(s)
             group_size += s.size
+            group_upper = u
         if group:
-            groups.append(group)
+            groups.append((group, group_upper))
         self._horizon: int | None = None
-        for g in groups:
-            self._clean_group(plog, g, offset_map, c.first_dirty, last_batch_of_pid, now_ms, stats)
+        tracker = CleanedTxnTracker()  # one per pass: a transaction may span groups
+        for g, g_upper in groups:
+            self._clean_group(plog, g, g_upper, offset_map, c.first_dirty, last_batch_of_pid,
+                              now_ms, stats, tracker)
         plog.first_dirty_offset = end_offset
         # when the earliest kept tombstone may go (a pass then runs even with nothing dirty)
         plog.tombstone_horizon_ms = self._horizon
@@ -216,11 +233,14 @@ class LogCleaner:
                  stats.tombstones_removed, stats.segments_before, stats.segments_after)
         return stats
 
-    def _clean_group(self, plog, group: list[LogSegment], offset_map: dict[bytes, int],
-                     first_dirty: int, last_batch_of_pid: dict[int, int], now_ms: int,
-                     stats: CleanerStats) -> None:
+    def _clean_group(self, plog, group: list[LogSegment], group_upper: int,
+                     offset_map: dict[bytes, int], first_dirty: int,
+                     last_batch_of_pid: dict[int, int], now_ms: int,
+                     stats: CleanerStats, tracker: CleanedTxnTracker) -> None:
         cfg = plog.config
         base = group[0].base_offset
+        txns = getattr(plog, "txns", None)
+        retained_before = len(tracker.retained_aborts)
         for fn in (_seg.log_file, _seg.index_file, _seg.time_index_file):
             for suffix in (_seg.CLEANED_SUFFIX, _seg.SWAP_SUFFIX):
                 try:
@@ -242,12 +262,15 @@ class LogCleaner:
 
         last_seg = group[-1]
         try:
-            for s in group:
+            for i, s in enumerate(group):
+                if txns is not None:
+                    s_upper = group[i + 1].base_offset if i + 1 < len(group) else group_upper
+                    tracker.add_aborted(txns.aborted_transactions(s.base_offset, s_upper))
                 for pos, b in s.iter_batches():
                     is_group_tail = s is last_seg and pos + b.size == s.size
                     kept = self._filter_batch(b, offset_map, first_dirty, last_batch_of_pid,
                                               now_ms, cfg.delete_retention_ms, is_group_tail,
-                                              stats)
+                                              stats, tracker)
                     if kept is not None:
                         out += kept
                         if len(out) >= _OUT_CHUNK:
@@ -260,6 +283,48 @@ class LogCleaner:
             cleaned.delete_files()
             raise
         plog._replace_segments(group, cleaned, now_ms)
+        if txns is not None:  # the cleaned segment's .txnindex: aborts whose marker stayed
+            txns.indexes.replace_range(base, group_upper, base,
+                                       tracker.retained_aborts[retained_before:])
+
+    def _filter_marker(self, b: RecordBatch, last_batch_of_pid, now_ms: int,
+                       delete_retention_ms: int, keep_empty: bool,
+                       tracker: CleanedTxnTracker):
+        """Kafka's rule for COMMIT/ABORT markers: kept while any batch of the transaction
+        remains; then stamped with a delete horizon (now + delete.retention.ms) and dropped by
+        a pass after it. A producer's last marker (when it has no data batch left) and the
+        group's tail batch stay as empty batches."""
+        discardable = tracker.on_control(b)
+        horizon = b.delete_horizon_ms
+        if not discardable:
+            if horizon is not None:
+                self._note_horizon(horizon)
+            return b.buffer()
+        if horizon is not None and horizon <= now_ms:
+            if last_batch_of_pid.get(b.producer_id) == b.base_offset or keep_empty:
+                if b.records_count == 0:
+                    return b.buffer()
+                return self._rebuild_control(b, None, keep_record=False)
+            return None
+        if horizon is None:
+            horizon = now_ms + delete_retention_ms
+            self._note_horizon(horizon)
+            return self._rebuild_control(b, horizon, keep_record=True)
+        self._note_horizon(horizon)
+        return b.buffer()
+
+    @staticmethod
+    def _rebuild_control(b: RecordBatch, horizon: int | None, keep_record: bool) -> bytes:
+        bb = BatchBuilder(producer_id=b.producer_id, producer_epoch=b.producer_epoch,
+                          base_sequence=b.base_sequence, is_transactional=True, is_control=True,
+                          base_offset=b.base_offset,
+                          partition_leader_epoch=b.partition_leader_epoch,
+                          delete_horizon_ms=horizon)
+        if keep_record:
+            for r in b.records():
+                bb.append(key=r.key, value=r.value, headers=r.headers, timestamp=r.timestamp,
+                          offset=r.offset)
+        return bb.build(last_offset_delta=b.last_offset_delta)
 
     def _note_horizon(self, h: int) -> None:
         if self._horizon is None or h < self._horizon:
@@ -267,17 +332,19 @@ class LogCleaner:
 
     def _filter_batch(self, b: RecordBatch, offset_map, first_dirty: int, last_batch_of_pid,
                       now_ms: int, delete_retention_ms: int, keep_empty: bool,
-                      stats: CleanerStats):
+                      stats: CleanerStats, tracker: CleanedTxnTracker):
         """The bytes to keep for batch ``b``: the batch itself, a rebuilt one, or None."""
         if b.is_control:
-            return b.buffer()  # transaction markers: the txn layer decides later
+            return self._filter_marker(b, last_batch_of_pid, now_ms, delete_retention_ms,
+                                       keep_empty, tracker)
+        aborted = tracker.on_data(b)
         horizon = b.delete_horizon_ms
         can_drop_tombstones = horizon is not None and horizon <= now_ms
         recs = list(b.records())
         stats.records_read += len(recs)
         kept = []
         tombstones = False
-        for r in recs:
+        for r in recs if not aborted else ():
             if r.key is None:
                 continue
             latest = offset_map.get(_key_hash(r.key))
@@ -291,7 +358,7 @@ class LogCleaner:
             kept.append(r)
         stats.records_removed += len(recs) - len(kept)
         set_horizon = tombstones and horizon is None
-        if len(kept) == len(recs) and not set_horizon:
+        if len(kept) == len(recs) and not set_horizon and (recs or not aborted):
             if tombstones and horizon is not None:
                 self._note_horizon(horizon)
             return b.buffer()
@@ -300,6 +367,12 @@ class LogCleaner:
             return None
         if not kept:
             stats.batches_emptied += 1
+            if not is_last_of_producer and b.producer_id >= 0:
+                # only the group's tail: an empty placeholder without producer or transaction
+                # (a transactional one would start a transaction on replay)
+                return BatchBuilder(base_offset=b.base_offset,
+                                    partition_leader_epoch=b.partition_leader_epoch
+                                    ).build(last_offset_delta=b.last_offset_delta)
         new_horizon = (now_ms + delete_retention_ms) if set_horizon else (
             horizon if tombstones else None)
         if new_horizon is not None:

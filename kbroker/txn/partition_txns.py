@@ -148,7 +148,10 @@ class PartitionTxns:
         return n
 
     def recover(self, plog, now_ms: int) -> int:
-        """Open: reload the latest producer snapshot and replay the rest of the log."""
+        """Open: reload the latest producer snapshot and replay the rest of the log. Also
+        registers this object as ``plog.txns``, which the log cleaner consults (first
+        unstable offset, aborted transactions, the cleaned segments' indexes)."""
+        plog.txns = self
         start = self.psm.truncate_and_reload(plog.log_start_offset, plog.log_end_offset, now_ms)
         if start < plog.log_end_offset:
             return self.replay(plog, start)

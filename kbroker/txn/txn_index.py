@@ -198,6 +198,26 @@ class TxnIndexes:
             self._by_base.pop(base).delete()
         self._bases = sorted(self._by_base)
 
+    def replace_range(self, low: int, high: int, new_base: int, entries) -> None:
+        """Compaction replaced the segments with bases in [low, high) by one segment at
+        ``new_base``: its index holds ``entries`` (the aborts whose markers the cleaner kept),
+        written to a temporary file and renamed into place."""
+        for base in [b for b in self._bases if low <= b < high]:
+            self._by_base.pop(base).delete()
+        entries = sorted(entries, key=lambda e: e.last_offset)
+        path = txn_index_path(self.directory, new_base)
+        if entries:
+            tmp = path + ".cleaned"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(fd, b"".join(e.to_bytes() for e in entries))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+            self._by_base[new_base] = TransactionIndex(path, new_base)
+        self._bases = sorted(self._by_base)
+
     def flush(self) -> None:
         for idx in self._by_base.values():
             idx.flush()
