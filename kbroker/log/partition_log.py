@@ -152,8 +152,6 @@ class RecoveryReport:
 class _Validated(NamedTuple):
     batches: list
     records_count: int
-    max_timestamp: int
-    offset_delta_of_max: int  # relative to first assigned offset, for shallow max offset
 
 
 class PartitionLog:
@@ -414,16 +412,19 @@ class PartitionLog:
                origin: str = ORIGIN_CLIENT) -> AppendInfo:
         """Append the batches in ``buf`` as leader: offsets from the log end offset.
 
-        ``buf`` must be writable (bytearray / writable memoryview): baseOffset,
+        ``buf`` should be writable (bytearray / writable memoryview): baseOffset,
         partitionLeaderEpoch (when ``leader_epoch`` is given) and, for LogAppendTime
         topics, maxTimestamp+CRC are rewritten in it before it is written, in one pwrite.
+        (A read-only buffer is copied once.)
         """
         self._check_open()
-        v = self._validate(buf, now_ms, origin)
+        mv = _as_bytes_view(buf)
+        if mv.readonly:
+            mv = memoryview(bytearray(mv))
+        v = self._validate(mv, now_ms, origin)
         batches = v.batches
         if not batches:
             return AppendInfo(self._leo, self._leo - 1, -1, -1, -1, self._log_start_offset, [])
-        mv = _as_bytes_view(buf)
         total = len(mv)
         cfg = self.config
         first = self._leo
@@ -514,8 +515,6 @@ class PartitionLog:
     def _validate(self, buf, now_ms: int, origin: str) -> _Validated:
         cfg = self.config
         mv = _as_bytes_view(buf)
-        if mv.readonly:
-            raise TypeError("append needs a writable buffer (bytearray or writable memoryview)")
         total = len(mv)
         client = origin == ORIGIN_CLIENT
         try:
@@ -544,7 +543,7 @@ class PartitionLog:
                 f"Message batch size is {total} bytes in append to partition "
                 f"{self.topic}-{self.partition} which exceeds the maximum configured segment "
                 f"size of {cfg.segment_bytes}.")
-        return _Validated(batches, count, -1, 0)
+        return _Validated(batches, count)
 
     def _check_timestamps(self, b: RecordBatch, now_ms: int) -> None:
         """Kafka checks every record's timestamp; we check the batch's first (base) and

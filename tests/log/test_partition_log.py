@@ -74,6 +74,14 @@ def test_append_is_one_write(tmp_path, monkeypatch):
     assert calls == [len(buf)]
 
 
+def test_read_only_buffer_is_accepted(tmp_path):
+    log = open_log(tmp_path)
+    log.append(make_batch(2), 0)
+    info = log.append(bytes(make_batch(3)), 0)
+    assert (info.first_offset, info.last_offset) == (2, 4)
+    assert offsets_of(read_all(log)) == [(0, 1), (2, 4)]
+
+
 def test_log_append_time_sets_max_timestamp_and_crc(tmp_path):
     log = open_log(tmp_path, cfg(message_timestamp_type="LogAppendTime"))
     buf = make_batch(3, ts=1)
