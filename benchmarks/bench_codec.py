@@ -92,7 +92,7 @@ def per_call_us(fn, min_time: float) -> float:
     t = timeit.Timer(fn)
     n, _ = t.autorange()
     while True:
-        best = min(t.repeat(repeat=3, number=n)) / n
+        best = min(t.repeat(repeat=7, number=n)) / n   # min of 7: robust to a busy machine
         if best * n >= min_time:
             return best * 1e6
         n *= 2

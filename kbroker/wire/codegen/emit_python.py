@@ -467,15 +467,20 @@ class ModuleEmitter:
                     first = True
                     for f in tagged:
                         tc = cond(f.tagged, flexv)
-                        if tc is False:
-                            continue
-                        test = f"tag == {f.tag}" + ("" if tc is True else f" and {tc}")
-                        c(f"{'if' if first else 'elif'} {test}:")
-                        first = False
-                        with c.indent():
-                            c("sub = buf[:end]")
-                            nc = cond(f.nullable, f.tagged & flexv)
-                            self.read_value(c, st, f, f.type, f"self.{f.attr}", True, nc, buf="sub", tagged=True)
+                        if tc is not False:
+                            test = f"tag == {f.tag}" + ("" if tc is True else f" and {tc}")
+                            c(f"{'if' if first else 'elif'} {test}:")
+                            first = False
+                            with c.indent():
+                                c("sub = buf[:end]")
+                                nc = cond(f.nullable, f.tagged & flexv)
+                                self.read_value(c, st, f, f.type, f"self.{f.attr}", True, nc, buf="sub", tagged=True)
+                        if tc is not True:
+                            # like Kafka: a tag the schema defines for other versions is an error
+                            c(f"{'if' if first else 'elif'} tag == {f.tag}:")
+                            first = False
+                            with c.indent():
+                                c(f"raise CodecError(f'tag {f.tag} ({st.name}.{f.attr}) is not valid for version {{version}}')")
                     c("else:" if not first else "if True:")
                     with c.indent():
                         c("if unknown is None:")

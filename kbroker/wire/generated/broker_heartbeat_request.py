@@ -106,6 +106,8 @@ def _tags_BrokerHeartbeatRequest(self, buf, pos, version):
                     _o, pos = rd_uuid(sub, pos)
                     _a(_o)
                 self.offline_log_dirs = _l
+        elif tag == 0:
+            raise CodecError(f'tag 0 (BrokerHeartbeatRequest.offline_log_dirs) is not valid for version {version}')
         else:
             if unknown is None:
                 unknown = []

@@ -118,6 +118,8 @@ def _tags_BrokerRegistrationChangeRecord(self, buf, pos, version):
             sub = buf[:end]
             self.in_controlled_shutdown, = _u_b(sub, pos)
             pos += 1
+        elif tag == 1:
+            raise CodecError(f'tag 1 (BrokerRegistrationChangeRecord.in_controlled_shutdown) is not valid for version {version}')
         elif tag == 2 and version >= 2:
             sub = buf[:end]
             _n, pos = rd_calen(sub, pos)
@@ -130,6 +132,8 @@ def _tags_BrokerRegistrationChangeRecord(self, buf, pos, version):
                     _o, pos = rd_uuid(sub, pos)
                     _a(_o)
                 self.log_dirs = _l
+        elif tag == 2:
+            raise CodecError(f'tag 2 (BrokerRegistrationChangeRecord.log_dirs) is not valid for version {version}')
         else:
             if unknown is None:
                 unknown = []

@@ -424,6 +424,8 @@ def _tags_FetchRequest(self, buf, pos, version):
         elif tag == 1 and version >= 15:
             sub = buf[:end]
             self.replica_state, pos = _read_FetchRequest_ReplicaState(sub, pos, version)
+        elif tag == 1:
+            raise CodecError(f'tag 1 (FetchRequest.replica_state) is not valid for version {version}')
         else:
             if unknown is None:
                 unknown = []
@@ -777,6 +779,8 @@ def _tags_FetchRequest_FetchTopic_FetchPartition(self, buf, pos, version):
         if tag == 0 and version >= 17:
             sub = buf[:end]
             self.replica_directory_id, pos = rd_uuid(sub, pos)
+        elif tag == 0:
+            raise CodecError(f'tag 0 (FetchPartition.replica_directory_id) is not valid for version {version}')
         else:
             if unknown is None:
                 unknown = []

@@ -378,6 +378,8 @@ def _tags_FetchResponse(self, buf, pos, version):
                     _o, pos = _read_FetchResponse_NodeEndpoint(sub, pos, version)
                     _a(_o)
                 self.node_endpoints = _l
+        elif tag == 0:
+            raise CodecError(f'tag 0 (FetchResponse.node_endpoints) is not valid for version {version}')
         else:
             if unknown is None:
                 unknown = []

@@ -275,6 +275,8 @@ def _tags_FetchSnapshotRequest_TopicSnapshot_PartitionSnapshot(self, buf, pos, v
         if tag == 0 and version >= 1:
             sub = buf[:end]
             self.replica_directory_id, pos = rd_uuid(sub, pos)
+        elif tag == 0:
+            raise CodecError(f'tag 0 (PartitionSnapshot.replica_directory_id) is not valid for version {version}')
         else:
             if unknown is None:
                 unknown = []

@@ -258,6 +258,8 @@ def _tags_FetchSnapshotResponse(self, buf, pos, version):
                     _o, pos = _read_FetchSnapshotResponse_NodeEndpoint(sub, pos, version)
                     _a(_o)
                 self.node_endpoints = _l
+        elif tag == 0:
+            raise CodecError(f'tag 0 (FetchSnapshotResponse.node_endpoints) is not valid for version {version}')
         else:
             if unknown is None:
                 unknown = []

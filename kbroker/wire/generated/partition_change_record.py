@@ -172,9 +172,13 @@ def _tags_PartitionChangeRecord(self, buf, pos, version):
         elif tag == 6 and version >= 2:
             sub = buf[:end]
             self.eligible_leader_replicas, pos = rd_cfixed_array(sub, pos, 'i', 4)
+        elif tag == 6:
+            raise CodecError(f'tag 6 (PartitionChangeRecord.eligible_leader_replicas) is not valid for version {version}')
         elif tag == 7 and version >= 2:
             sub = buf[:end]
             self.last_known_elr, pos = rd_cfixed_array(sub, pos, 'i', 4)
+        elif tag == 7:
+            raise CodecError(f'tag 7 (PartitionChangeRecord.last_known_elr) is not valid for version {version}')
         elif tag == 8 and version >= 1:
             sub = buf[:end]
             _n, pos = rd_calen(sub, pos)
@@ -187,6 +191,8 @@ def _tags_PartitionChangeRecord(self, buf, pos, version):
                     _o, pos = rd_uuid(sub, pos)
                     _a(_o)
                 self.directories = _l
+        elif tag == 8:
+            raise CodecError(f'tag 8 (PartitionChangeRecord.directories) is not valid for version {version}')
         else:
             if unknown is None:
                 unknown = []

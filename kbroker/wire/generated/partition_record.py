@@ -216,9 +216,13 @@ def _tags_PartitionRecord(self, buf, pos, version):
         elif tag == 1 and version >= 2:
             sub = buf[:end]
             self.eligible_leader_replicas, pos = rd_cfixed_array(sub, pos, 'i', 4)
+        elif tag == 1:
+            raise CodecError(f'tag 1 (PartitionRecord.eligible_leader_replicas) is not valid for version {version}')
         elif tag == 2 and version >= 2:
             sub = buf[:end]
             self.last_known_elr, pos = rd_cfixed_array(sub, pos, 'i', 4)
+        elif tag == 2:
+            raise CodecError(f'tag 2 (PartitionRecord.last_known_elr) is not valid for version {version}')
         else:
             if unknown is None:
                 unknown = []

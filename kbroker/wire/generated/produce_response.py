@@ -287,6 +287,8 @@ def _tags_ProduceResponse(self, buf, pos, version):
                     _o, pos = _read_ProduceResponse_NodeEndpoint(sub, pos, version)
                     _a(_o)
                 self.node_endpoints = _l
+        elif tag == 0:
+            raise CodecError(f'tag 0 (ProduceResponse.node_endpoints) is not valid for version {version}')
         else:
             if unknown is None:
                 unknown = []
@@ -523,6 +525,8 @@ def _tags_ProduceResponse_TopicProduceResponse_PartitionProduceResponse(self, bu
         if tag == 0 and version >= 10:
             sub = buf[:end]
             self.current_leader, pos = _read_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch(sub, pos, version)
+        elif tag == 0:
+            raise CodecError(f'tag 0 (PartitionProduceResponse.current_leader) is not valid for version {version}')
         else:
             if unknown is None:
                 unknown = []

@@ -313,6 +313,8 @@ def _tags_RegisterBrokerRecord(self, buf, pos, version):
                     _o, pos = rd_uuid(sub, pos)
                     _a(_o)
                 self.log_dirs = _l
+        elif tag == 0:
+            raise CodecError(f'tag 0 (RegisterBrokerRecord.log_dirs) is not valid for version {version}')
         else:
             if unknown is None:
                 unknown = []

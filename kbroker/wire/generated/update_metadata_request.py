@@ -348,6 +348,8 @@ def _tags_UpdateMetadataRequest(self, buf, pos, version):
             sub = buf[:end]
             self.type, = _u_b(sub, pos)
             pos += 1
+        elif tag == 0:
+            raise CodecError(f'tag 0 (UpdateMetadataRequest.type) is not valid for version {version}')
         else:
             if unknown is None:
                 unknown = []

@@ -201,6 +201,8 @@ def _tags_VoteResponse(self, buf, pos, version):
                     _o, pos = _read_VoteResponse_NodeEndpoint(sub, pos, version)
                     _a(_o)
                 self.node_endpoints = _l
+        elif tag == 0:
+            raise CodecError(f'tag 0 (VoteResponse.node_endpoints) is not valid for version {version}')
         else:
             if unknown is None:
                 unknown = []
