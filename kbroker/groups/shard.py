@@ -168,6 +168,22 @@ class GroupShard:
     # Offsets
 
     def _validate_commit(self, req: OffsetCommitRequest, now_ms: int, res: Result) -> Group:
+        """Group-level checks only; raises GroupError. An epoch older than a consumer-protocol
+        member's current one is refused here (what Kafka 4.0 does everywhere); OffsetCommit
+        itself uses ``validate_commit`` and its per-partition KIP-1251 check instead."""
+        g, per_partition = self.validate_commit(req, now_ms, res)
+        if per_partition is not None:
+            raise GroupError(errors.STALE_MEMBER_EPOCH)
+        return g
+
+    def validate_commit(self, req: OffsetCommitRequest, now_ms: int, res: Result):
+        """(group, per-partition check or None); raises GroupError for group-level errors.
+
+        Consumer-protocol members (KIP-848) commit with their member epoch. Kafka 4.0 wanted
+        it equal to the current epoch; since KIP-1251 (Kafka 4.3) an older epoch is fine for
+        a partition the member still owns and got at or before that epoch, so a commit racing
+        a heartbeat that bumped the epoch is not refused. A newer epoch is always stale.
+        """
         g = self.groups.get(req.group_id)
         epoch = req.generation_id_or_member_epoch
         if g is None:
@@ -176,12 +192,12 @@ class GroupShard:
             # A "simple" group: offsets stored for a client that assigns partitions itself.
             g = ClassicGroup(req.group_id, state_timestamp=now_ms)
             self.groups[req.group_id] = g
-            return g
+            return g, None
         if isinstance(g, ClassicGroup):
             if g.is_in(GroupState.DEAD):
                 raise GroupError(errors.COORDINATOR_NOT_AVAILABLE)
             if epoch < 0 and g.is_in(GroupState.EMPTY):
-                return g
+                return g, None
             if epoch >= 0 or req.member_id or req.group_instance_id is not None:
                 code = ClassicProtocol._validate_member(g, req.member_id, req.group_instance_id)
                 if code:
@@ -192,28 +208,52 @@ class GroupShard:
                 raise GroupError(errors.UNKNOWN_MEMBER_ID)
             if g.is_in(GroupState.COMPLETING_REBALANCE):
                 raise GroupError(errors.REBALANCE_IN_PROGRESS)
-            return g
+            return g, None
         # consumer group
         if epoch < 0 and not g.members:
-            return g
+            return g, None
         member = g.members.get(req.member_id)
         if member is None:
             raise GroupError(errors.UNKNOWN_MEMBER_ID)
         if req.version < 9:
             raise GroupError(errors.UNSUPPORTED_VERSION)
-        if epoch != member.member_epoch:
+        if epoch == member.member_epoch:
+            return g, None
+        if epoch > member.member_epoch or epoch < 0:
             raise GroupError(errors.STALE_MEMBER_EPOCH)
-        return g
+        topics = self.topics()
+
+        def check(topic: str, partition: int) -> int:
+            tid = topics.get(topic, (None, 0))[0]
+            assigned_at = member.assignment_epoch(tid, partition) if tid is not None else None
+            return errors.NONE if assigned_at is not None and assigned_at <= epoch else errors.STALE_MEMBER_EPOCH
+        return g, check
 
     def commit_offsets(self, req: OffsetCommitRequest, now_ms: int) -> Result:
         """Response: [(topic, [(partition, error)])]; a group-level error applies to all."""
         res = Result()
         try:
-            self._validate_commit(req, now_ms, res)
+            _, check = self.validate_commit(req, now_ms, res)
         except GroupError as e:
             res.response = [(t, [(cp.partition, e.code) for cp in parts]) for t, parts in req.topics]
             return res
-        records, answer = self.offsets.commit(req.group_id, req.topics, now_ms, req.retention_time_ms)
+        topics, refused = req.topics, {}
+        if check is not None:
+            topics = []
+            for t, parts in req.topics:
+                ok = []
+                for cp in parts:
+                    code = check(t, cp.partition)
+                    if code:
+                        refused[(t, cp.partition)] = code
+                    else:
+                        ok.append(cp)
+                topics.append((t, ok))
+        records, answer = self.offsets.commit(req.group_id, topics, now_ms, req.retention_time_ms)
+        if refused:
+            codes = {(t, p): c for t, rows in answer for p, c in rows}
+            codes.update(refused)
+            answer = [(t, [(cp.partition, codes[(t, cp.partition)]) for cp in parts]) for t, parts in req.topics]
         res.records += records
         res.response = answer
         return self._applied(res)

@@ -161,3 +161,47 @@ def test_group_described_states():
     assert h.shard.consumer_group("g").state == ConsumerGroupState.RECONCILING
     hb(h, "a", -1); hb(h, "b", -1)
     assert h.shard.consumer_group("g").state == ConsumerGroupState.EMPTY
+
+
+def commit(h, member, epoch, partitions, topic="t1", group="g"):
+    from kbroker.groups.offsets import CommitPartition
+    from kbroker.groups.shard import OffsetCommitRequest
+    req = OffsetCommitRequest(group, [(topic, [CommitPartition(p, 10 + p) for p in partitions])], epoch, member)
+    return dict(h.run(h.shard.commit_offsets(req, h.now)).response[0][1])
+
+
+def test_offset_commit_with_an_older_epoch_kip_1251():
+    """An epoch older than the member's is accepted for partitions it got at or before that
+    epoch (KIP-1251); anything newer than its epoch, or partitions it does not own, is stale."""
+    h = Harness(topics={"t1": (T1, 6)})
+    join(h, "a")                                          # a: epoch 1, all six
+    join(h, "b")                                          # group epoch 2
+    ra = hb(h, "a", 1)
+    kept = set(ra.assignment[T1])
+    ra = hb(h, "a", 1, owned=ra.assignment)               # revocation done: a at epoch 2
+    assert ra.member_epoch == 2
+    revoked = set(range(6)) - kept
+    got = commit(h, "a", 1, range(6))                     # a's commit raced the epoch bump
+    assert {p for p, c in got.items() if c == E.NONE} == kept
+    assert {p for p, c in got.items() if c == E.STALE_MEMBER_EPOCH} == revoked
+    assert h.shard.offsets.fetch("g", [("t1", sorted(kept))])[0][1][0].offset == 10 + min(kept)
+    assert set(commit(h, "a", 2, kept).values()) == {E.NONE}
+    assert set(commit(h, "a", 3, kept).values()) == {E.STALE_MEMBER_EPOCH}   # from the future
+    rb = hb(h, "b", 2)
+    assert set(rb.assignment[T1]) == revoked
+    assert set(commit(h, "b", 2, revoked).values()) == {E.NONE}
+    assert set(commit(h, "b", 1, revoked).values()) == {E.STALE_MEMBER_EPOCH}  # assigned at 2
+    assert set(commit(h, "zz", 2, revoked).values()) == {E.UNKNOWN_MEMBER_ID}
+
+
+def test_assignment_epochs_rebuilt_on_replay():
+    from kbroker.groups.shard import GroupShard
+    h = Harness(topics={"t1": (T1, 6)})
+    join(h, "a"); join(h, "b")
+    ra = hb(h, "a", 1); hb(h, "a", 1, owned=ra.assignment); hb(h, "b", 2)
+    live = {m: dict(h.shard.consumer_group("g").members[m].assignment_epochs) for m in "ab"}
+    fresh = GroupShard(0, h.shard.config, topics=lambda: h.topics)
+    for r in h.records:
+        fresh.replay(r)
+    assert {m: fresh.consumer_group("g").members[m].assignment_epochs for m in "ab"} == live
+    assert set(live["a"].values()) == {1} and set(live["b"].values()) == {2}

@@ -57,6 +57,10 @@ class ConsumerMember:
     state: MemberState = MemberState.STABLE
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    # (topic id, partition) -> the member epoch at which the partition was assigned to this
+    # member (KIP-1251), for OffsetCommit. Kept in memory only: the 4.0 record schema has no
+    # field for it, so a replayed partition counts from the epoch of the record that added it.
+    assignment_epochs: dict = field(default_factory=dict)
 
     def metadata_value(self) -> ConsumerMemberValue:
         return ConsumerMemberValue(self.instance_id, self.rack_id, self.client_id, self.client_host,
@@ -80,8 +84,23 @@ class ConsumerMember:
             self.state = MemberState(v.state)
         except ValueError:
             self.state = MemberState.UNKNOWN
-        self.assigned = from_lists(v.assigned)
-        self.pending_revocation = from_lists(v.pending_revocation)
+        self.set_assignment(from_lists(v.assigned), from_lists(v.pending_revocation))
+
+    def set_assignment(self, assigned: Assignment, pending_revocation: Assignment) -> None:
+        """Replace the current assignment; partitions new to the member are stamped with its
+        (new) member epoch, partitions it keeps or must still revoke keep their stamp."""
+        self.assigned, self.pending_revocation = assigned, pending_revocation
+        stamp = max(self.member_epoch, 0)
+        epochs = {}
+        for a in (assigned, pending_revocation):
+            for t, ps in a.items():
+                for p in ps:
+                    epochs[(t, p)] = self.assignment_epochs.get((t, p), stamp)
+        self.assignment_epochs = epochs
+
+    def assignment_epoch(self, topic_id, partition: int) -> int | None:
+        """When (t, p) was assigned to this member, or None if it does not own it."""
+        return self.assignment_epochs.get((topic_id, partition))
 
 
 @dataclass

@@ -179,7 +179,8 @@ class ConsumerProtocol:
         member = ConsumerMember(new_id, old.instance_id, old.rack_id, old.client_id, old.client_host,
                                 list(old.subscribed_topic_names), old.subscribed_topic_regex,
                                 old.rebalance_timeout_ms, old.server_assignor, member_epoch=0,
-                                assigned=copy_assignment(old.assigned))
+                                assigned=copy_assignment(old.assigned),
+                                assignment_epochs=dict(old.assignment_epochs))
         group.add_member(member)
         group.target[new_id] = target
         group.set_member_partitions(member)
@@ -292,7 +293,7 @@ class ConsumerProtocol:
         if nxt.member_epoch != member.member_epoch:
             member.previous_member_epoch = member.member_epoch
         member.state, member.member_epoch = nxt.state, nxt.member_epoch
-        member.assigned, member.pending_revocation = nxt.assigned, nxt.pending_revocation
+        member.set_assignment(nxt.assigned, nxt.pending_revocation)
         group.set_member_partitions(member)
         res.records.append(ConsumerGroupCurrentMemberAssignmentRecord(group.group_id, member.member_id,
                                                                       member.assignment_value()))
