@@ -37,6 +37,11 @@ def _first_producer_id(buf) -> int:
 
 log = logging.getLogger("kbroker.replicas")
 
+
+def _resolve(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
 TOPIC_RESOURCE = 2
 
 
@@ -219,17 +224,21 @@ class ReplicaManager:
                 fut.set_result(None)
 
     async def wait_for_append(self, parts: list[Partition], timeout_s: float) -> None:
-        """Return when any of ``parts`` is appended to (or deleted), or after ``timeout_s``."""
+        """Return when any of ``parts`` is appended to (or deleted), or after ``timeout_s``.
+
+        One future and one timer handle (``asyncio.wait_for`` would add a second future,
+        callbacks and, before 3.12, a task hop to every long poll)."""
         if not parts or timeout_s <= 0:
             return
-        fut = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
         for p in parts:
             p.waiters.add(fut)
+        timer = loop.call_later(timeout_s, _resolve, fut)
         try:
-            await asyncio.wait_for(fut, timeout_s)
-        except asyncio.TimeoutError:
-            pass
+            await fut
         finally:
+            timer.cancel()
             for p in parts:
                 p.waiters.discard(fut)
 

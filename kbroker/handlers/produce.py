@@ -57,9 +57,13 @@ def handle(ctx, req):
                 out.append(_Part(index=pd.index, error_code=txn_err, base_offset=-1,
                                  log_start_offset=part.log.log_start_offset))
                 continue
-            # One copy of the records into a writable buffer: the log rewrites base offsets
-            # (and, for LogAppendTime, timestamps + CRC) in place before its single pwrite.
-            r = replicas.append(part, bytearray(records), now)
+            # The log rewrites base offsets (and, for LogAppendTime, timestamps + CRC) in place
+            # before its single pwrite. The connection receives frames into buffers it never
+            # reuses, so the records are already writable: no copy. (A read-only buffer, e.g.
+            # a test's bytes, is copied once.)
+            if not isinstance(records, bytearray) and (type(records) is not memoryview or records.readonly):
+                records = bytearray(records)
+            r = replicas.append(part, records, now)
             if r.error:
                 failed = True
                 out.append(_Part(index=pd.index, error_code=r.error, base_offset=-1,

@@ -131,3 +131,75 @@ def test_graceful_shutdown_finishes_in_flight():
         assert got == [b"1", b"2"]
         assert conn.closed
     asyncio.run(main())
+
+
+class RecordingDispatcher(Dispatcher):
+    """Also answers b"<n>:file:<pos>:<size>" with that region of the file, and remembers
+    whether the frames it was given were writable."""
+
+    def __init__(self, region_file=None):
+        super().__init__(region_file)
+        self.writable = []
+
+    def dispatch(self, conn, fr):
+        self.writable.append(not fr.readonly)
+        n, mode = bytes(fr).decode().split(":", 1)
+        if mode.startswith("file:"):
+            _, pos, size = mode.split(":")
+            pos, size = int(pos), int(size)
+            return [struct.pack(">i", 1 + size), b"<", Region(self.region_file, pos, size)]
+        return super().dispatch(conn, fr)
+
+
+async def start_tcp(dispatcher, max_frame=1 << 20):
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(1)
+    client = socket.create_connection(lsock.getsockname())
+    a, _ = lsock.accept()
+    lsock.close()
+    a.setblocking(False)
+    client.setblocking(False)
+    a.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    conn = Connection(asyncio.get_running_loop(), a, "peer", dispatcher, FrameDecoder(max_frame))
+    conn.start()
+    return conn, client
+
+
+def test_small_and_large_regions_over_tcp_in_order(tmp_path):
+    data = os.urandom(2 * 1024 * 1024)
+    p = tmp_path / "seg.log"
+    p.write_bytes(data)
+    spans = [(0, 10), (5, 16 * 1024), (100, 16 * 1024 + 1), (7, 1_500_000), (0, 1), (2_000_000, 97_152)]
+
+    async def main():
+        with open(p, "rb") as f:
+            d = RecordingDispatcher(f)
+            conn, client = await start_tcp(d)
+            reqs = []
+            for i, (pos, size) in enumerate(spans):
+                reqs.append(frame(f"{i}:file:{pos}:{size}".encode()))
+                reqs.append(frame(f"s{i}:sync".encode()))
+            client.sendall(b"".join(reqs))
+            got = await read_frames(client, 2 * len(spans), timeout=10)
+            for i, (pos, size) in enumerate(spans):
+                assert got[2 * i] == b"<" + data[pos:pos + size], i
+                assert got[2 * i + 1] == f"s{i}".encode()
+            assert all(d.writable)   # frames are received into buffers the handler may rewrite
+            conn.close()
+            client.close()
+    asyncio.run(main())
+
+
+def test_region_past_end_of_file_closes_the_connection(tmp_path):
+    p = tmp_path / "seg.log"
+    p.write_bytes(b"x" * 100)
+
+    async def main():
+        with open(p, "rb") as f:
+            conn, client = await start(RecordingDispatcher(f), max_frame=1 << 20)
+            client.sendall(frame(b"1:file:50:100"))      # a truncated file: 50 bytes short
+            loop = asyncio.get_running_loop()
+            assert await asyncio.wait_for(loop.sock_recv(client, 10), 5) == b""
+            assert conn.closed
+    asyncio.run(main())
