@@ -68,7 +68,9 @@ def handle(ctx, req):
         seen = set()
         for rt in req.topics:
             name = rt.name
-            if name is None:                      # v10+: by topic id
+            # v10+: by topic id. The Java client asks with name "" (not null) and a topic id,
+            # e.g. to name the topics of a KIP-848 regex assignment; Kafka goes by the id.
+            if name is None or (not name and v >= 10 and rt.topic_id not in (None, ZERO_UUID)):
                 t = image.topics_by_id.get(rt.topic_id)
                 if t is None:
                     topics.append(_error_topic(None, rt.topic_id, Errors.UNKNOWN_TOPIC_ID))
