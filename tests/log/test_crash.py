@@ -60,9 +60,15 @@ def check_log(log_dir, acked):
     try:
         assert not lm.load_report.clean_dirs  # no clean-shutdown marker: recovery ran
         rep = lm.load_report.recovered[("crash", 0)]
-        assert not rep.damaged, rep  # only a zero-filled tail may be trimmed
         log = lm.get("crash", 0)
         assert log.log_end_offset >= acked + 1
+        if rep.damaged:
+            # SIGKILL can cut a pwrite between pages (the kernel checks for fatal signals per
+            # page), leaving a torn batch that was never acknowledged. Only that may be cut:
+            # one torn tail, nothing deleted, and every acknowledged offset still below it.
+            assert rep.reason.startswith("torn"), rep
+            assert not rep.deleted_segments, rep
+            assert rep.truncated_at_offset == log.log_end_offset > acked, rep
         expect = 0
         for b in log.batches(0):
             assert b.verify_crc()
