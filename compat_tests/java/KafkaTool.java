@@ -47,6 +47,7 @@ public class KafkaTool {
             case "alter-config" -> alterConfig(bootstrap, rest);
             case "latest-offsets" -> latestOffsets(bootstrap, rest);
             case "admin-suite" -> AdminSuite.run(bootstrap, rest[0]);
+            case "group-member" -> GroupMember.run(bootstrap, rest);
             default -> throw new IllegalArgumentException("unknown command " + cmd);
         }
     }
@@ -270,5 +271,80 @@ class AdminSuite {
                 out("seek", first);
             }
         }
+    }
+}
+
+// group-member TOPICS GROUP [prop=value ...] : one long-lived group member driven over stdin/stdout,
+// so a test can run several side by side, close one, add another, and watch its rebalance listener.
+//   TOPICS: comma-separated names, or a regex with subscribe.mode=pattern (java.util.regex.Pattern,
+//           matched by the client) or subscribe.mode=re2j (SubscriptionPattern, matched by the broker;
+//           kafka-clients 4.x only)
+//   stdin:  "close" (or EOF) closes the consumer (it leaves the group) and exits
+//   stdout: "assigned|revoked|lost \t millis \t topic:p,topic:p" from the ConsumerRebalanceListener,
+//           "rec \t topic \t partition \t offset \t value_hex" per record, then "committed \t millis"
+//           after each commitSync of a poll's records, "closed" at the end; flushed per line
+class GroupMember {
+    static synchronized void out(Object... f) {
+        StringBuilder b = new StringBuilder();
+        for (Object x : f) { if (b.length() > 0) b.append('\t'); b.append(x); }
+        System.out.println(b);
+        System.out.flush();
+    }
+
+    static String tps(Collection<TopicPartition> ps) {
+        List<String> l = new ArrayList<>();
+        for (TopicPartition tp : ps) l.add(tp.topic() + ":" + tp.partition());
+        Collections.sort(l);
+        return String.join(",", l);
+    }
+
+    static void run(String bootstrap, String[] a) throws Exception {
+        Properties p = KafkaTool.props(bootstrap, Arrays.copyOfRange(a, 2, a.length));
+        String mode = (String) p.remove("subscribe.mode");
+        p.put("group.id", a[1]);
+        p.putIfAbsent("auto.offset.reset", "earliest");
+        p.putIfAbsent("enable.auto.commit", "false");
+        java.util.concurrent.atomic.AtomicBoolean stop = new java.util.concurrent.atomic.AtomicBoolean();
+        Thread stdin = new Thread(() -> {
+            try (BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8))) {
+                String line;
+                while ((line = in.readLine()) != null && !line.trim().equals("close")) { }
+            } catch (IOException e) { }
+            stop.set(true);
+        });
+        stdin.setDaemon(true);
+        stdin.start();
+        ConsumerRebalanceListener listener = new ConsumerRebalanceListener() {
+            public void onPartitionsRevoked(Collection<TopicPartition> ps) {
+                if (!ps.isEmpty()) out("revoked", System.currentTimeMillis(), tps(ps));
+            }
+            public void onPartitionsAssigned(Collection<TopicPartition> ps) {
+                if (!ps.isEmpty()) out("assigned", System.currentTimeMillis(), tps(ps));
+            }
+            public void onPartitionsLost(Collection<TopicPartition> ps) {
+                if (!ps.isEmpty()) out("lost", System.currentTimeMillis(), tps(ps));
+            }
+        };
+        try (Consumer<byte[], byte[]> c = new KafkaConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
+            if ("pattern".equals(mode)) c.subscribe(java.util.regex.Pattern.compile(a[0]), listener);
+            else if ("re2j".equals(mode)) {
+                // by reflection: SubscriptionPattern is new in 4.0 and this file also builds against 3.9
+                Class<?> sp = Class.forName("org.apache.kafka.clients.consumer.SubscriptionPattern");
+                Object pattern = sp.getConstructor(String.class).newInstance(a[0]);
+                Consumer.class.getMethod("subscribe", sp, ConsumerRebalanceListener.class).invoke(c, pattern, listener);
+            }
+            else c.subscribe(Arrays.asList(a[0].split(",")), listener);
+            out("ready", System.currentTimeMillis());
+            while (!stop.get()) {
+                ConsumerRecords<byte[], byte[]> rs = c.poll(Duration.ofMillis(100));
+                for (ConsumerRecord<byte[], byte[]> r : rs)
+                    out("rec", r.topic(), r.partition(), r.offset(), KafkaTool.hex(r.value()));
+                if (!rs.isEmpty()) {
+                    c.commitSync();
+                    out("committed", System.currentTimeMillis());
+                }
+            }
+        }
+        out("closed", System.currentTimeMillis());
     }
 }

@@ -1,0 +1,192 @@
+"""KIP-848 consumer groups (group.protocol=consumer) with several real Java members at once:
+server-side assignors, takeover after a leave, revoke-before-assign when a member joins, and
+broker-side regex subscriptions. Each member is its own JVM (KafkaTool group-member), driven
+over stdin/stdout, so the test sees every rebalance-listener call with its wall-clock time."""
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+
+import pytest
+
+from compat_tests.brokers import BrokerProcess
+from compat_tests.clients import java as java_client
+from compat_tests.test_groups import OVERRIDES, create_topic, produce, unique
+
+pytestmark = pytest.mark.timeout(60)
+
+VERSIONS = ["4.3.0", "3.9.0"]
+
+
+@pytest.fixture(scope="module")
+def kbroker848(tmp_path_factory):
+    b = BrokerProcess(tmp_path_factory.mktemp("kip848"), overrides=OVERRIDES).start()
+    yield b
+    b.stop()
+
+
+class Member:
+    """One Java consumer in its own process; ``events`` holds (kind, fields) as they arrive."""
+
+    def __init__(self, bootstrap: str, version: str, topics: str, group: str, *props: str, log_dir=None):
+        if not java_client.available(version):
+            pytest.fail("Java client jars missing: run scripts/fetch-java-clients.sh")
+        self.version = version
+        self.stderr = open(log_dir / f"member-{unique('m')}.log", "w") if log_dir else subprocess.DEVNULL
+        self.proc = subprocess.Popen(
+            ["java", "-cp", java_client.classpath(version), "KafkaTool", "group-member", bootstrap, topics, group,
+             "group.protocol=consumer", *props],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True, bufsize=1)
+        self.events: list[tuple[str, list[str]]] = []
+        self.lock = threading.Lock()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            kind, *fields = line.rstrip("\n").split("\t")
+            with self.lock:
+                self.events.append((kind, fields))
+
+    def snapshot(self):
+        with self.lock:
+            return list(self.events)
+
+    def owned(self) -> set[tuple[str, int]]:
+        out: set[tuple[str, int]] = set()
+        for kind, f in self.snapshot():
+            if kind in ("assigned", "revoked", "lost"):
+                tps = {(t, int(p)) for t, p in (x.rsplit(":", 1) for x in f[1].split(",") if x)}
+                out = out | tps if kind == "assigned" else out - tps
+        return out
+
+    def changes(self, kind: str) -> list[tuple[int, set[tuple[str, int]]]]:
+        """(millis, partitions) of each listener call of ``kind``."""
+        return [(int(f[0]), {(t, int(p)) for t, p in (x.rsplit(":", 1) for x in f[1].split(",") if x)})
+                for k, f in self.snapshot() if k == kind]
+
+    def records(self) -> list[tuple[str, int, int]]:
+        return [(f[0], int(f[1]), int(f[2])) for k, f in self.snapshot() if k == "rec"]
+
+    def summary(self) -> str:
+        """For failure messages: listener calls and the last offset read per partition."""
+        last: dict = {}
+        for t, p, o in self.records():
+            last[p] = max(last.get(p, -1), o)
+        calls = [f"{k}@{f[0]}:{f[1]}" for k, f in self.snapshot() if k in ("assigned", "revoked", "lost")]
+        return f"{self.version} owns {sorted(p for _, p in self.owned())} read {len(self.records())} last {last} {calls}"
+
+    def close(self, timeout=30):
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write("close\n")
+                self.proc.stdin.flush()
+            except OSError:
+                pass
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.reader.join(5)
+        if self.stderr is not subprocess.DEVNULL:
+            self.stderr.close()
+        return self.proc.returncode
+
+
+def wait_for(cond, timeout: float, what: str, members=()):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}:\n" + "\n".join(m.summary() for m in members))
+        for m in members:
+            if m.proc.poll() is not None:
+                raise AssertionError(f"member exited early with {m.proc.returncode}")
+        time.sleep(0.1)
+
+
+def all_records(members):
+    return [r for m in members for r in m.records()]
+
+
+def exactly_once(members, n: int) -> bool:
+    got = all_records(members)
+    return len(got) >= n and len(set(got)) == len(got) == n
+
+
+@pytest.mark.parametrize("assignor", ["uniform", "range"])
+@pytest.mark.parametrize("version", VERSIONS)
+def test_three_java_members_split_take_over_and_revoke_before_assign(kbroker848, tmp_path, version, assignor):
+    bs = kbroker848.bootstrap
+    topic, group = unique("kip848"), unique("g")
+    create_topic(bs, topic, 6)
+    produce(bs, topic, 300, 6)
+    props = [f"group.remote.assignor={assignor}", "client.id=kip848"]
+    members = [Member(bs, version, topic, group, *props, log_dir=tmp_path) for _ in range(3)]
+    gone: list[Member] = []
+    try:
+        # 2/2/2, every record read once, offsets committed as it goes
+        wait_for(lambda: sorted(len(m.owned()) for m in members) == [2, 2, 2] and exactly_once(members, 300),
+                 40, "a 2/2/2 split that reads all 300 records", members)
+        owned = [m.owned() for m in members]
+        assert set().union(*owned) == {(topic, p) for p in range(6)}
+
+        # one leaves: the other two take over its partitions and nothing is lost
+        leaving = members.pop()
+        assert leaving.close() == 0
+        gone.append(leaving)
+        produce(bs, topic, 300, 6, start=300)
+        wait_for(lambda: sorted(len(m.owned()) for m in members) == [3, 3] and exactly_once(members + gone, 600),
+                 30, "takeover after a leave", members)
+
+        # a new member joins: partitions are revoked from the others before it gets them
+        newcomer = Member(bs, version, topic, group, *props, log_dir=tmp_path)
+        members.append(newcomer)
+        wait_for(lambda: sorted(len(m.owned()) for m in members) == [2, 2, 2], 30, "rebalance onto a newcomer", members)
+        got = newcomer.changes("assigned")
+        for when, tps in got:
+            for tp in tps:
+                revoked_at = [w for m in members[:-1] + gone for w, r in m.changes("revoked") if tp in r]
+                assert revoked_at and max(revoked_at) <= when, (tp, revoked_at, when)
+        assert not newcomer.changes("revoked") and not any(m.changes("lost") for m in members)
+        produce(bs, topic, 300, 6, start=600)
+        wait_for(lambda: exactly_once(members + gone, 900), 30, "reading after the newcomer joined", members)
+        values = sorted(int(bytes.fromhex(v)) for m in members + gone for k, f in m.snapshot() if k == "rec"
+                        for v in [f[3]])
+        assert values == list(range(900))
+    finally:
+        for m in members:
+            m.close()
+    from compat_tests.test_groups import committed
+    assert committed(bs, group, topic, 6) == {p: 150 for p in range(6)}
+
+
+@pytest.mark.parametrize("version,mode", [("4.3.0", "re2j"), ("4.3.0", "pattern"), ("3.9.0", "pattern")])
+def test_regex_subscription_picks_up_a_new_topic(kbroker848, tmp_path, version, mode):
+    """re2j: SubscriptionPattern, resolved by the broker (ConsumerGroupHeartbeat v1
+    SubscribedTopicRegex). pattern: java.util.regex.Pattern, resolved by the client from
+    metadata, which then heartbeats plain topic names."""
+    bs = kbroker848.bootstrap
+    prefix, group = unique("rx"), unique("g")
+    first, later, other = f"{prefix}-a", f"{prefix}-b", f"x{prefix}-c"
+    create_topic(bs, first, 2)
+    create_topic(bs, other, 2)
+    produce(bs, first, 20, 2)
+    produce(bs, other, 20, 2)
+    props = ["subscribe.mode=" + mode, "metadata.max.age.ms=500"]
+    members = [Member(bs, version, prefix.replace("-", "\\-") + "-.*", group, *props, log_dir=tmp_path)
+               for _ in range(2)]
+    try:
+        wait_for(lambda: sorted(len(m.owned()) for m in members) == [1, 1] and exactly_once(members, 20),
+                 30, "the matching topic split 1/1", members)
+        create_topic(bs, later, 2)          # created after the subscription, matches the pattern
+        produce(bs, later, 20, 2)
+        wait_for(lambda: sorted(len(m.owned()) for m in members) == [2, 2] and exactly_once(members, 40),
+                 30, "the new topic assigned and read", members)
+        owned = set().union(*(m.owned() for m in members))
+        assert owned == {(first, 0), (first, 1), (later, 0), (later, 1)}
+        assert {t for t, _, _ in all_records(members)} == {first, later}
+    finally:
+        for m in members:
+            m.close()
