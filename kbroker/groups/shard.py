@@ -443,6 +443,12 @@ class GroupShard:
             self.offsets.replay(record)
             if record.value is not None and record.group not in self.groups:
                 self.groups[record.group] = ClassicGroup(record.group)
+            elif record.value is None and not self.offsets.has_offsets(record.group):
+                # The last offset of a simple group expired or was deleted: so is the group.
+                g = self.groups.get(record.group)
+                if isinstance(g, ClassicGroup) and g.is_in(GroupState.EMPTY) and g.generation == 0 \
+                        and not g.protocol_type:
+                    del self.groups[record.group]
             return
         if isinstance(record, GroupMetadataRecord):
             if record.value is None:

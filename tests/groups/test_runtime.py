@@ -100,3 +100,42 @@ def test_session_timeout_fires_from_the_loop():
         assert not rt.shard_for("g").classic_group("g").members
         await rt.shutdown()
     asyncio.run(scenario())
+
+
+def test_offset_expiry_runs_from_the_loop_and_writes_tombstones():
+    """offsets.retention.minutes for a group without members: the periodic check
+    (offsets.retention.check.interval.ms) fires from the loop, appends tombstones, and a
+    runtime rebuilt from the log has neither the offsets nor the group."""
+    from kbroker.groups import record_codec
+    from kbroker.groups.records import OffsetCommitRecord
+
+    async def scenario():
+        broker = fake_broker()
+        clock = [1_000]
+        cfg = GroupConfig(num_partitions=N, offsets_retention_ms=10_000, offsets_retention_check_interval_ms=1_000)
+        rt = GroupCoordinatorRuntime(broker, cfg, lambda: clock[0])
+        rt.start()
+        for gid, off in (("old", 5), ("new", 6)):
+            oc = OffsetCommitRequest(gid, [("t", [CommitPartition(0, off)])], version=8)
+            assert await rt.run(gid, lambda sh, now: sh.commit_offsets(oc, now)) == [("t", [(0, E.NONE)])]
+            clock[0] += 5_000                    # "new" is committed 5 s after "old"
+        clock[0] = 1_000 + 10_500                # old: 10.5 s old, new: 5.5 s old
+        rt._wake.set()
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if "old" not in rt.shard_for("old").groups:
+                break
+        assert "old" not in rt.shard_for("old").groups
+        assert rt.shard_for("new").offsets.group_offsets("new")
+        await rt.shutdown()
+
+        part = broker.replicas.get(OFFSETS_TOPIC, rt.partition_for("old"))
+        recs = [record_codec.decode(r.key, r.value) for b in part.log.batches() for r in b.records()]
+        assert OffsetCommitRecord("old", "t", 0, None) in recs     # the tombstone is in the log
+        rt2 = GroupCoordinatorRuntime(fake_broker(broker.replicas), cfg, lambda: clock[0])
+        rt2.start()
+        assert "old" not in rt2.shard_for("old").groups
+        assert rt2.shard_for("old").fetch_offsets("old", [("t", [0])])[1][0][1][0].offset == -1
+        assert rt2.shard_for("new").fetch_offsets("new", [("t", [0])])[1][0][1][0].offset == 6
+        await rt2.shutdown()
+    asyncio.run(scenario())
