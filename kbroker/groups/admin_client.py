@@ -140,7 +140,10 @@ class AdminClient:
         return {(t.name, p.partition_index): (p.committed_offset, p.metadata)
                 for t in resp.topics for p in t.partitions if p.committed_offset >= 0}
 
-    def commit(self, group_id: str, offsets: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+    def commit(self, group_id: str, offsets: dict[tuple[str, int], int],
+               retention_ms: int | None = None) -> dict[tuple[str, int], int]:
+        """Commit as a simple (memberless) group; ``retention_ms`` uses OffsetCommit v4's
+        per-commit retention (gone from v5 on, where offsets.retention.minutes applies)."""
         by_topic: dict[str, list] = {}
         for (t, p), off in sorted(offsets.items()):
             by_topic.setdefault(t, []).append(OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
@@ -149,7 +152,9 @@ class AdminClient:
                                   group_instance_id=None, topics=[
                                       OffsetCommitRequest.OffsetCommitRequestTopic(name=t, partitions=ps)
                                       for t, ps in by_topic.items()])
-        resp = self.call(req, 8, self.coordinator(group_id))
+        if retention_ms is not None:
+            req.retention_time_ms = retention_ms
+        resp = self.call(req, 8 if retention_ms is None else 4, self.coordinator(group_id))
         return {(t.name, p.partition_index): p.error_code for t in resp.topics for p in t.partitions}
 
     def delete_group(self, group_id: str) -> int:
