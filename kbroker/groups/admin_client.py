@@ -99,10 +99,14 @@ class AdminClient:
         return {p.partition_index: p.leader_id for p in t.partitions}
 
     def coordinator(self, group_id: str) -> tuple[str, int]:
+        return self.coordinator_node(group_id)[1:]
+
+    def coordinator_node(self, group_id: str) -> tuple[int, str, int]:
+        """(node id, host, port) of the group's coordinator."""
         for _ in range(20):
             resp = self.call(FindCoordinatorRequest(key=group_id, key_type=0), 3)
             if resp.error_code == 0:
-                return resp.host, resp.port
+                return resp.node_id, resp.host, resp.port
             if resp.error_code not in (14, 15):      # loading / not available: retry
                 raise KafkaError(resp.error_code, f"FindCoordinator({group_id})")
             import time
@@ -111,11 +115,11 @@ class AdminClient:
 
     # -- groups ------------------------------------------------------------------------------
 
-    def list_groups(self):
+    def list_groups(self, states: list[str] | None = None, types: list[str] | None = None):
         self.metadata([])
         out = {}
         for addr in set(self.brokers.values()) or {self.bootstrap}:
-            resp = self.call(ListGroupsRequest(states_filter=[], types_filter=[]), 5, addr)
+            resp = self.call(ListGroupsRequest(states_filter=list(states or []), types_filter=list(types or [])), 5, addr)
             if resp.error_code:
                 raise KafkaError(resp.error_code, "ListGroups")
             for g in resp.groups:
