@@ -4,6 +4,7 @@ broker-side regex subscriptions. Each member is its own JVM (KafkaTool group-mem
 over stdin/stdout, so the test sees every rebalance-listener call with its wall-clock time."""
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 import time
@@ -34,8 +35,12 @@ class Member:
             pytest.fail("Java client jars missing: run scripts/fetch-java-clients.sh")
         self.version = version
         self.stderr = open(log_dir / f"member-{unique('m')}.log", "w") if log_dir else subprocess.DEVNULL
+        cp, jvm = java_client.classpath(version), []
+        if os.environ.get("KBROKER_JAVA_SLF4J_JAR"):      # client logs to the member's log file
+            cp += ":" + os.environ["KBROKER_JAVA_SLF4J_JAR"]
+            jvm = ["-Dorg.slf4j.simpleLogger.defaultLogLevel=info", "-Dorg.slf4j.simpleLogger.showDateTime=true"]
         self.proc = subprocess.Popen(
-            ["java", "-cp", java_client.classpath(version), "KafkaTool", "group-member", bootstrap, topics, group,
+            ["java", *jvm, "-cp", cp, "KafkaTool", "group-member", bootstrap, topics, group,
              "group.protocol=consumer", *props],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True, bufsize=1)
         self.events: list[tuple[str, list[str]]] = []
@@ -190,3 +195,51 @@ def test_regex_subscription_picks_up_a_new_topic(kbroker848, tmp_path, version, 
     finally:
         for m in members:
             m.close()
+
+
+def test_classic_group_moves_to_consumer_protocol_once_empty_not_online(kbroker848, tmp_path):
+    """Online migration (KIP-848 mixed groups) is not implemented: a consumer-protocol member
+    is refused while classic members are active, as Kafka refuses it when the upgrade is not
+    possible. A rolling upgrade that empties the group first works, offsets carried over, and
+    back again (downgrade) the same way."""
+    from compat_tests.test_groups import consumer, poll_round
+    bs = kbroker848.bootstrap
+    topic, group = unique("mig"), unique("g")
+    create_topic(bs, topic, 2)
+    produce(bs, topic, 20, 2)
+    c = consumer(bs, group)
+    c.subscribe([topic])
+    seen: dict = {}
+    deadline = time.monotonic() + 20
+    while sum(len(v) for v in seen.values()) < 20:
+        assert time.monotonic() < deadline
+        poll_round([c], seen)
+    refused = Member(bs, "4.3.0", topic, group, log_dir=tmp_path)
+    try:
+        refused.proc.wait(20)
+    except subprocess.TimeoutExpired:
+        pass
+    refused.close()
+    log = open(refused.stderr.name).read()
+    assert refused.proc.returncode != 0 and "is not a consumer group" in log, log[-2000:]
+    assert not refused.records()
+    c.close()                                   # the classic group is empty now
+
+    produce(bs, topic, 20, 2, start=20)
+    m = Member(bs, "4.3.0", topic, group, log_dir=tmp_path)
+    try:
+        wait_for(lambda: len(m.records()) >= 20, 30, "the upgraded group reading on", [m])
+        time.sleep(1)
+        assert sorted(int(bytes.fromhex(f[3])) for k, f in m.snapshot() if k == "rec") == list(range(20, 40))
+    finally:
+        m.close()
+    produce(bs, topic, 10, 2, start=40)
+    c = consumer(bs, group)                     # and back to classic, again once empty
+    c.subscribe([topic])
+    again: dict = {}
+    deadline = time.monotonic() + 20
+    while sum(len(v) for v in again.values()) < 10:
+        assert time.monotonic() < deadline
+        poll_round([c], again)
+    c.close()
+    assert sorted(o for v in again.values() for _, o in v) == sorted([20, 21, 22, 23, 24] * 2)

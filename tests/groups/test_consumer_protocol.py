@@ -205,3 +205,31 @@ def test_assignment_epochs_rebuilt_on_replay():
         fresh.replay(r)
     assert {m: fresh.consumer_group("g").members[m].assignment_epochs for m in "ab"} == live
     assert set(live["a"].values()) == {1} and set(live["b"].values()) == {2}
+
+
+def test_switching_protocols_only_when_the_group_is_empty():
+    """No online migration (KIP-848's mixed groups): a consumer-protocol member cannot join a
+    classic group that has members (GROUP_ID_NOT_FOUND "... is not a consumer group", Kafka's
+    answer when the upgrade is not possible) nor a classic member a consumer group with
+    members (INCONSISTENT_GROUP_PROTOCOL). Once empty, the group converts and keeps offsets."""
+    from kbroker.groups.shard import OffsetCommitRequest
+    from kbroker.groups.offsets import CommitPartition
+    h = Harness(topics={"t1": (T1, 2)})
+    tok = h.join_new("g")
+    resp = h.replies[tok]
+    h.sync("g", resp.member_id, resp.generation_id, {resp.member_id: b""})
+    h.run(h.shard.commit_offsets(OffsetCommitRequest("g", [("t1", [CommitPartition(0, 7)])], resp.generation_id,
+                                                     resp.member_id, version=8), h.now))
+    r = hb(h, "k1", 0, ["t1"], {})
+    assert r.error == E.GROUP_ID_NOT_FOUND and "not a consumer group" in r.error_message
+    h.leave("g", resp.member_id)
+    r = join(h, "k1")                                         # empty: upgraded, offsets kept
+    assert h.shard.consumer_group("g") is not None and r.member_epoch >= 1
+    assert h.shard.fetch_offsets("g", [("t1", [0])])[1][0][1][0].offset == 7
+    bad = h.join("g")
+    assert h.replies[bad].error == E.INCONSISTENT_GROUP_PROTOCOL
+    hb(h, "k1", -1)                                          # leaves: empty again
+    tok = h.join_new("g")                                    # downgraded to classic
+    assert h.replies.get(tok) is None or h.replies[tok].error == E.NONE
+    assert h.shard.classic_group("g") is not None
+    assert h.shard.fetch_offsets("g", [("t1", [0])])[1][0][1][0].offset == 7
