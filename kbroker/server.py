@@ -229,24 +229,46 @@ class KafkaServer:
                 log.warning("recovered %s-%d: %s", key[0], key[1], r)
 
     async def _maintenance(self) -> None:
-        """Retention, flush and producer-id expiry, on Kafka's schedules."""
+        """Retention, flush, compaction, checkpoints and producer-id expiry, each on its
+        Kafka schedule (the *.interval.ms / log.cleaner.backoff.ms configs)."""
         cfg = self.config
-        retention_every = cfg["log.retention.check.interval.ms"]
-        tick = 1.0
-        last_retention = self.clock.monotonic_ms()
+        schedule = {  # task -> interval in ms (None: disabled)
+            "retention": cfg["log.retention.check.interval.ms"],
+            "cleaner": cfg["log.cleaner.backoff.ms"] if cfg["log.cleaner.enable"] else None,
+            "start-offsets": cfg["log.flush.start.offset.checkpoint.interval.ms"],
+        }
+        last = {task: self.clock.monotonic_ms() for task in schedule}
+
+        def due(task: str) -> bool:
+            every = schedule[task]
+            if every is None or self.clock.monotonic_ms() - last[task] < every:
+                return False
+            last[task] = self.clock.monotonic_ms()
+            return True
+
+        tick = min(1.0, *(v / 1000 for v in schedule.values() if v))
         while True:
             await asyncio.sleep(tick)
             now = self.clock.now_ms()
             try:
                 for lm in self._log_managers:
                     lm.run_flush(now)
-                if self.clock.monotonic_ms() - last_retention >= retention_every:
-                    last_retention = self.clock.monotonic_ms()
+                if due("retention"):
                     for lm in self._log_managers:
                         lm.run_retention(now)
                     for p in self.replicas.all_partitions():
                         p.producer_state.delete_snapshots_before(p.log.log_start_offset)
                         p.producer_state.remove_expired(now)
+                if due("cleaner"):
+                    # One log per pass: the cleaner runs on the event loop, so keep each
+                    # pass short; the dirtiest log goes first.
+                    for lm in self._log_managers:
+                        stats = lm.run_cleaner(now, max_logs=1)
+                        if stats.logs_cleaned:
+                            log.info("log cleaner: %s", stats)
+                if due("start-offsets"):
+                    for lm in self._log_managers:
+                        lm.checkpoint_log_start_offsets()
             except Exception:
                 log.exception("log maintenance failed")
 
