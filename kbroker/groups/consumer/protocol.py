@@ -7,8 +7,8 @@ its target. Every change is a record; the heartbeat answers after they are appen
 """
 from __future__ import annotations
 
+import functools
 import logging
-import re
 from collections import Counter
 from typing import TYPE_CHECKING
 
@@ -18,6 +18,7 @@ from kbroker.groups.consumer.group import (STATIC_LEAVE_EPOCH, ConsumerGroup, Co
                                            copy_assignment, from_lists, to_lists)
 from kbroker.groups.consumer.messages import HeartbeatRequest, HeartbeatResponse
 from kbroker.groups.consumer.reconciliation import reconcile
+from kbroker.groups.consumer.regex import RegexError, compile_topic_regex, matching_topics
 from kbroker.groups.errors import GroupError
 from kbroker.groups.records import (ConsumerGroupCurrentMemberAssignmentRecord, ConsumerGroupMemberMetadataRecord,
                                     ConsumerGroupMetadataRecord, ConsumerGroupPartitionMetadataRecord,
@@ -29,6 +30,11 @@ if TYPE_CHECKING:
     from kbroker.groups.shard import GroupShard
 
 log = logging.getLogger("kbroker.groups.consumer")
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(pattern: str):
+    return compile_topic_regex(pattern)
 
 
 def _session_key(group_id: str, member_id: str) -> str:
@@ -83,8 +89,8 @@ class ConsumerProtocol:
             raise GroupError(errors.UNSUPPORTED_ASSIGNOR, f"ServerAssignor {req.server_assignor} is not supported.")
         if req.subscribed_topic_regex:
             try:
-                re.compile(req.subscribed_topic_regex)
-            except re.error as e:
+                compile_topic_regex(req.subscribed_topic_regex)
+            except RegexError as e:
                 raise GroupError(errors.INVALID_REGULAR_EXPRESSION, str(e)) from None
 
     def _heartbeat(self, req: HeartbeatRequest, now_ms: int) -> Result:
@@ -237,8 +243,10 @@ class ConsumerProtocol:
     def resolve_subscription(self, member: ConsumerMember, topics: dict) -> set[str]:
         names = {n for n in member.subscribed_topic_names if n in topics}
         if member.subscribed_topic_regex:
-            pattern = re.compile(member.subscribed_topic_regex)
-            names |= {n for n in topics if not n.startswith("__") and pattern.fullmatch(n)}
+            try:
+                names |= matching_topics(_compiled(member.subscribed_topic_regex), topics)
+            except RegexError:          # only a pattern replayed from an older log can get here
+                pass
         return names
 
     def _refresh_subscription_metadata(self, group: ConsumerGroup, res: Result) -> bool:
