@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from compat_tests.brokers import REPO, BrokerProcess
 from compat_tests.clients import java as java_client
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = pytest.mark.timeout(60)     # every group test is bounded (issue 5)
 
 SESSION_MS = 6000
 OVERRIDES = {
@@ -181,7 +181,7 @@ def _java_group(version, protocol):
             pytest.fail("Java client jars missing: run scripts/fetch-java-clients.sh")
         j = java_client.JavaDriver(bs, version)
         out = j.run("group-consume", topic, group, str(count), f"group.protocol={protocol}",
-                    "session.timeout.ms=6000" if protocol == "classic" else "client.id=kip848", timeout=80)
+                    "session.timeout.ms=6000" if protocol == "classic" else "client.id=kip848", timeout=50)
         return [(c.partition, c.offset) for c in java_client.parse_consumed(out)]
     return run
 
