@@ -9,6 +9,7 @@ cases. Skipped without java or the jars (scripts/fetch-java-clients.sh).
 import random
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -30,13 +31,28 @@ pytestmark = [
 ]
 
 
-def run_java(jar_dir: Path, lines: list[str]) -> list[str]:
-    cp = str(jar_dir / "*")
-    proc = subprocess.run(["java", "-cp", cp, str(HELPER)], input="\n".join(lines) + "\n",
-                          capture_output=True, text=True, timeout=200)
-    out = proc.stdout.splitlines()
-    assert len(out) == len(lines), proc.stderr[-2000:]
-    return out
+class JavaCheck:
+    """One JVM per jar: ask for version ranges first, then send every case."""
+
+    def __init__(self, jar_dir: Path):
+        self.proc = subprocess.Popen(["java", "-cp", str(jar_dir / "*"), str(HELPER)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+
+    def ask(self, lines: list[str]) -> list[str]:
+        def feed():   # a thread: Java answers while we write, and both pipes are finite
+            self.proc.stdin.write("\n".join(lines) + "\n")
+            self.proc.stdin.flush()
+        t = threading.Thread(target=feed, daemon=True)
+        t.start()
+        out = [self.proc.stdout.readline().rstrip("\n") for _ in lines]
+        t.join()
+        assert all(out), self.proc.stderr.read()[-2000:] if self.proc.poll() is not None else out
+        return out
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
 
 
 @pytest.mark.parametrize("jar", list(JARS), ids=lambda v: f"kafka-clients-{v}")
@@ -45,7 +61,8 @@ def test_same_bytes_as_kafka_java(jar):
     if not (jar_dir / f"kafka-clients-{jar}.jar").exists():
         pytest.skip(f"{jar_dir} missing (scripts/fetch-java-clients.sh)")
     msgs = [m for m in messages()]
-    ranges = run_java(jar_dir, [f"RANGE {m.name}" for m in msgs])
+    java = JavaCheck(jar_dir)
+    ranges = java.ask([f"RANGE {m.name}" for m in msgs])
     rng = random.Random(20240607)
     cases, lines = [], []
     covered = set()
@@ -66,7 +83,8 @@ def test_same_bytes_as_kafka_java(jar):
                 cases.append((m.name, v, obj, data))
                 lines.append(f"{m.name} {v} {data.hex()}")
     assert len(covered) > 150
-    results = run_java(jar_dir, lines)
+    results = java.ask(lines)
+    java.close()
     failures = []
     for (name, v, obj, data), res in zip(cases, results):
         kind, _, rest = res.partition(" ")

@@ -56,8 +56,9 @@ public class WireCheck {
         out.println("ERR " + e.getCause());
       } catch (Exception e) {
         out.println("ERR " + e);
+      } finally {
+        out.flush();   // the caller reads one answer per line as it goes
       }
-      out.flush();
     }
     out.flush();
   }
