@@ -18,9 +18,7 @@ import struct
 from kbroker.wire.errors import CodecError, FrameTooLarge, UnsupportedVersionError
 from kbroker.wire.generated.request_header import RequestHeader
 from kbroker.wire.generated.response_header import ResponseHeader
-from kbroker.wire.primitives import (
-    _DECODE_ERRORS, Reader, Writer, as_view, rd_nstring, rd_unknown_tags,
-)
+from kbroker.wire.primitives import _DECODE_ERRORS, Reader, Writer, as_view, rd_nstring
 from kbroker.wire.registry import (
     REQUEST_FLEXIBLE_FROM, REQUESTS, RESPONSES, request_header_version, response_header_version,
 )
@@ -36,6 +34,7 @@ __all__ = [
 DEFAULT_MAX_FRAME_SIZE = 104857600   # Kafka's socket.request.max.bytes default
 
 _I32 = struct.Struct(">i")
+_read_request_header = RequestHeader._read
 _HDR = struct.Struct(">hhi")         # api key, api version, correlation id: every header version
 
 
@@ -193,19 +192,18 @@ def decode_request_header(frame) -> tuple[RequestHeader, int]:
         raise CodecError(f"request frame of {len(buf)} bytes is shorter than a request header")
     api_key, api_version, correlation_id = _HDR.unpack_from(buf, 0)
     hv = _header_version_for(api_key, api_version)
-    h = RequestHeader(request_api_key=api_key, request_api_version=api_version,
-                      correlation_id=correlation_id, client_id=None)
-    pos = 8
     try:
-        if hv >= 1:
-            h.client_id, pos = rd_nstring(buf, pos)
-        if hv >= 2 and api_key in REQUESTS:
-            h.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        if api_key in REQUESTS:   # the generated decoder: header v2 tagged fields included
+            return _read_request_header(buf, 0, hv)
+        # unknown API: read up to the client id, which every header version >= 1 has
+        h = RequestHeader(request_api_key=api_key, request_api_version=api_version,
+                          correlation_id=correlation_id, client_id=None)
+        h.client_id, pos = rd_nstring(buf, 8)
+        return h, pos
     except CodecError:
         raise
     except _DECODE_ERRORS as e:
         raise CodecError(f"malformed request header: {e}") from e
-    return h, pos
 
 
 def decode_request(frame):
