@@ -1,18 +1,44 @@
 """Producer/consumer throughput and produce->consume latency with confluent-kafka, for kbroker
 and the Tansu peer (a Rust broker) in the same run, printed as a table of ratios.
 
-    python benchmarks/bench_clients.py [--quick] [--out benchmarks/results/clients.md]
+    python benchmarks/bench_clients.py [--quick] [--repeat 3] [--out benchmarks/results/clients.md]
+                                       [--plot benchmarks/results/clients.png] [--only SUBSTRING]
 
 Rows (issue 4): 200k x 1 KiB and 1M x 100 B, acks 1 and all, compression none and lz4,
-linger 5 ms; consumer throughput reading the same data back; latency at 2,000 msg/s.
+linger 5 ms; consumer throughput reading the same data back; latency at 2,000 msg/s
+(p50 / p99 / p99.9).
+
+How it measures, so that the numbers are about the brokers and not about Python:
+
+* Both brokers run for the whole benchmark and every measurement alternates between them
+  (kbroker, Tansu, then Tansu, kbroker on the next repeat...), so a noisy neighbour on a
+  shared machine hits both sides alike. Throughput rows report the median of ``--repeat``
+  runs; latency pools the samples of every repeat.
+* Client start-up is not timed: producer and consumer fetch the topic's metadata first
+  (librdkafka would otherwise wait for its 500 ms offset-query timer before the first fetch).
+* Producer: one ``produce()`` call per record and nothing else in the loop; delivery reports
+  only for errors (``delivery.report.only.error``), which fail the run. The clock stops when
+  ``flush()`` returns: every record acknowledged.
+* Consumer: ``consume()`` in batches of 10,000; the messages are not inspected one by one
+  (that would time the Python loop). Completeness is checked once at the end from the
+  consumer's positions: they must add up to the number of records produced. librdkafka's
+  ``fetch.queue.backoff.ms`` is 5 ms instead of 1 s (see ``consume``).
+* Latency: a consumer thread blocks in ``poll()`` (woken by librdkafka when a message
+  arrives), the producer thread paces 2,000 msg/s with sleeps, so neither client spins a
+  CPU that the brokers need; 200 warm-up messages go first (connections, first appends).
+* "broker CPU" is the broker process's user+system CPU time during the measurement
+  (all threads), from /proc: the cost of the work, independent of the wall clock.
 """
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
+import platform
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -24,6 +50,16 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from compat_tests.brokers import TANSU, BrokerProcess  # noqa: E402
 
 PARTITIONS = 3
+KINDS = ("kbroker", "tansu")
+NAMES = {"kbroker": "kbroker", "tansu": "Tansu"}
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (all its threads), in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
 
 
 def create(bootstrap, topic):
@@ -31,26 +67,35 @@ def create(bootstrap, topic):
     admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
 
 
+def delete(bootstrap, topic):
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        admin.delete_topics([topic])[topic].result(30)
+    except Exception as e:  # cleanup only: a failure here does not change any number
+        print(f"  (deleting {topic}: {e})", file=sys.stderr)
+
+
 def produce(bootstrap, topic, count, size, acks, codec):
-    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "compression.type": codec,
-                  "linger.ms": 5, "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000,
-                  "queue.buffering.max.kbytes": 1_048_576})
-    value = (os.urandom(size // 2) * 2)[:size]   # half-compressible, like real payloads
     errors = []
 
-    def cb(err, _msg):
-        if err:
-            errors.append(err)
+    def on_delivery(err, _msg):
+        errors.append(err)   # delivery.report.only.error: called for failures only
 
+    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "compression.type": codec,
+                  "linger.ms": 5, "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000,
+                  "queue.buffering.max.kbytes": 1_048_576, "delivery.report.only.error": True,
+                  "on_delivery": on_delivery})
+    p.list_topics(topic, timeout=10)            # connected, metadata known: not timed
+    value = (os.urandom(size // 2) * 2)[:size]   # half-compressible, like real payloads
+    send = p.produce
     t0 = time.perf_counter()
     for i in range(count):
-        while True:
-            try:
-                p.produce(topic, value, on_delivery=cb)
-                break
-            except BufferError:
-                p.poll(0.001)
-        if i % 1000 == 0:
+        try:
+            send(topic, value)
+        except BufferError:
+            p.poll(0.001)
+            send(topic, value)
+        if not i % 10_000:
             p.poll(0)
     left = p.flush(120)
     dt = time.perf_counter() - t0
@@ -60,98 +105,240 @@ def produce(bootstrap, topic, count, size, acks, codec):
 
 
 def consume(bootstrap, topic, count):
+    # fetch.queue.backoff.ms: when its pre-fetch queue passes queued.min.messages (100k)
+    # librdkafka postpones the next fetch by this much, 1 s by default; a fast broker fills
+    # the queue sooner and then waits for that timer (consume took 0.4 s or 1.4 s, bimodal).
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
-                  "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 10485760})
-    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+                  "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 10485760,
+                  "fetch.queue.backoff.ms": 5})
+    c.list_topics(topic, timeout=10)            # connected, leaders known: not timed
+    parts = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)]
     got = 0
     t0 = time.perf_counter()
+    c.assign(parts)
     deadline = t0 + 120
     while got < count and time.perf_counter() < deadline:
-        for m in c.consume(10000, timeout=1):
-            if not m.error():
-                got += 1
+        got += len(c.consume(10000, timeout=1))
     dt = time.perf_counter() - t0
+    positions = sum(max(tp.offset, 0) for tp in c.position([TopicPartition(topic, p) for p in range(PARTITIONS)]))
     c.close()
-    if got < count:
-        raise RuntimeError(f"consume: got {got} of {count}")
+    if got < count or positions != count:
+        raise RuntimeError(f"consume: got {got} messages, positions at {positions}, of {count}")
     return dt
 
 
-def latency(bootstrap, topic, rate=2000, seconds=5):
+def latency(bootstrap, topic, rate=2000, seconds=5, warmup=200):
+    """Produce->consume latency samples (seconds) of ``rate * seconds`` messages."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "lat", "enable.auto.commit": False,
                   "fetch.wait.max.ms": 100, "fetch.min.bytes": 1})
+    c.list_topics(topic, timeout=10)
     c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-    c.consume(1, timeout=2)   # connected and fetching before the clock starts
     p = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 0})
-    total = rate * seconds
-    lat = []
+    p.list_topics(topic, timeout=10)
+    total = warmup + rate * seconds
+    samples = []
+    done = threading.Event()
+
+    def consumer():
+        seen = 0
+        while seen < total and not done.is_set():
+            m = c.poll(0.1)
+            now = time.perf_counter()
+            if m is None or m.error():
+                continue
+            seen += 1
+            if seen > warmup:    # only measured messages; warm-up ones were sent first
+                samples.append(now - float(m.value()))
+
+    th = threading.Thread(target=consumer, daemon=True)
+    th.start()
     t0 = time.perf_counter()
-    sent = 0
-    while len(lat) < total and time.perf_counter() - t0 < seconds + 10:
-        due = min(total, int((time.perf_counter() - t0) * rate))
-        while sent < due:
-            p.produce(topic, str(time.perf_counter()).encode())
-            sent += 1
-        p.poll(0)
-        for m in c.consume(1000, timeout=0.0005):
-            if not m.error():
-                lat.append(time.perf_counter() - float(m.value()))
+    for i in range(total):
+        due = t0 + i / rate
+        wait = due - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)
+        p.produce(topic, repr(time.perf_counter()).encode())
+        if not i % 64:
+            p.poll(0)
     p.flush(10)
+    th.join(seconds + 20)
+    done.set()
+    th.join()
     c.close()
-    lat.sort()
-    q = lambda f: lat[min(len(lat) - 1, int(f * len(lat)))] * 1000  # noqa: E731
-    return q(0.5), q(0.99), q(0.999)
+    if len(samples) < rate * seconds:
+        raise RuntimeError(f"latency: {len(samples)} of {rate * seconds} messages came back")
+    return samples
 
 
-def run_suite(kind, quick):
-    scale = 10 if quick else 1
-    rows = {}
-    with tempfile.TemporaryDirectory() as d:
-        b = BrokerProcess(Path(d), kind=kind).start()
-        try:
-            n = 0
-            for count, size in ((200_000 // scale, 1024), (1_000_000 // scale, 100)):
-                for acks in ("1", "all"):
-                    for codec in ("none", "lz4"):
-                        n += 1
-                        topic = f"bench{n}"
-                        create(b.bootstrap, topic)
-                        dt = produce(b.bootstrap, topic, count, size, acks, codec)
-                        label = f"{count // 1000}k x {size} B, acks={acks}, {codec}"
-                        rows[f"produce {label}"] = ("MB/s", count * size / dt / 1e6)
-                        if acks == "1":
-                            dt = consume(b.bootstrap, topic, count)
-                            rows[f"consume {label}"] = ("MB/s", count * size / dt / 1e6)
-            create(b.bootstrap, "latency")
-            p50, p99, p999 = latency(b.bootstrap, "latency", seconds=2 if quick else 5)
-            rows["latency p50 @2k msg/s"] = ("ms", p50)
-            rows["latency p99 @2k msg/s"] = ("ms", p99)
-            rows["latency p99.9 @2k msg/s"] = ("ms", p999)
-        finally:
+def pct(samples, f):
+    s = sorted(samples)
+    return s[min(len(s) - 1, int(f * len(s)))] * 1000
+
+
+class Run:
+    """Both brokers, started once; measurements alternate between them."""
+
+    def __init__(self, kinds, quick, repeat):
+        self.kinds = kinds
+        self.scale = 10 if quick else 1
+        self.repeat = repeat
+        self.lat_seconds = 2 if quick else 10
+        self.tmp = tempfile.TemporaryDirectory()
+        self.brokers = {}
+        self.values = {}   # row -> kind -> [values]
+        self.cpu = {}      # row -> kind -> [cpu seconds]
+        self.units = {}
+        self._n = 0
+
+    def __enter__(self):
+        for k in self.kinds:
+            self.brokers[k] = BrokerProcess(Path(self.tmp.name) / k, kind=k).start()
+        return self
+
+    def __exit__(self, *exc):
+        for b in self.brokers.values():
             b.stop()
-    return rows
+        self.tmp.cleanup()
+
+    def order(self, r):
+        return self.kinds if r % 2 == 0 else tuple(reversed(self.kinds))
+
+    def record(self, row, unit, kind, value, cpu):
+        self.units[row] = unit
+        self.values.setdefault(row, {}).setdefault(kind, []).append(value)
+        self.cpu.setdefault(row, {}).setdefault(kind, []).append(cpu)
+
+    def measure(self, kind, fn, *args):
+        b = self.brokers[kind]
+        c0 = cpu_seconds(b.proc.pid)
+        out = fn(b.bootstrap, *args)
+        return out, cpu_seconds(b.proc.pid) - c0
+
+    def throughput_rows(self, only):
+        for count, size in ((200_000 // self.scale, 1024), (1_000_000 // self.scale, 100)):
+            for acks in ("1", "all"):
+                for codec in ("none", "lz4"):
+                    label = f"{count // 1000}k x {size} B, acks={acks}, {codec}"
+                    prow, crow = f"produce {label}", f"consume {label}"
+                    if only and only not in prow and only not in crow:
+                        continue
+                    for r in range(self.repeat):
+                        for kind in self.order(r):
+                            self._n += 1
+                            topic = f"bench{self._n}"
+                            bs = self.brokers[kind].bootstrap
+                            create(bs, topic)
+                            dt, cpu = self.measure(kind, produce, topic, count, size, acks, codec)
+                            self.record(prow, "MB/s", kind, count * size / dt / 1e6, cpu)
+                            if acks == "1":
+                                dt, cpu = self.measure(kind, consume, topic, count)
+                                self.record(crow, "MB/s", kind, count * size / dt / 1e6, cpu)
+                            delete(bs, topic)
+                    self.report_progress(prow, crow)
+
+    def latency_rows(self, only):
+        if only and only not in "latency p50 p99 p99.9 @2k msg/s":
+            return
+        pooled = {k: [] for k in self.kinds}
+        cpu = {k: 0.0 for k in self.kinds}
+        for r in range(self.repeat):
+            for kind in self.order(r):
+                self._n += 1
+                topic = f"latency{self._n}"
+                create(self.brokers[kind].bootstrap, topic)
+                s, c = self.measure(kind, latency, topic, 2000, self.lat_seconds)
+                pooled[kind] += s
+                cpu[kind] += c
+                delete(self.brokers[kind].bootstrap, topic)
+        for name, f in (("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999)):
+            row = f"latency {name} @2k msg/s"
+            for k in self.kinds:
+                self.record(row, "ms", k, pct(pooled[k], f), cpu[k] / self.repeat)
+            self.report_progress(row)
+
+    def report_progress(self, *rows):
+        for row in rows:
+            if row in self.values:
+                vals = "  ".join(f"{NAMES[k]} {', '.join(f'{v:.1f}' for v in vs)}"
+                                 for k, vs in self.values[row].items())
+                print(f"  {row}: {vals}", file=sys.stderr, flush=True)
+
+    def table(self) -> str:
+        other = [k for k in self.kinds if k != "kbroker"]
+        peer = other[0] if other else None
+        lines = ["| benchmark (confluent-kafka) | unit | kbroker | Tansu | kbroker / Tansu "
+                 "| broker CPU s, kbroker / Tansu |",
+                 "|---|---|---:|---:|---:|---:|"]
+        for row, per in self.values.items():
+            unit = self.units[row]
+            v = statistics.median(per.get("kbroker", [float("nan")]))
+            pv = statistics.median(per[peer]) if peer in per else float("nan")
+            # Higher is better for MB/s; for latency the ratio is peer/ours so >1 still means better.
+            ratio = v / pv if unit == "MB/s" else pv / v
+            kc = statistics.median(self.cpu[row].get("kbroker", [float("nan")]))
+            pc = statistics.median(self.cpu[row][peer]) if peer in per else float("nan")
+            cpu = f"{kc:.2f} / {pc:.2f}"
+            if row.startswith("latency") and not row.startswith("latency p50"):
+                cpu = "(as p50)"
+            lines.append(f"| {row} | {unit} | {v:.{2 if unit == 'ms' else 1}f} | "
+                         f"{pv:.{2 if unit == 'ms' else 1}f} | {ratio:.2f}x | {cpu} |")
+        return "\n".join(lines)
+
+    def plot(self, path):
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        rows = [r for r in self.values if self.units[r] == "MB/s"]
+        lat = [r for r in self.values if self.units[r] == "ms"]
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(14, 6), gridspec_kw={"width_ratios": [3, 1]})
+        y = range(len(rows))
+        for i, k in enumerate(self.kinds):
+            a1.barh([j + 0.4 * i for j in y], [statistics.median(self.values[r][k]) for r in rows],
+                    height=0.4, label=NAMES[k])
+        a1.set_yticks([j + 0.2 for j in y], rows, fontsize=8)
+        a1.invert_yaxis()
+        a1.set_xlabel("MB/s (higher is better)")
+        a1.legend()
+        x = range(len(lat))
+        for i, k in enumerate(self.kinds):
+            a2.bar([j + 0.4 * i for j in x], [statistics.median(self.values[r][k]) for r in lat],
+                   width=0.4, label=NAMES[k])
+        a2.set_xticks([j + 0.2 for j in x], [r.split()[1] for r in lat])
+        a2.set_yscale("log")
+        a2.set_ylabel("produce->consume latency at 2k msg/s, ms (lower is better)")
+        fig.suptitle("kbroker vs Tansu, confluent-kafka clients, same run")
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="a tenth of the records")
+    ap.add_argument("--quick", action="store_true", help="a tenth of the records, 2 s of latency")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per row and broker (median reported)")
+    ap.add_argument("--only", default=None, help="only rows whose name contains this")
+    ap.add_argument("--kbroker-only", action="store_true", help="skip the peer (development)")
     ap.add_argument("--out", default=None, help="also write the markdown table here")
+    ap.add_argument("--plot", default=None, help="also draw the numbers into this PNG (matplotlib)")
     args = ap.parse_args()
-    if not TANSU.exists():
+    kinds = ("kbroker",) if args.kbroker_only else KINDS
+    if "tansu" in kinds and not TANSU.exists():
         sys.exit("Tansu peer missing: run scripts/fetch-peer.sh")
-    ours = run_suite("kbroker", args.quick)
-    peer = run_suite("tansu", args.quick)
-    lines = ["| benchmark (confluent-kafka) | unit | kbroker | Tansu | kbroker / Tansu |",
-             "|---|---|---:|---:|---:|"]
-    for name, (unit, v) in ours.items():
-        pv = peer.get(name, (unit, float("nan")))[1]
-        # Higher is better for MB/s; for latency the ratio is peer/ours so >1 still means better.
-        ratio = v / pv if unit == "MB/s" else pv / v
-        lines.append(f"| {name} | {unit} | {v:.1f} | {pv:.1f} | {ratio:.2f}x |")
-    table = "\n".join(lines)
+    started = datetime.datetime.now()
+    with Run(kinds, args.quick, args.repeat) as run:
+        run.throughput_rows(args.only)
+        run.latency_rows(args.only)
+        table = run.table()
+        if args.plot:
+            run.plot(args.plot)
     print(table)
     if args.out:
-        Path(args.out).write_text(table + "\n\nRatios above 1.0 mean kbroker is better "
+        import confluent_kafka
+        head = (f"Run {started:%Y-%m-%d %H:%M}, {os.cpu_count()} cores ({platform.machine()}), "
+                f"Python {platform.python_version()}, confluent-kafka {confluent_kafka.version()[0]} "
+                f"(librdkafka {confluent_kafka.libversion()[0]}), median of {args.repeat} runs per row"
+                f"{' (quick: a tenth of the records)' if args.quick else ''}.\n\n")
+        Path(args.out).write_text(head + table + "\n\nRatios above 1.0 mean kbroker is better "
                                   "(for latency: Tansu's latency / kbroker's).\n")
 
 
