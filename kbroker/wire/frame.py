@@ -46,13 +46,15 @@ class FrameDecoder:
     """
 
     __slots__ = ("max_frame_size", "arena_size", "min_free", "_head", "_frame", "_filled",
-                 "_arena", "_start", "_end")
+                 "_arena", "_start", "_end", "_grow")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, *,
                  arena_size: int = 256 * 1024, min_free: int = 4096):
-        """``arena_size``: size of the buffers ``get_buffer`` hands out (a larger frame gets
-        one of its own size); ``min_free``: below this much free space a buffer is retired
-        (no tiny receives)."""
+        """``arena_size``: the largest buffer ``get_buffer`` hands out (a larger frame gets
+        one of its own size). Buffers start at 16 KiB and grow (x4) each time a receive
+        fills one, so an idle or small-request connection holds 16 KiB, a bulk producer
+        256 KiB. ``min_free``: below this much free space a buffer is retired (no tiny
+        receives)."""
         self.max_frame_size = max_frame_size
         self.arena_size = arena_size
         self.min_free = max(1, min_free)
@@ -62,6 +64,7 @@ class FrameDecoder:
         self._arena = None            # get_buffer(): bytearray being received into
         self._start = 0               # first byte of the arena not yet returned as a frame
         self._end = 0                 # end of the received bytes in the arena
+        self._grow = min(arena_size, 16 * 1024)   # size of the next arena
 
     @property
     def buffered(self) -> int:
@@ -89,7 +92,7 @@ class FrameDecoder:
         else:
             need = self.min_free
         if arena is None or start + need > len(arena) or (pending < 4 and len(arena) - end < need):
-            new = bytearray(max(self.arena_size, need))
+            new = bytearray(max(self._grow, need))
             if pending:
                 new[:pending] = memoryview(arena)[start:end]
             self._arena = arena = new
@@ -103,6 +106,8 @@ class FrameDecoder:
         arena = self._arena
         end = self._end + nbytes
         self._end = end
+        if end == len(arena) and self._grow < self.arena_size:
+            self._grow = min(self.arena_size, self._grow * 4)   # the receive filled it
         pos = self._start
         frames = []
         mv = None

@@ -74,3 +74,16 @@ def test_too_large_is_refused_at_the_prefix():
     buf[:4] = b"\xff\xff\xff\xfe"
     with pytest.raises(FrameTooLarge):
         dec.buffer_updated(4)
+
+
+def test_buffers_start_small_and_grow_when_filled():
+    dec = FrameDecoder()
+    assert len(dec.get_buffer()) == 16 * 1024      # an idle connection holds 16 KiB
+    sizes = []
+    for _ in range(6):
+        buf = dec.get_buffer()
+        n = len(buf)
+        buf[:] = b"\0" * n                          # stream of empty... frames of size 0
+        sizes.append(n)
+        dec.buffer_updated(n)
+    assert max(sizes) == 256 * 1024 and sizes[0] == 16 * 1024
