@@ -234,8 +234,16 @@ def test_protocol_dir_env_override(monkeypatch, tmp_path):
 
 
 @pytest.mark.skipif(not HAVE_SCHEMAS, reason="kafka-protocol schemas not found")
-def test_generated_code_is_up_to_date(capsys):
-    assert cli.main(["--check"]) == 0, capsys.readouterr().out
+def test_generated_code_is_up_to_date_and_drift_is_caught(capsys):
+    files = cli.render()
+    assert cli.check(files) == 0, capsys.readouterr().out
+    path = cli.GENERATED_DIR / "produce_request.py"
+    changed = dict(files)
+    changed[path] = files[path].replace("acks", "ack5", 1)
+    assert cli.check(changed) == 1
+    assert "produce_request.py" in capsys.readouterr().out
+    fewer = {p: t for p, t in files.items() if p != path}
+    assert cli.check(fewer) == 1 and "stale" in capsys.readouterr().out
 
 
 def test_generated_files_are_marked():
