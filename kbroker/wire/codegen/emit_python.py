@@ -159,6 +159,8 @@ def type_doc(f: Field) -> str:
         parts.append(f"tag {f.tag} v{f.tagged}")
     if f.ignorable:
         parts.append("ignorable")
+    if f.map_key:
+        parts.append("map key")   # Kafka keys the enclosing collection by it; a list for us
     if f.entity_type:
         parts.append(f"entity {f.entity_type}")
     return ", ".join(parts)

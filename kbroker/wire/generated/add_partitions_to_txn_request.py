@@ -46,7 +46,7 @@ class AddPartitionsToTxnRequest(Message):
     class AddPartitionsToTxnTopic(Message):
         """AddPartitionsToTxnRequest.AddPartitionsToTxnTopic, used in versions 0-5."""
 
-        # name: string, v0-5, entity topicName. The name of the topic.
+        # name: string, v0-5, map key, entity topicName. The name of the topic.
         # partitions: []int32, v0-5. The partition indexes to add to the transaction
         __slots__ = ('name', 'partitions', 'unknown_tagged_fields')
         _FIELDS = ('name', 'partitions')
@@ -66,7 +66,7 @@ class AddPartitionsToTxnRequest(Message):
     class AddPartitionsToTxnTransaction(Message):
         """AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction, used in versions 4-5."""
 
-        # transactional_id: string, v4-5, entity transactionalId. The transactional id corresponding to the transaction.
+        # transactional_id: string, v4-5, map key, entity transactionalId. The transactional id corresponding to the transaction.
         # producer_id: int64, v4-5, entity producerId. Current producer id in use by the transactional id.
         # producer_epoch: int16, v4-5. Current epoch associated with the producer id.
         # verify_only: bool, v4-5. Boolean to signify if we want to check if the partition is in the transaction rather than add it.

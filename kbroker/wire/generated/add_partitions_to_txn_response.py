@@ -45,7 +45,7 @@ class AddPartitionsToTxnResponse(Message):
     class AddPartitionsToTxnTopicResult(Message):
         """AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult, used in versions 0-5."""
 
-        # name: string, v0-5, entity topicName. The topic name.
+        # name: string, v0-5, map key, entity topicName. The topic name.
         # results_by_partition: []AddPartitionsToTxnPartitionResult, v0-5. The results for each partition
         __slots__ = ('name', 'results_by_partition', 'unknown_tagged_fields')
         _FIELDS = ('name', 'results_by_partition')
@@ -65,7 +65,7 @@ class AddPartitionsToTxnResponse(Message):
     class AddPartitionsToTxnPartitionResult(Message):
         """AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult, used in versions 0-5."""
 
-        # partition_index: int32, v0-5. The partition indexes.
+        # partition_index: int32, v0-5, map key. The partition indexes.
         # partition_error_code: int16, v0-5. The response error code.
         __slots__ = ('partition_index', 'partition_error_code', 'unknown_tagged_fields')
         _FIELDS = ('partition_index', 'partition_error_code')
@@ -85,7 +85,7 @@ class AddPartitionsToTxnResponse(Message):
     class AddPartitionsToTxnResult(Message):
         """AddPartitionsToTxnResponse.AddPartitionsToTxnResult, used in versions 4-5."""
 
-        # transactional_id: string, v4-5, entity transactionalId. The transactional id corresponding to the transaction.
+        # transactional_id: string, v4-5, map key, entity transactionalId. The transactional id corresponding to the transaction.
         # topic_results: []AddPartitionsToTxnTopicResult, v4-5. The results for each topic.
         __slots__ = ('transactional_id', 'topic_results', 'unknown_tagged_fields')
         _FIELDS = ('transactional_id', 'topic_results')

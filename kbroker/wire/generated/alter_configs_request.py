@@ -43,8 +43,8 @@ class AlterConfigsRequest(Message):
     class AlterConfigsResource(Message):
         """AlterConfigsRequest.AlterConfigsResource, used in versions 0-2."""
 
-        # resource_type: int8, v0-2. The resource type.
-        # resource_name: string, v0-2. The resource name.
+        # resource_type: int8, v0-2, map key. The resource type.
+        # resource_name: string, v0-2, map key. The resource name.
         # configs: []AlterableConfig, v0-2. The configurations.
         __slots__ = ('resource_type', 'resource_name', 'configs', 'unknown_tagged_fields')
         _FIELDS = ('resource_type', 'resource_name', 'configs')
@@ -54,7 +54,7 @@ class AlterConfigsRequest(Message):
         class AlterableConfig(Message):
             """AlterConfigsRequest.AlterConfigsResource.AlterableConfig, used in versions 0-2."""
 
-            # name: string, v0-2. The configuration key name.
+            # name: string, v0-2, map key. The configuration key name.
             # value: string, v0-2, nullable v0+. The value to set for the configuration key.
             __slots__ = ('name', 'value', 'unknown_tagged_fields')
             _FIELDS = ('name', 'value')

@@ -36,7 +36,7 @@ class AlterReplicaLogDirsRequest(Message):
     class AlterReplicaLogDir(Message):
         """AlterReplicaLogDirsRequest.AlterReplicaLogDir, used in versions 0-2."""
 
-        # path: string, v0-2. The absolute directory path.
+        # path: string, v0-2, map key. The absolute directory path.
         # topics: []AlterReplicaLogDirTopic, v0-2. The topics to add to the directory.
         __slots__ = ('path', 'topics', 'unknown_tagged_fields')
         _FIELDS = ('path', 'topics')
@@ -46,7 +46,7 @@ class AlterReplicaLogDirsRequest(Message):
         class AlterReplicaLogDirTopic(Message):
             """AlterReplicaLogDirsRequest.AlterReplicaLogDir.AlterReplicaLogDirTopic, used in versions 0-2."""
 
-            # name: string, v0-2, entity topicName. The topic name.
+            # name: string, v0-2, map key, entity topicName. The topic name.
             # partitions: []int32, v0-2. The partition indexes.
             __slots__ = ('name', 'partitions', 'unknown_tagged_fields')
             _FIELDS = ('name', 'partitions')

@@ -60,7 +60,7 @@ class ApiVersionsResponse(Message):
     class ApiVersion(Message):
         """ApiVersionsResponse.ApiVersion, used in versions 0-4."""
 
-        # api_key: int16, v0-4. The API index.
+        # api_key: int16, v0-4, map key. The API index.
         # min_version: int16, v0-4. The minimum supported version, inclusive.
         # max_version: int16, v0-4. The maximum supported version, inclusive.
         __slots__ = ('api_key', 'min_version', 'max_version', 'unknown_tagged_fields')
@@ -83,7 +83,7 @@ class ApiVersionsResponse(Message):
     class SupportedFeatureKey(Message):
         """ApiVersionsResponse.SupportedFeatureKey, used in versions 3-4."""
 
-        # name: string, v3-4. The name of the feature.
+        # name: string, v3-4, map key. The name of the feature.
         # min_version: int16, v3-4. The minimum supported version for the feature.
         # max_version: int16, v3-4. The maximum supported version for the feature.
         __slots__ = ('name', 'min_version', 'max_version', 'unknown_tagged_fields')
@@ -106,7 +106,7 @@ class ApiVersionsResponse(Message):
     class FinalizedFeatureKey(Message):
         """ApiVersionsResponse.FinalizedFeatureKey, used in versions 3-4."""
 
-        # name: string, v3-4. The name of the feature.
+        # name: string, v3-4, map key. The name of the feature.
         # max_version_level: int16, v3-4. The cluster-wide finalized max version level for the feature.
         # min_version_level: int16, v3-4. The cluster-wide finalized min version level for the feature.
         __slots__ = ('name', 'max_version_level', 'min_version_level', 'unknown_tagged_fields')

@@ -94,7 +94,7 @@ class BeginQuorumEpochRequest(Message):
     class LeaderEndpoint(Message):
         """BeginQuorumEpochRequest.LeaderEndpoint, used in versions 1-1."""
 
-        # name: string, v1-1. The name of the endpoint
+        # name: string, v1-1, map key. The name of the endpoint
         # host: string, v1-1. The node's hostname
         # port: uint16, v1-1. The node's port
         __slots__ = ('name', 'host', 'port', 'unknown_tagged_fields')

@@ -59,7 +59,7 @@ class BrokerRegistrationRequest(Message):
     class Listener(Message):
         """BrokerRegistrationRequest.Listener, used in versions 0-4."""
 
-        # name: string, v0-4. The name of the endpoint.
+        # name: string, v0-4, map key. The name of the endpoint.
         # host: string, v0-4. The hostname.
         # port: uint16, v0-4. The port.
         # security_protocol: int16, v0-4. The security protocol.
@@ -85,7 +85,7 @@ class BrokerRegistrationRequest(Message):
     class Feature(Message):
         """BrokerRegistrationRequest.Feature, used in versions 0-4."""
 
-        # name: string, v0-4. The feature name.
+        # name: string, v0-4, map key. The feature name.
         # min_supported_version: int16, v0-4. The minimum supported feature level.
         # max_supported_version: int16, v0-4. The maximum supported feature level.
         __slots__ = ('name', 'min_supported_version', 'max_supported_version', 'unknown_tagged_fields')

@@ -37,7 +37,7 @@ class ConsumerProtocolAssignment(Message):
     class TopicPartition(Message):
         """ConsumerProtocolAssignment.TopicPartition, used in versions 0-3."""
 
-        # topic: string, v0-3, entity topicName
+        # topic: string, v0-3, map key, entity topicName
         # partitions: []int32, v0-3
         __slots__ = ('topic', 'partitions', 'unknown_tagged_fields')
         _FIELDS = ('topic', 'partitions')

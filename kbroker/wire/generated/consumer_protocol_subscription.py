@@ -43,7 +43,7 @@ class ConsumerProtocolSubscription(Message):
     class TopicPartition(Message):
         """ConsumerProtocolSubscription.TopicPartition, used in versions 1-3."""
 
-        # topic: string, v1-3, entity topicName
+        # topic: string, v1-3, map key, entity topicName
         # partitions: []int32, v1-3
         __slots__ = ('topic', 'partitions', 'unknown_tagged_fields')
         _FIELDS = ('topic', 'partitions')

@@ -43,8 +43,8 @@ class ControlledShutdownResponse(Message):
     class RemainingPartition(Message):
         """ControlledShutdownResponse.RemainingPartition, used in versions 0-3."""
 
-        # topic_name: string, v0-3, entity topicName. The name of the topic.
-        # partition_index: int32, v0-3. The index of the partition.
+        # topic_name: string, v0-3, map key, entity topicName. The name of the topic.
+        # partition_index: int32, v0-3, map key. The index of the partition.
         __slots__ = ('topic_name', 'partition_index', 'unknown_tagged_fields')
         _FIELDS = ('topic_name', 'partition_index')
         VALID_VERSIONS = (0, 3)

@@ -52,7 +52,7 @@ class ControllerRegistrationRequest(Message):
     class Listener(Message):
         """ControllerRegistrationRequest.Listener, used in versions 0-0."""
 
-        # name: string, v0-0. The name of the endpoint.
+        # name: string, v0-0, map key. The name of the endpoint.
         # host: string, v0-0. The hostname.
         # port: uint16, v0-0. The port.
         # security_protocol: int16, v0-0. The security protocol.
@@ -78,7 +78,7 @@ class ControllerRegistrationRequest(Message):
     class Feature(Message):
         """ControllerRegistrationRequest.Feature, used in versions 0-0."""
 
-        # name: string, v0-0. The feature name.
+        # name: string, v0-0, map key. The feature name.
         # min_supported_version: int16, v0-0. The minimum supported feature level.
         # max_supported_version: int16, v0-0. The maximum supported feature level.
         __slots__ = ('name', 'min_supported_version', 'max_supported_version', 'unknown_tagged_fields')

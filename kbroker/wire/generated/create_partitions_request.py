@@ -44,7 +44,7 @@ class CreatePartitionsRequest(Message):
     class CreatePartitionsTopic(Message):
         """CreatePartitionsRequest.CreatePartitionsTopic, used in versions 0-3."""
 
-        # name: string, v0-3, entity topicName. The topic name.
+        # name: string, v0-3, map key, entity topicName. The topic name.
         # count: int32, v0-3. The new partition count.
         # assignments: []CreatePartitionsAssignment, v0-3, nullable v0+. The new partition assignments.
         __slots__ = ('name', 'count', 'assignments', 'unknown_tagged_fields')

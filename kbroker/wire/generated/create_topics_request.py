@@ -47,7 +47,7 @@ class CreateTopicsRequest(Message):
     class CreatableTopic(Message):
         """CreateTopicsRequest.CreatableTopic, used in versions 0-7."""
 
-        # name: string, v0-7, entity topicName. The topic name.
+        # name: string, v0-7, map key, entity topicName. The topic name.
         # num_partitions: int32, v0-7. The number of partitions to create in the topic, or -1 if we are either specifying a manual partition assignment or using the default partitions.
         # replication_factor: int16, v0-7. The number of replicas to create for each partition in the topic, or -1 if we are either specifying a manual partition assignment or using the default replication factor.
         # assignments: []CreatableReplicaAssignment, v0-7. The manual partition assignment, or the empty array if we are using automatic assignment.
@@ -60,7 +60,7 @@ class CreateTopicsRequest(Message):
         class CreatableReplicaAssignment(Message):
             """CreateTopicsRequest.CreatableTopic.CreatableReplicaAssignment, used in versions 0-7."""
 
-            # partition_index: int32, v0-7. The partition index.
+            # partition_index: int32, v0-7, map key. The partition index.
             # broker_ids: []int32, v0-7, entity brokerId. The brokers to place the partition on.
             __slots__ = ('partition_index', 'broker_ids', 'unknown_tagged_fields')
             _FIELDS = ('partition_index', 'broker_ids')
@@ -80,7 +80,7 @@ class CreateTopicsRequest(Message):
         class CreatableTopicConfig(Message):
             """CreateTopicsRequest.CreatableTopic.CreatableTopicConfig, used in versions 0-7."""
 
-            # name: string, v0-7. The configuration name.
+            # name: string, v0-7, map key. The configuration name.
             # value: string, v0-7, nullable v0+. The configuration value.
             __slots__ = ('name', 'value', 'unknown_tagged_fields')
             _FIELDS = ('name', 'value')

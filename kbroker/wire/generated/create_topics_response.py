@@ -49,7 +49,7 @@ class CreateTopicsResponse(Message):
     class CreatableTopicResult(Message):
         """CreateTopicsResponse.CreatableTopicResult, used in versions 0-7."""
 
-        # name: string, v0-7, entity topicName. The topic name.
+        # name: string, v0-7, map key, entity topicName. The topic name.
         # topic_id: uuid, v7-7, ignorable. The unique topic ID
         # error_code: int16, v0-7. The error code, or 0 if there was no error.
         # error_message: string, v1-7, nullable v0+, ignorable. The error message, or null if there was no error.

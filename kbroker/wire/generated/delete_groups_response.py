@@ -43,7 +43,7 @@ class DeleteGroupsResponse(Message):
     class DeletableGroupResult(Message):
         """DeleteGroupsResponse.DeletableGroupResult, used in versions 0-2."""
 
-        # group_id: string, v0-2, entity groupId. The group id
+        # group_id: string, v0-2, map key, entity groupId. The group id
         # error_code: int16, v0-2. The deletion error, or 0 if the deletion succeeded.
         __slots__ = ('group_id', 'error_code', 'unknown_tagged_fields')
         _FIELDS = ('group_id', 'error_code')

@@ -43,7 +43,7 @@ class DeleteRecordsResponse(Message):
     class DeleteRecordsTopicResult(Message):
         """DeleteRecordsResponse.DeleteRecordsTopicResult, used in versions 0-2."""
 
-        # name: string, v0-2, entity topicName. The topic name.
+        # name: string, v0-2, map key, entity topicName. The topic name.
         # partitions: []DeleteRecordsPartitionResult, v0-2. Each partition that we wanted to delete records from.
         __slots__ = ('name', 'partitions', 'unknown_tagged_fields')
         _FIELDS = ('name', 'partitions')
@@ -53,7 +53,7 @@ class DeleteRecordsResponse(Message):
         class DeleteRecordsPartitionResult(Message):
             """DeleteRecordsResponse.DeleteRecordsTopicResult.DeleteRecordsPartitionResult, used in versions 0-2."""
 
-            # partition_index: int32, v0-2. The partition index.
+            # partition_index: int32, v0-2, map key. The partition index.
             # low_watermark: int64, v0-2. The partition low water mark.
             # error_code: int16, v0-2. The deletion error code, or 0 if the deletion succeeded.
             __slots__ = ('partition_index', 'low_watermark', 'error_code', 'unknown_tagged_fields')

@@ -43,7 +43,7 @@ class DeleteTopicsResponse(Message):
     class DeletableTopicResult(Message):
         """DeleteTopicsResponse.DeletableTopicResult, used in versions 0-6."""
 
-        # name: string, v0-6, nullable v6+, entity topicName. The topic name
+        # name: string, v0-6, nullable v6+, map key, entity topicName. The topic name
         # topic_id: uuid, v6-6, ignorable. the unique topic ID
         # error_code: int16, v0-6. The deletion error, or 0 if the deletion succeeded.
         # error_message: string, v5-6, nullable v5+, ignorable. The error message, or null if there was no error.

@@ -52,7 +52,7 @@ class DescribeClusterResponse(Message):
     class DescribeClusterBroker(Message):
         """DescribeClusterResponse.DescribeClusterBroker, used in versions 0-1."""
 
-        # broker_id: int32, v0-1, entity brokerId. The broker ID.
+        # broker_id: int32, v0-1, map key, entity brokerId. The broker ID.
         # host: string, v0-1. The broker hostname.
         # port: int32, v0-1. The broker port.
         # rack: string, v0-1, nullable v0+. The rack of the broker, or null if it has not been assigned to a rack.

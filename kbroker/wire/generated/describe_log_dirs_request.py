@@ -36,7 +36,7 @@ class DescribeLogDirsRequest(Message):
     class DescribableLogDirTopic(Message):
         """DescribeLogDirsRequest.DescribableLogDirTopic, used in versions 0-4."""
 
-        # topic: string, v0-4, entity topicName. The topic name
+        # topic: string, v0-4, map key, entity topicName. The topic name
         # partitions: []int32, v0-4. The partition indexes.
         __slots__ = ('topic', 'partitions', 'unknown_tagged_fields')
         _FIELDS = ('topic', 'partitions')

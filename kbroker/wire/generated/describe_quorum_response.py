@@ -147,7 +147,7 @@ class DescribeQuorumResponse(Message):
     class Node(Message):
         """DescribeQuorumResponse.Node, used in versions 2-2."""
 
-        # node_id: int32, v2-2, entity brokerId. The ID of the associated node
+        # node_id: int32, v2-2, map key, entity brokerId. The ID of the associated node
         # listeners: []Listener, v2-2. The listeners of this controller
         __slots__ = ('node_id', 'listeners', 'unknown_tagged_fields')
         _FIELDS = ('node_id', 'listeners')
@@ -157,7 +157,7 @@ class DescribeQuorumResponse(Message):
         class Listener(Message):
             """DescribeQuorumResponse.Node.Listener, used in versions 2-2."""
 
-            # name: string, v2-2. The name of the endpoint
+            # name: string, v2-2, map key. The name of the endpoint
             # host: string, v2-2. The hostname
             # port: uint16, v2-2. The port
             __slots__ = ('name', 'host', 'port', 'unknown_tagged_fields')

@@ -54,7 +54,7 @@ class DescribeTopicPartitionsResponse(Message):
         """DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic, used in versions 0-0."""
 
         # error_code: int16, v0-0. The topic error, or 0 if there was no error.
-        # name: string, v0-0, nullable v0+, entity topicName. The topic name.
+        # name: string, v0-0, nullable v0+, map key, entity topicName. The topic name.
         # topic_id: uuid, v0-0, ignorable. The topic id.
         # is_internal: bool, v0-0, ignorable. True if the topic is internal.
         # partitions: []DescribeTopicPartitionsResponsePartition, v0-0. Each partition in the topic.

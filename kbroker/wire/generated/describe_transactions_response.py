@@ -62,7 +62,7 @@ class DescribeTransactionsResponse(Message):
         class TopicData(Message):
             """DescribeTransactionsResponse.TransactionState.TopicData, used in versions 0-0."""
 
-            # topic: string, v0-0, entity topicName
+            # topic: string, v0-0, map key, entity topicName
             # partitions: []int32, v0-0
             __slots__ = ('topic', 'partitions', 'unknown_tagged_fields')
             _FIELDS = ('topic', 'partitions')

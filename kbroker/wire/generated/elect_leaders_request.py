@@ -44,7 +44,7 @@ class ElectLeadersRequest(Message):
     class TopicPartitions(Message):
         """ElectLeadersRequest.TopicPartitions, used in versions 0-2."""
 
-        # topic: string, v0-2, entity topicName. The name of a topic.
+        # topic: string, v0-2, map key, entity topicName. The name of a topic.
         # partitions: []int32, v0-2. The partitions of this topic whose leader should be elected.
         __slots__ = ('topic', 'partitions', 'unknown_tagged_fields')
         _FIELDS = ('topic', 'partitions')

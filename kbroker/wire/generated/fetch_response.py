@@ -217,7 +217,7 @@ class FetchResponse(Message):
     class NodeEndpoint(Message):
         """FetchResponse.NodeEndpoint, used in versions 16-17."""
 
-        # node_id: int32, v16-17, entity brokerId. The ID of the associated node.
+        # node_id: int32, v16-17, map key, entity brokerId. The ID of the associated node.
         # host: string, v16-17. The node's hostname.
         # port: int32, v16-17. The node's port.
         # rack: string, v16-17, nullable v16+. The rack of the node, or null if it has not been assigned to a rack.

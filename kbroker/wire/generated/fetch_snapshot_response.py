@@ -152,7 +152,7 @@ class FetchSnapshotResponse(Message):
     class NodeEndpoint(Message):
         """FetchSnapshotResponse.NodeEndpoint, used in versions 1-1."""
 
-        # node_id: int32, v1-1, entity brokerId. The ID of the associated node
+        # node_id: int32, v1-1, map key, entity brokerId. The ID of the associated node
         # host: string, v1-1. The node's hostname
         # port: uint16, v1-1. The node's port
         __slots__ = ('node_id', 'host', 'port', 'unknown_tagged_fields')

@@ -43,8 +43,8 @@ class IncrementalAlterConfigsRequest(Message):
     class AlterConfigsResource(Message):
         """IncrementalAlterConfigsRequest.AlterConfigsResource, used in versions 0-1."""
 
-        # resource_type: int8, v0-1. The resource type.
-        # resource_name: string, v0-1. The resource name.
+        # resource_type: int8, v0-1, map key. The resource type.
+        # resource_name: string, v0-1, map key. The resource name.
         # configs: []AlterableConfig, v0-1. The configurations.
         __slots__ = ('resource_type', 'resource_name', 'configs', 'unknown_tagged_fields')
         _FIELDS = ('resource_type', 'resource_name', 'configs')
@@ -54,8 +54,8 @@ class IncrementalAlterConfigsRequest(Message):
         class AlterableConfig(Message):
             """IncrementalAlterConfigsRequest.AlterConfigsResource.AlterableConfig, used in versions 0-1."""
 
-            # name: string, v0-1. The configuration key name.
-            # config_operation: int8, v0-1. The type (Set, Delete, Append, Subtract) of operation.
+            # name: string, v0-1, map key. The configuration key name.
+            # config_operation: int8, v0-1, map key. The type (Set, Delete, Append, Subtract) of operation.
             # value: string, v0-1, nullable v0+. The value to set for the configuration key.
             __slots__ = ('name', 'config_operation', 'value', 'unknown_tagged_fields')
             _FIELDS = ('name', 'config_operation', 'value')

@@ -49,7 +49,7 @@ class JoinGroupRequest(Message):
     class JoinGroupRequestProtocol(Message):
         """JoinGroupRequest.JoinGroupRequestProtocol, used in versions 0-9."""
 
-        # name: string, v0-9. The protocol name.
+        # name: string, v0-9, map key. The protocol name.
         # metadata: bytes, v0-9. The protocol metadata.
         __slots__ = ('name', 'metadata', 'unknown_tagged_fields')
         _FIELDS = ('name', 'metadata')

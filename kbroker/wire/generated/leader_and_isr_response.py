@@ -67,7 +67,7 @@ class LeaderAndIsrResponse(Message):
     class LeaderAndIsrTopicError(Message):
         """LeaderAndIsrResponse.LeaderAndIsrTopicError, used in versions 5-7."""
 
-        # topic_id: uuid, v5-7. The unique topic ID
+        # topic_id: uuid, v5-7, map key. The unique topic ID
         # partition_errors: []LeaderAndIsrPartitionError, v5-7. Each partition.
         __slots__ = ('topic_id', 'partition_errors', 'unknown_tagged_fields')
         _FIELDS = ('topic_id', 'partition_errors')

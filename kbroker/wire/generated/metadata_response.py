@@ -56,7 +56,7 @@ class MetadataResponse(Message):
     class MetadataResponseBroker(Message):
         """MetadataResponse.MetadataResponseBroker, used in versions 0-12."""
 
-        # node_id: int32, v0-12, entity brokerId. The broker ID.
+        # node_id: int32, v0-12, map key, entity brokerId. The broker ID.
         # host: string, v0-12. The broker hostname.
         # port: int32, v0-12. The broker port.
         # rack: string, v1-12, nullable v1+, ignorable. The rack of the broker, or null if it has not been assigned to a rack.
@@ -83,7 +83,7 @@ class MetadataResponse(Message):
         """MetadataResponse.MetadataResponseTopic, used in versions 0-12."""
 
         # error_code: int16, v0-12. The topic error, or 0 if there was no error.
-        # name: string, v0-12, nullable v12+, entity topicName. The topic name. Null for non-existing topics queried by ID. This is never null when ErrorCode is zero. One of Name and TopicId is always populated.
+        # name: string, v0-12, nullable v12+, map key, entity topicName. The topic name. Null for non-existing topics queried by ID. This is never null when ErrorCode is zero. One of Name and TopicId is always populated.
         # topic_id: uuid, v10-12, ignorable. The topic id. Zero for non-existing topics queried by name. This is never zero when ErrorCode is zero. One of Name and TopicId is always populated.
         # is_internal: bool, v1-12, ignorable. True if the topic is internal.
         # partitions: []MetadataResponsePartition, v0-12. Each partition in the topic.

@@ -40,7 +40,7 @@ class OffsetDeleteRequest(Message):
     class OffsetDeleteRequestTopic(Message):
         """OffsetDeleteRequest.OffsetDeleteRequestTopic, used in versions 0-0."""
 
-        # name: string, v0-0, entity topicName. The topic name.
+        # name: string, v0-0, map key, entity topicName. The topic name.
         # partitions: []OffsetDeleteRequestPartition, v0-0. Each partition to delete offsets for.
         __slots__ = ('name', 'partitions', 'unknown_tagged_fields')
         _FIELDS = ('name', 'partitions')

@@ -44,7 +44,7 @@ class OffsetDeleteResponse(Message):
     class OffsetDeleteResponseTopic(Message):
         """OffsetDeleteResponse.OffsetDeleteResponseTopic, used in versions 0-0."""
 
-        # name: string, v0-0, entity topicName. The topic name.
+        # name: string, v0-0, map key, entity topicName. The topic name.
         # partitions: []OffsetDeleteResponsePartition, v0-0. The responses for each partition in the topic.
         __slots__ = ('name', 'partitions', 'unknown_tagged_fields')
         _FIELDS = ('name', 'partitions')
@@ -54,7 +54,7 @@ class OffsetDeleteResponse(Message):
         class OffsetDeleteResponsePartition(Message):
             """OffsetDeleteResponse.OffsetDeleteResponseTopic.OffsetDeleteResponsePartition, used in versions 0-0."""
 
-            # partition_index: int32, v0-0. The partition index.
+            # partition_index: int32, v0-0, map key. The partition index.
             # error_code: int16, v0-0. The error code, or 0 if there was no error.
             __slots__ = ('partition_index', 'error_code', 'unknown_tagged_fields')
             _FIELDS = ('partition_index', 'error_code')

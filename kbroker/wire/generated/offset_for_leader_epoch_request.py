@@ -43,7 +43,7 @@ class OffsetForLeaderEpochRequest(Message):
     class OffsetForLeaderTopic(Message):
         """OffsetForLeaderEpochRequest.OffsetForLeaderTopic, used in versions 0-4."""
 
-        # topic: string, v0-4, entity topicName. The topic name.
+        # topic: string, v0-4, map key, entity topicName. The topic name.
         # partitions: []OffsetForLeaderPartition, v0-4. Each partition to get offsets for.
         __slots__ = ('topic', 'partitions', 'unknown_tagged_fields')
         _FIELDS = ('topic', 'partitions')

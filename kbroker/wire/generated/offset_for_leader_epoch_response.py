@@ -49,7 +49,7 @@ class OffsetForLeaderEpochResponse(Message):
     class OffsetForLeaderTopicResult(Message):
         """OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult, used in versions 0-4."""
 
-        # topic: string, v0-4, entity topicName. The topic name.
+        # topic: string, v0-4, map key, entity topicName. The topic name.
         # partitions: []EpochEndOffset, v0-4. Each partition in the topic we fetched offsets for.
         __slots__ = ('topic', 'partitions', 'unknown_tagged_fields')
         _FIELDS = ('topic', 'partitions')

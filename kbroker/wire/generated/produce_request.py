@@ -45,7 +45,7 @@ class ProduceRequest(Message):
     class TopicProduceData(Message):
         """ProduceRequest.TopicProduceData, used in versions 0-11."""
 
-        # name: string, v0-11, entity topicName. The topic name.
+        # name: string, v0-11, map key, entity topicName. The topic name.
         # partition_data: []PartitionProduceData, v0-11. Each partition to produce to.
         __slots__ = ('name', 'partition_data', 'unknown_tagged_fields')
         _FIELDS = ('name', 'partition_data')

@@ -53,7 +53,7 @@ class ProduceResponse(Message):
     class TopicProduceResponse(Message):
         """ProduceResponse.TopicProduceResponse, used in versions 0-11."""
 
-        # name: string, v0-11, entity topicName. The topic name
+        # name: string, v0-11, map key, entity topicName. The topic name
         # partition_responses: []PartitionProduceResponse, v0-11. Each partition that we produced to within the topic.
         __slots__ = ('name', 'partition_responses', 'unknown_tagged_fields')
         _FIELDS = ('name', 'partition_responses')
@@ -151,7 +151,7 @@ class ProduceResponse(Message):
     class NodeEndpoint(Message):
         """ProduceResponse.NodeEndpoint, used in versions 10-11."""
 
-        # node_id: int32, v10-11, entity brokerId. The ID of the associated node.
+        # node_id: int32, v10-11, map key, entity brokerId. The ID of the associated node.
         # host: string, v10-11. The node's hostname.
         # port: int32, v10-11. The node's port.
         # rack: string, v10-11, nullable v10+. The rack of the node, or null if it has not been assigned to a rack.

@@ -67,7 +67,7 @@ class RegisterBrokerRecord(Message):
     class BrokerEndpoint(Message):
         """RegisterBrokerRecord.BrokerEndpoint, used in versions 0-3."""
 
-        # name: string, v0-3. The name of the endpoint.
+        # name: string, v0-3, map key. The name of the endpoint.
         # host: string, v0-3. The hostname.
         # port: uint16, v0-3. The port.
         # security_protocol: int16, v0-3. The security protocol.
@@ -93,7 +93,7 @@ class RegisterBrokerRecord(Message):
     class BrokerFeature(Message):
         """RegisterBrokerRecord.BrokerFeature, used in versions 0-3."""
 
-        # name: string, v0-3. The feature name.
+        # name: string, v0-3, map key. The feature name.
         # min_supported_version: int16, v0-3. The minimum supported feature level.
         # max_supported_version: int16, v0-3. The maximum supported feature level.
         __slots__ = ('name', 'min_supported_version', 'max_supported_version', 'unknown_tagged_fields')

@@ -53,7 +53,7 @@ class RegisterControllerRecord(Message):
     class ControllerEndpoint(Message):
         """RegisterControllerRecord.ControllerEndpoint, used in versions 0-0."""
 
-        # name: string, v0-0. The name of the endpoint.
+        # name: string, v0-0, map key. The name of the endpoint.
         # host: string, v0-0. The hostname.
         # port: uint16, v0-0. The port.
         # security_protocol: int16, v0-0. The security protocol.
@@ -79,7 +79,7 @@ class RegisterControllerRecord(Message):
     class ControllerFeature(Message):
         """RegisterControllerRecord.ControllerFeature, used in versions 0-0."""
 
-        # name: string, v0-0. The feature name.
+        # name: string, v0-0, map key. The feature name.
         # min_supported_version: int16, v0-0. The minimum supported feature level.
         # max_supported_version: int16, v0-0. The maximum supported feature level.
         __slots__ = ('name', 'min_supported_version', 'max_supported_version', 'unknown_tagged_fields')

@@ -115,7 +115,7 @@ class ShareAcknowledgeResponse(Message):
     class NodeEndpoint(Message):
         """ShareAcknowledgeResponse.NodeEndpoint, used in versions 0-0."""
 
-        # node_id: int32, v0-0, entity brokerId. The ID of the associated node.
+        # node_id: int32, v0-0, map key, entity brokerId. The ID of the associated node.
         # host: string, v0-0. The node's hostname.
         # port: int32, v0-0. The node's port.
         # rack: string, v0-0, nullable v0+. The rack of the node, or null if it has not been assigned to a rack.

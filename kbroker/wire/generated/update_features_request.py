@@ -53,7 +53,7 @@ class UpdateFeaturesRequest(Message):
     class FeatureUpdateKey(Message):
         """UpdateFeaturesRequest.FeatureUpdateKey, used in versions 0-2."""
 
-        # feature: string, v0-2. The name of the finalized feature to be updated.
+        # feature: string, v0-2, map key. The name of the finalized feature to be updated.
         # max_version_level: int16, v0-2. The new maximum version level for the finalized feature. A value >= 1 is valid. A value < 1, is special, and can be used to request the deletion of the finalized feature.
         # allow_downgrade: bool, v0-0. DEPRECATED in version 1 (see DowngradeType). When set to true, the finalized feature version level is allowed to be downgraded/deleted. The downgrade request will fail if the new maximum version level is a value that's not lower than the existing maximum finalized version level.
         # upgrade_type: int8, v1-2. Determine which type of upgrade will be performed: 1 will perform an upgrade only (default), 2 is safe downgrades only (lossless), 3 is unsafe downgrades (lossy).

@@ -45,7 +45,7 @@ class UpdateFeaturesResponse(Message):
     class UpdatableFeatureResult(Message):
         """UpdateFeaturesResponse.UpdatableFeatureResult, used in versions 0-1."""
 
-        # feature: string, v0-1. The name of the finalized feature.
+        # feature: string, v0-1, map key. The name of the finalized feature.
         # error_code: int16, v0-1. The feature update error code or `0` if the feature update succeeded.
         # error_message: string, v0-1, nullable v0+. The feature update error, or `null` if the feature update succeeded.
         __slots__ = ('feature', 'error_code', 'error_message', 'unknown_tagged_fields')

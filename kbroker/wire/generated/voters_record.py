@@ -61,7 +61,7 @@ class VotersRecord(Message):
         class Endpoint(Message):
             """VotersRecord.Voter.Endpoint, used in versions 0-0."""
 
-            # name: string, v0-0. The name of the endpoint
+            # name: string, v0-0, map key. The name of the endpoint
             # host: string, v0-0. The hostname
             # port: uint16, v0-0. The port
             __slots__ = ('name', 'host', 'port', 'unknown_tagged_fields')
