@@ -153,3 +153,36 @@ def test_produce_request_frame_records_are_views_of_the_frame():
     _, back = decode_request(frame)
     rec = back.topic_data[0].partition_data[0].records
     assert rec.obj is wire and bytes(rec) == b"R" * 5000
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=300), max_size=6), st.data())
+def test_recv_into_path_matches_feed(bodies, data):
+    """get_buffer/buffer_updated (the BufferedProtocol path) splits like feed(), any chunking."""
+    stream = b"".join(framed(b) for b in bodies)
+    dec = FrameDecoder(max_frame_size=300, arena_size=64, min_free=data.draw(st.integers(1, 16)))
+    got, pos = [], 0
+    while pos < len(stream):
+        buf = dec.get_buffer()
+        n = min(len(buf), len(stream) - pos, data.draw(st.integers(1, 40)))
+        buf[:n] = stream[pos:pos + n]
+        pos += n
+        got += [bytes(f) for f in dec.buffer_updated(n)]
+    assert got == bodies and dec.buffered == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=64), st.integers(1, 32))
+def test_recv_into_path_on_random_streams(stream, max_size):
+    dec = FrameDecoder(max_frame_size=max_size, arena_size=16, min_free=4)
+    pos = 0
+    try:
+        while pos < len(stream):
+            buf = dec.get_buffer()
+            n = min(len(buf), len(stream) - pos)
+            buf[:n] = stream[pos:pos + n]
+            pos += n
+            for f in dec.buffer_updated(n):
+                assert len(f) <= max_size
+    except CodecError:
+        pass
