@@ -181,6 +181,11 @@ def main(argv=None) -> int:
         lambda: encode_response_chunks(1, 1, FETCH_V, fresp),
         (lambda: kobj.encode(version=FETCH_V)) if kobj is not None else None)
 
+    row(f"Fetch response objects built (handler side), {n} partitions",
+        lambda: fetch_response(n, None))
+    row(f"Metadata response objects built (handler side), {n} partitions",
+        lambda: metadata_response(n))
+
     mresp = metadata_response(n)
     mbody = mresp.encode(METADATA_V)
     kobj = None

@@ -115,7 +115,7 @@ def default_src(f: Field) -> str:
     if k == "array":
         return "None" if d is None else "[]"
     if k == "struct":
-        return "None" if d is None else f"_C_{f.type.struct.ident}()"
+        return "None" if d is None else f"_default_{f.type.struct.ident}()"
     if k == "uuid":
         return "ZERO_UUID"
     return repr(d)
@@ -658,6 +658,17 @@ class ModuleEmitter:
         for st in msg.structs:
             body(f"_C_{st.ident} = {st.qualname}")
         for st in msg.structs:
+            body()
+            body()
+            # default instances without keyword-argument parsing (Fetch's tagged structs are
+            # defaulted once per partition, on every response built and every one decoded)
+            body(f"def _default_{st.ident}():")
+            with body.indent():
+                body(f"self = _new(_C_{st.ident})")
+                for f in st.fields:
+                    body(f"self.{f.attr} = {default_src(f)}")
+                body("self.unknown_tagged_fields = None")
+                body("return self")
             body()
             body()
             self.emit_read(st, body)

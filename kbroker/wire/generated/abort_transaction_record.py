@@ -47,6 +47,13 @@ class AbortTransactionRecord(Message):
 _C_AbortTransactionRecord = AbortTransactionRecord
 
 
+def _default_AbortTransactionRecord():
+    self = _new(_C_AbortTransactionRecord)
+    self.reason = None
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_AbortTransactionRecord(buf, pos, version):
     self = _new(_C_AbortTransactionRecord)
     self.reason = None

@@ -74,6 +74,20 @@ class AccessControlEntryRecord(Message):
 _C_AccessControlEntryRecord = AccessControlEntryRecord
 
 
+def _default_AccessControlEntryRecord():
+    self = _new(_C_AccessControlEntryRecord)
+    self.id = ZERO_UUID
+    self.resource_type = 0
+    self.resource_name = ''
+    self.pattern_type = 0
+    self.principal = ''
+    self.host = ''
+    self.operation = 0
+    self.permission_type = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_AccessControlEntryRecord(buf, pos, version):
     self = _new(_C_AccessControlEntryRecord)
     self.id, pos = rd_uuid(buf, pos)

@@ -58,6 +58,16 @@ class AddOffsetsToTxnRequest(Message):
 _C_AddOffsetsToTxnRequest = AddOffsetsToTxnRequest
 
 
+def _default_AddOffsetsToTxnRequest():
+    self = _new(_C_AddOffsetsToTxnRequest)
+    self.transactional_id = ''
+    self.producer_id = 0
+    self.producer_epoch = 0
+    self.group_id = ''
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_AddOffsetsToTxnRequest(buf, pos, version):
     self = _new(_C_AddOffsetsToTxnRequest)
     if version >= 3:

@@ -52,6 +52,14 @@ class AddOffsetsToTxnResponse(Message):
 _C_AddOffsetsToTxnResponse = AddOffsetsToTxnResponse
 
 
+def _default_AddOffsetsToTxnResponse():
+    self = _new(_C_AddOffsetsToTxnResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_AddOffsetsToTxnResponse(buf, pos, version):
     self = _new(_C_AddOffsetsToTxnResponse)
     if version >= 3:

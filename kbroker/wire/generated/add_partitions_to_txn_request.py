@@ -115,6 +115,17 @@ _C_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic = AddPartitionsToTxnRequest
 _C_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction = AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction
 
 
+def _default_AddPartitionsToTxnRequest():
+    self = _new(_C_AddPartitionsToTxnRequest)
+    self.transactions = []
+    self.v3_and_below_transactional_id = ''
+    self.v3_and_below_producer_id = 0
+    self.v3_and_below_producer_epoch = 0
+    self.v3_and_below_topics = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_AddPartitionsToTxnRequest(buf, pos, version):
     self = _new(_C_AddPartitionsToTxnRequest)
     if version >= 4:
@@ -229,6 +240,14 @@ def _write_AddPartitionsToTxnRequest(self, w, version):
             raise CodecError('AddPartitionsToTxnRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic():
+    self = _new(_C_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic)
+    self.name = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic(buf, pos, version):
     self = _new(_C_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic)
     if version >= 3:
@@ -271,6 +290,17 @@ def _write_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic(self, w, version):
             wr_fixed_array(w, _l, 'i')
         if self.unknown_tagged_fields:
             raise CodecError('AddPartitionsToTxnTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction():
+    self = _new(_C_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction)
+    self.transactional_id = ''
+    self.producer_id = 0
+    self.producer_epoch = 0
+    self.verify_only = False
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction(buf, pos, version):

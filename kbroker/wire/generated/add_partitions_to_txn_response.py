@@ -124,6 +124,16 @@ _C_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult = AddPartitionsT
 _C_AddPartitionsToTxnResponse_AddPartitionsToTxnResult = AddPartitionsToTxnResponse.AddPartitionsToTxnResult
 
 
+def _default_AddPartitionsToTxnResponse():
+    self = _new(_C_AddPartitionsToTxnResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.results_by_transaction = []
+    self.results_by_topic_v3_and_below = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_AddPartitionsToTxnResponse(buf, pos, version):
     self = _new(_C_AddPartitionsToTxnResponse)
     if version >= 4:
@@ -230,6 +240,14 @@ def _write_AddPartitionsToTxnResponse(self, w, version):
             raise CodecError('AddPartitionsToTxnResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult():
+    self = _new(_C_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult)
+    self.name = ''
+    self.results_by_partition = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult(buf, pos, version):
     self = _new(_C_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult)
     if version >= 3:
@@ -292,6 +310,14 @@ def _write_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult(self, w, ver
             raise CodecError('AddPartitionsToTxnTopicResult: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult():
+    self = _new(_C_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult)
+    self.partition_index = 0
+    self.partition_error_code = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult(buf, pos, version):
     self = _new(_C_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult)
     if version >= 3:
@@ -320,6 +346,14 @@ def _write_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult(self, w,
         w += _p_ih(self.partition_index, self.partition_error_code)
         if self.unknown_tagged_fields:
             raise CodecError('AddPartitionsToTxnPartitionResult: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_AddPartitionsToTxnResponse_AddPartitionsToTxnResult():
+    self = _new(_C_AddPartitionsToTxnResponse_AddPartitionsToTxnResult)
+    self.transactional_id = ''
+    self.topic_results = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_AddPartitionsToTxnResponse_AddPartitionsToTxnResult(buf, pos, version):

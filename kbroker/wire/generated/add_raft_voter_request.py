@@ -88,6 +88,17 @@ _C_AddRaftVoterRequest = AddRaftVoterRequest
 _C_AddRaftVoterRequest_Listener = AddRaftVoterRequest.Listener
 
 
+def _default_AddRaftVoterRequest():
+    self = _new(_C_AddRaftVoterRequest)
+    self.cluster_id = ''
+    self.timeout_ms = 0
+    self.voter_id = 0
+    self.voter_directory_id = ZERO_UUID
+    self.listeners = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_AddRaftVoterRequest(buf, pos, version):
     self = _new(_C_AddRaftVoterRequest)
     self.cluster_id, pos = rd_cnstring(buf, pos)
@@ -127,6 +138,15 @@ def _write_AddRaftVoterRequest(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_AddRaftVoterRequest_Listener():
+    self = _new(_C_AddRaftVoterRequest_Listener)
+    self.name = ''
+    self.host = ''
+    self.port = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_AddRaftVoterRequest_Listener(buf, pos, version):

@@ -55,6 +55,15 @@ class AddRaftVoterResponse(Message):
 _C_AddRaftVoterResponse = AddRaftVoterResponse
 
 
+def _default_AddRaftVoterResponse():
+    self = _new(_C_AddRaftVoterResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.error_message = ''
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_AddRaftVoterResponse(buf, pos, version):
     self = _new(_C_AddRaftVoterResponse)
     self.throttle_time_ms, self.error_code = _u_ih(buf, pos)

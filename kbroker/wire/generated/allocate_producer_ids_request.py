@@ -52,6 +52,14 @@ class AllocateProducerIdsRequest(Message):
 _C_AllocateProducerIdsRequest = AllocateProducerIdsRequest
 
 
+def _default_AllocateProducerIdsRequest():
+    self = _new(_C_AllocateProducerIdsRequest)
+    self.broker_id = 0
+    self.broker_epoch = -1
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_AllocateProducerIdsRequest(buf, pos, version):
     self = _new(_C_AllocateProducerIdsRequest)
     self.broker_id, self.broker_epoch = _u_iq(buf, pos)

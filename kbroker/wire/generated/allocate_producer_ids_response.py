@@ -58,6 +58,16 @@ class AllocateProducerIdsResponse(Message):
 _C_AllocateProducerIdsResponse = AllocateProducerIdsResponse
 
 
+def _default_AllocateProducerIdsResponse():
+    self = _new(_C_AllocateProducerIdsResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.producer_id_start = 0
+    self.producer_id_len = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_AllocateProducerIdsResponse(buf, pos, version):
     self = _new(_C_AllocateProducerIdsResponse)
     self.throttle_time_ms, self.error_code, self.producer_id_start, self.producer_id_len = _u_ihqi(buf, pos)

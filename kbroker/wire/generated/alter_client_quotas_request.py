@@ -121,6 +121,14 @@ _C_AlterClientQuotasRequest_EntryData_EntityData = AlterClientQuotasRequest.Entr
 _C_AlterClientQuotasRequest_EntryData_OpData = AlterClientQuotasRequest.EntryData.OpData
 
 
+def _default_AlterClientQuotasRequest():
+    self = _new(_C_AlterClientQuotasRequest)
+    self.entries = []
+    self.validate_only = False
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_AlterClientQuotasRequest(buf, pos, version):
     self = _new(_C_AlterClientQuotasRequest)
     if version >= 1:
@@ -183,6 +191,14 @@ def _write_AlterClientQuotasRequest(self, w, version):
         w += _p_z(self.validate_only)
         if self.unknown_tagged_fields:
             raise CodecError('AlterClientQuotasRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_AlterClientQuotasRequest_EntryData():
+    self = _new(_C_AlterClientQuotasRequest_EntryData)
+    self.entity = []
+    self.ops = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_AlterClientQuotasRequest_EntryData(buf, pos, version):
@@ -277,6 +293,14 @@ def _write_AlterClientQuotasRequest_EntryData(self, w, version):
             raise CodecError('EntryData: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_AlterClientQuotasRequest_EntryData_EntityData():
+    self = _new(_C_AlterClientQuotasRequest_EntryData_EntityData)
+    self.entity_type = ''
+    self.entity_name = ''
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_AlterClientQuotasRequest_EntryData_EntityData(buf, pos, version):
     self = _new(_C_AlterClientQuotasRequest_EntryData_EntityData)
     if version >= 1:
@@ -307,6 +331,15 @@ def _write_AlterClientQuotasRequest_EntryData_EntityData(self, w, version):
         wr_nstring(w, self.entity_name)
         if self.unknown_tagged_fields:
             raise CodecError('EntityData: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_AlterClientQuotasRequest_EntryData_OpData():
+    self = _new(_C_AlterClientQuotasRequest_EntryData_OpData)
+    self.key = ''
+    self.value = 0.0
+    self.remove = False
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_AlterClientQuotasRequest_EntryData_OpData(buf, pos, version):

@@ -100,6 +100,14 @@ _C_AlterClientQuotasResponse_EntryData = AlterClientQuotasResponse.EntryData
 _C_AlterClientQuotasResponse_EntryData_EntityData = AlterClientQuotasResponse.EntryData.EntityData
 
 
+def _default_AlterClientQuotasResponse():
+    self = _new(_C_AlterClientQuotasResponse)
+    self.throttle_time_ms = 0
+    self.entries = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_AlterClientQuotasResponse(buf, pos, version):
     self = _new(_C_AlterClientQuotasResponse)
     if version >= 1:
@@ -162,6 +170,15 @@ def _write_AlterClientQuotasResponse(self, w, version):
                 _write_AlterClientQuotasResponse_EntryData(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('AlterClientQuotasResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_AlterClientQuotasResponse_EntryData():
+    self = _new(_C_AlterClientQuotasResponse_EntryData)
+    self.error_code = 0
+    self.error_message = ''
+    self.entity = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_AlterClientQuotasResponse_EntryData(buf, pos, version):
@@ -230,6 +247,14 @@ def _write_AlterClientQuotasResponse_EntryData(self, w, version):
                 _write_AlterClientQuotasResponse_EntryData_EntityData(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('EntryData: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_AlterClientQuotasResponse_EntryData_EntityData():
+    self = _new(_C_AlterClientQuotasResponse_EntryData_EntityData)
+    self.entity_type = ''
+    self.entity_name = ''
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_AlterClientQuotasResponse_EntryData_EntityData(buf, pos, version):

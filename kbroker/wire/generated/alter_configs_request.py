@@ -100,6 +100,14 @@ _C_AlterConfigsRequest_AlterConfigsResource = AlterConfigsRequest.AlterConfigsRe
 _C_AlterConfigsRequest_AlterConfigsResource_AlterableConfig = AlterConfigsRequest.AlterConfigsResource.AlterableConfig
 
 
+def _default_AlterConfigsRequest():
+    self = _new(_C_AlterConfigsRequest)
+    self.resources = []
+    self.validate_only = False
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_AlterConfigsRequest(buf, pos, version):
     self = _new(_C_AlterConfigsRequest)
     if version >= 2:
@@ -162,6 +170,15 @@ def _write_AlterConfigsRequest(self, w, version):
         w += _p_z(self.validate_only)
         if self.unknown_tagged_fields:
             raise CodecError('AlterConfigsRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_AlterConfigsRequest_AlterConfigsResource():
+    self = _new(_C_AlterConfigsRequest_AlterConfigsResource)
+    self.resource_type = 0
+    self.resource_name = ''
+    self.configs = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_AlterConfigsRequest_AlterConfigsResource(buf, pos, version):
@@ -230,6 +247,14 @@ def _write_AlterConfigsRequest_AlterConfigsResource(self, w, version):
                 _write_AlterConfigsRequest_AlterConfigsResource_AlterableConfig(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('AlterConfigsResource: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_AlterConfigsRequest_AlterConfigsResource_AlterableConfig():
+    self = _new(_C_AlterConfigsRequest_AlterConfigsResource_AlterableConfig)
+    self.name = ''
+    self.value = ''
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_AlterConfigsRequest_AlterConfigsResource_AlterableConfig(buf, pos, version):

@@ -85,6 +85,14 @@ _C_AlterConfigsResponse = AlterConfigsResponse
 _C_AlterConfigsResponse_AlterConfigsResourceResponse = AlterConfigsResponse.AlterConfigsResourceResponse
 
 
+def _default_AlterConfigsResponse():
+    self = _new(_C_AlterConfigsResponse)
+    self.throttle_time_ms = 0
+    self.responses = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_AlterConfigsResponse(buf, pos, version):
     self = _new(_C_AlterConfigsResponse)
     if version >= 2:
@@ -147,6 +155,16 @@ def _write_AlterConfigsResponse(self, w, version):
                 _write_AlterConfigsResponse_AlterConfigsResourceResponse(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('AlterConfigsResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_AlterConfigsResponse_AlterConfigsResourceResponse():
+    self = _new(_C_AlterConfigsResponse_AlterConfigsResourceResponse)
+    self.error_code = 0
+    self.error_message = ''
+    self.resource_type = 0
+    self.resource_name = ''
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_AlterConfigsResponse_AlterConfigsResourceResponse(buf, pos, version):

@@ -94,6 +94,14 @@ _C_AlterPartitionReassignmentsRequest_ReassignableTopic = AlterPartitionReassign
 _C_AlterPartitionReassignmentsRequest_ReassignableTopic_ReassignablePartition = AlterPartitionReassignmentsRequest.ReassignableTopic.ReassignablePartition
 
 
+def _default_AlterPartitionReassignmentsRequest():
+    self = _new(_C_AlterPartitionReassignmentsRequest)
+    self.timeout_ms = 60000
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_AlterPartitionReassignmentsRequest(buf, pos, version):
     self = _new(_C_AlterPartitionReassignmentsRequest)
     self.timeout_ms, = _u_i(buf, pos)
@@ -131,6 +139,14 @@ def _write_AlterPartitionReassignmentsRequest(self, w, version):
         w.append(0)
 
 
+def _default_AlterPartitionReassignmentsRequest_ReassignableTopic():
+    self = _new(_C_AlterPartitionReassignmentsRequest_ReassignableTopic)
+    self.name = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_AlterPartitionReassignmentsRequest_ReassignableTopic(buf, pos, version):
     self = _new(_C_AlterPartitionReassignmentsRequest_ReassignableTopic)
     self.name, pos = rd_cstring(buf, pos)
@@ -165,6 +181,14 @@ def _write_AlterPartitionReassignmentsRequest_ReassignableTopic(self, w, version
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_AlterPartitionReassignmentsRequest_ReassignableTopic_ReassignablePartition():
+    self = _new(_C_AlterPartitionReassignmentsRequest_ReassignableTopic_ReassignablePartition)
+    self.partition_index = 0
+    self.replicas = None
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_AlterPartitionReassignmentsRequest_ReassignableTopic_ReassignablePartition(buf, pos, version):

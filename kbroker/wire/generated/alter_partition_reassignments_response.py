@@ -103,6 +103,16 @@ _C_AlterPartitionReassignmentsResponse_ReassignableTopicResponse = AlterPartitio
 _C_AlterPartitionReassignmentsResponse_ReassignableTopicResponse_ReassignablePartitionResponse = AlterPartitionReassignmentsResponse.ReassignableTopicResponse.ReassignablePartitionResponse
 
 
+def _default_AlterPartitionReassignmentsResponse():
+    self = _new(_C_AlterPartitionReassignmentsResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.error_message = ''
+    self.responses = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_AlterPartitionReassignmentsResponse(buf, pos, version):
     self = _new(_C_AlterPartitionReassignmentsResponse)
     self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
@@ -142,6 +152,14 @@ def _write_AlterPartitionReassignmentsResponse(self, w, version):
         w.append(0)
 
 
+def _default_AlterPartitionReassignmentsResponse_ReassignableTopicResponse():
+    self = _new(_C_AlterPartitionReassignmentsResponse_ReassignableTopicResponse)
+    self.name = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_AlterPartitionReassignmentsResponse_ReassignableTopicResponse(buf, pos, version):
     self = _new(_C_AlterPartitionReassignmentsResponse_ReassignableTopicResponse)
     self.name, pos = rd_cstring(buf, pos)
@@ -176,6 +194,15 @@ def _write_AlterPartitionReassignmentsResponse_ReassignableTopicResponse(self, w
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_AlterPartitionReassignmentsResponse_ReassignableTopicResponse_ReassignablePartitionResponse():
+    self = _new(_C_AlterPartitionReassignmentsResponse_ReassignableTopicResponse_ReassignablePartitionResponse)
+    self.partition_index = 0
+    self.error_code = 0
+    self.error_message = ''
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_AlterPartitionReassignmentsResponse_ReassignableTopicResponse_ReassignablePartitionResponse(buf, pos, version):

@@ -142,6 +142,15 @@ _C_AlterPartitionRequest_TopicData_PartitionData = AlterPartitionRequest.TopicDa
 _C_AlterPartitionRequest_TopicData_PartitionData_BrokerState = AlterPartitionRequest.TopicData.PartitionData.BrokerState
 
 
+def _default_AlterPartitionRequest():
+    self = _new(_C_AlterPartitionRequest)
+    self.broker_id = 0
+    self.broker_epoch = -1
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_AlterPartitionRequest(buf, pos, version):
     self = _new(_C_AlterPartitionRequest)
     self.broker_id, self.broker_epoch = _u_iq(buf, pos)
@@ -177,6 +186,15 @@ def _write_AlterPartitionRequest(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_AlterPartitionRequest_TopicData():
+    self = _new(_C_AlterPartitionRequest_TopicData)
+    self.topic_name = ''
+    self.topic_id = ZERO_UUID
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_AlterPartitionRequest_TopicData(buf, pos, version):
@@ -247,6 +265,18 @@ def _write_AlterPartitionRequest_TopicData(self, w, version):
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+
+
+def _default_AlterPartitionRequest_TopicData_PartitionData():
+    self = _new(_C_AlterPartitionRequest_TopicData_PartitionData)
+    self.partition_index = 0
+    self.leader_epoch = 0
+    self.new_isr = []
+    self.new_isr_with_epochs = []
+    self.leader_recovery_state = 0
+    self.partition_epoch = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_AlterPartitionRequest_TopicData_PartitionData(buf, pos, version):
@@ -351,6 +381,14 @@ def _write_AlterPartitionRequest_TopicData_PartitionData(self, w, version):
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+
+
+def _default_AlterPartitionRequest_TopicData_PartitionData_BrokerState():
+    self = _new(_C_AlterPartitionRequest_TopicData_PartitionData_BrokerState)
+    self.broker_id = 0
+    self.broker_epoch = -1
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_AlterPartitionRequest_TopicData_PartitionData_BrokerState(buf, pos, version):

@@ -124,6 +124,15 @@ _C_AlterPartitionResponse_TopicData = AlterPartitionResponse.TopicData
 _C_AlterPartitionResponse_TopicData_PartitionData = AlterPartitionResponse.TopicData.PartitionData
 
 
+def _default_AlterPartitionResponse():
+    self = _new(_C_AlterPartitionResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_AlterPartitionResponse(buf, pos, version):
     self = _new(_C_AlterPartitionResponse)
     self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
@@ -159,6 +168,15 @@ def _write_AlterPartitionResponse(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_AlterPartitionResponse_TopicData():
+    self = _new(_C_AlterPartitionResponse_TopicData)
+    self.topic_name = ''
+    self.topic_id = ZERO_UUID
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_AlterPartitionResponse_TopicData(buf, pos, version):
@@ -229,6 +247,19 @@ def _write_AlterPartitionResponse_TopicData(self, w, version):
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+
+
+def _default_AlterPartitionResponse_TopicData_PartitionData():
+    self = _new(_C_AlterPartitionResponse_TopicData_PartitionData)
+    self.partition_index = 0
+    self.error_code = 0
+    self.leader_id = 0
+    self.leader_epoch = 0
+    self.isr = []
+    self.leader_recovery_state = 0
+    self.partition_epoch = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_AlterPartitionResponse_TopicData_PartitionData(buf, pos, version):

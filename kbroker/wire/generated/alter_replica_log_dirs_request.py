@@ -88,6 +88,13 @@ _C_AlterReplicaLogDirsRequest_AlterReplicaLogDir = AlterReplicaLogDirsRequest.Al
 _C_AlterReplicaLogDirsRequest_AlterReplicaLogDir_AlterReplicaLogDirTopic = AlterReplicaLogDirsRequest.AlterReplicaLogDir.AlterReplicaLogDirTopic
 
 
+def _default_AlterReplicaLogDirsRequest():
+    self = _new(_C_AlterReplicaLogDirsRequest)
+    self.dirs = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_AlterReplicaLogDirsRequest(buf, pos, version):
     self = _new(_C_AlterReplicaLogDirsRequest)
     if version >= 2:
@@ -144,6 +151,14 @@ def _write_AlterReplicaLogDirsRequest(self, w, version):
                 _write_AlterReplicaLogDirsRequest_AlterReplicaLogDir(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('AlterReplicaLogDirsRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_AlterReplicaLogDirsRequest_AlterReplicaLogDir():
+    self = _new(_C_AlterReplicaLogDirsRequest_AlterReplicaLogDir)
+    self.path = ''
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_AlterReplicaLogDirsRequest_AlterReplicaLogDir(buf, pos, version):
@@ -206,6 +221,14 @@ def _write_AlterReplicaLogDirsRequest_AlterReplicaLogDir(self, w, version):
                 _write_AlterReplicaLogDirsRequest_AlterReplicaLogDir_AlterReplicaLogDirTopic(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('AlterReplicaLogDir: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_AlterReplicaLogDirsRequest_AlterReplicaLogDir_AlterReplicaLogDirTopic():
+    self = _new(_C_AlterReplicaLogDirsRequest_AlterReplicaLogDir_AlterReplicaLogDirTopic)
+    self.name = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_AlterReplicaLogDirsRequest_AlterReplicaLogDir_AlterReplicaLogDirTopic(buf, pos, version):

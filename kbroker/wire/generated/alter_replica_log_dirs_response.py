@@ -97,6 +97,14 @@ _C_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult = AlterReplicaLogDi
 _C_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_AlterReplicaLogDirPartitionResult = AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult.AlterReplicaLogDirPartitionResult
 
 
+def _default_AlterReplicaLogDirsResponse():
+    self = _new(_C_AlterReplicaLogDirsResponse)
+    self.throttle_time_ms = 0
+    self.results = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_AlterReplicaLogDirsResponse(buf, pos, version):
     self = _new(_C_AlterReplicaLogDirsResponse)
     if version >= 2:
@@ -161,6 +169,14 @@ def _write_AlterReplicaLogDirsResponse(self, w, version):
             raise CodecError('AlterReplicaLogDirsResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult():
+    self = _new(_C_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult)
+    self.topic_name = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult(buf, pos, version):
     self = _new(_C_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult)
     if version >= 2:
@@ -221,6 +237,14 @@ def _write_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult(self, w, ve
                 _write_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_AlterReplicaLogDirPartitionResult(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('AlterReplicaLogDirTopicResult: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_AlterReplicaLogDirPartitionResult():
+    self = _new(_C_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_AlterReplicaLogDirPartitionResult)
+    self.partition_index = 0
+    self.error_code = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_AlterReplicaLogDirPartitionResult(buf, pos, version):

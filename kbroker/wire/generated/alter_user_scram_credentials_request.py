@@ -106,6 +106,14 @@ _C_AlterUserScramCredentialsRequest_ScramCredentialDeletion = AlterUserScramCred
 _C_AlterUserScramCredentialsRequest_ScramCredentialUpsertion = AlterUserScramCredentialsRequest.ScramCredentialUpsertion
 
 
+def _default_AlterUserScramCredentialsRequest():
+    self = _new(_C_AlterUserScramCredentialsRequest)
+    self.deletions = []
+    self.upsertions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_AlterUserScramCredentialsRequest(buf, pos, version):
     self = _new(_C_AlterUserScramCredentialsRequest)
     _n, pos = rd_calen(buf, pos)
@@ -157,6 +165,14 @@ def _write_AlterUserScramCredentialsRequest(self, w, version):
         w.append(0)
 
 
+def _default_AlterUserScramCredentialsRequest_ScramCredentialDeletion():
+    self = _new(_C_AlterUserScramCredentialsRequest_ScramCredentialDeletion)
+    self.name = ''
+    self.mechanism = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_AlterUserScramCredentialsRequest_ScramCredentialDeletion(buf, pos, version):
     self = _new(_C_AlterUserScramCredentialsRequest_ScramCredentialDeletion)
     self.name, pos = rd_cstring(buf, pos)
@@ -177,6 +193,17 @@ def _write_AlterUserScramCredentialsRequest_ScramCredentialDeletion(self, w, ver
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_AlterUserScramCredentialsRequest_ScramCredentialUpsertion():
+    self = _new(_C_AlterUserScramCredentialsRequest_ScramCredentialUpsertion)
+    self.name = ''
+    self.mechanism = 0
+    self.iterations = 0
+    self.salt = b''
+    self.salted_password = b''
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_AlterUserScramCredentialsRequest_ScramCredentialUpsertion(buf, pos, version):

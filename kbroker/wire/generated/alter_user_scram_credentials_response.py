@@ -79,6 +79,14 @@ _C_AlterUserScramCredentialsResponse = AlterUserScramCredentialsResponse
 _C_AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
 
 
+def _default_AlterUserScramCredentialsResponse():
+    self = _new(_C_AlterUserScramCredentialsResponse)
+    self.throttle_time_ms = 0
+    self.results = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_AlterUserScramCredentialsResponse(buf, pos, version):
     self = _new(_C_AlterUserScramCredentialsResponse)
     self.throttle_time_ms, = _u_i(buf, pos)
@@ -114,6 +122,15 @@ def _write_AlterUserScramCredentialsResponse(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult():
+    self = _new(_C_AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult)
+    self.user = ''
+    self.error_code = 0
+    self.error_message = ''
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_AlterUserScramCredentialsResponse_AlterUserScramCredentialsResult(buf, pos, version):

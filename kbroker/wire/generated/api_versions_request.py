@@ -49,6 +49,14 @@ class ApiVersionsRequest(Message):
 _C_ApiVersionsRequest = ApiVersionsRequest
 
 
+def _default_ApiVersionsRequest():
+    self = _new(_C_ApiVersionsRequest)
+    self.client_software_name = ''
+    self.client_software_version = ''
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ApiVersionsRequest(buf, pos, version):
     self = _new(_C_ApiVersionsRequest)
     if version >= 3:

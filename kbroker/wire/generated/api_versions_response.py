@@ -154,6 +154,19 @@ _C_ApiVersionsResponse_SupportedFeatureKey = ApiVersionsResponse.SupportedFeatur
 _C_ApiVersionsResponse_FinalizedFeatureKey = ApiVersionsResponse.FinalizedFeatureKey
 
 
+def _default_ApiVersionsResponse():
+    self = _new(_C_ApiVersionsResponse)
+    self.error_code = 0
+    self.api_keys = []
+    self.throttle_time_ms = 0
+    self.supported_features = []
+    self.finalized_features_epoch = -1
+    self.finalized_features = []
+    self.zk_migration_ready = False
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ApiVersionsResponse(buf, pos, version):
     self = _new(_C_ApiVersionsResponse)
     if version >= 3:
@@ -347,6 +360,15 @@ def _write_ApiVersionsResponse(self, w, version):
             raise CodecError('ApiVersionsResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_ApiVersionsResponse_ApiVersion():
+    self = _new(_C_ApiVersionsResponse_ApiVersion)
+    self.api_key = 0
+    self.min_version = 0
+    self.max_version = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ApiVersionsResponse_ApiVersion(buf, pos, version):
     self = _new(_C_ApiVersionsResponse_ApiVersion)
     if version >= 3:
@@ -377,6 +399,15 @@ def _write_ApiVersionsResponse_ApiVersion(self, w, version):
             raise CodecError('ApiVersion: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_ApiVersionsResponse_SupportedFeatureKey():
+    self = _new(_C_ApiVersionsResponse_SupportedFeatureKey)
+    self.name = ''
+    self.min_version = 0
+    self.max_version = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ApiVersionsResponse_SupportedFeatureKey(buf, pos, version):
     self = _new(_C_ApiVersionsResponse_SupportedFeatureKey)
     self.name, pos = rd_cstring(buf, pos)
@@ -397,6 +428,15 @@ def _write_ApiVersionsResponse_SupportedFeatureKey(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ApiVersionsResponse_FinalizedFeatureKey():
+    self = _new(_C_ApiVersionsResponse_FinalizedFeatureKey)
+    self.name = ''
+    self.max_version_level = 0
+    self.min_version_level = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ApiVersionsResponse_FinalizedFeatureKey(buf, pos, version):

@@ -118,6 +118,15 @@ _C_AssignReplicasToDirsRequest_DirectoryData_TopicData = AssignReplicasToDirsReq
 _C_AssignReplicasToDirsRequest_DirectoryData_TopicData_PartitionData = AssignReplicasToDirsRequest.DirectoryData.TopicData.PartitionData
 
 
+def _default_AssignReplicasToDirsRequest():
+    self = _new(_C_AssignReplicasToDirsRequest)
+    self.broker_id = 0
+    self.broker_epoch = -1
+    self.directories = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_AssignReplicasToDirsRequest(buf, pos, version):
     self = _new(_C_AssignReplicasToDirsRequest)
     self.broker_id, self.broker_epoch = _u_iq(buf, pos)
@@ -153,6 +162,14 @@ def _write_AssignReplicasToDirsRequest(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_AssignReplicasToDirsRequest_DirectoryData():
+    self = _new(_C_AssignReplicasToDirsRequest_DirectoryData)
+    self.id = ZERO_UUID
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_AssignReplicasToDirsRequest_DirectoryData(buf, pos, version):
@@ -191,6 +208,14 @@ def _write_AssignReplicasToDirsRequest_DirectoryData(self, w, version):
         w.append(0)
 
 
+def _default_AssignReplicasToDirsRequest_DirectoryData_TopicData():
+    self = _new(_C_AssignReplicasToDirsRequest_DirectoryData_TopicData)
+    self.topic_id = ZERO_UUID
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_AssignReplicasToDirsRequest_DirectoryData_TopicData(buf, pos, version):
     self = _new(_C_AssignReplicasToDirsRequest_DirectoryData_TopicData)
     self.topic_id, pos = rd_uuid(buf, pos)
@@ -225,6 +250,13 @@ def _write_AssignReplicasToDirsRequest_DirectoryData_TopicData(self, w, version)
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_AssignReplicasToDirsRequest_DirectoryData_TopicData_PartitionData():
+    self = _new(_C_AssignReplicasToDirsRequest_DirectoryData_TopicData_PartitionData)
+    self.partition_index = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_AssignReplicasToDirsRequest_DirectoryData_TopicData_PartitionData(buf, pos, version):

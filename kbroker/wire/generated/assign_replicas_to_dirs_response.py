@@ -118,6 +118,15 @@ _C_AssignReplicasToDirsResponse_DirectoryData_TopicData = AssignReplicasToDirsRe
 _C_AssignReplicasToDirsResponse_DirectoryData_TopicData_PartitionData = AssignReplicasToDirsResponse.DirectoryData.TopicData.PartitionData
 
 
+def _default_AssignReplicasToDirsResponse():
+    self = _new(_C_AssignReplicasToDirsResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.directories = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_AssignReplicasToDirsResponse(buf, pos, version):
     self = _new(_C_AssignReplicasToDirsResponse)
     self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
@@ -153,6 +162,14 @@ def _write_AssignReplicasToDirsResponse(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_AssignReplicasToDirsResponse_DirectoryData():
+    self = _new(_C_AssignReplicasToDirsResponse_DirectoryData)
+    self.id = ZERO_UUID
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_AssignReplicasToDirsResponse_DirectoryData(buf, pos, version):
@@ -191,6 +208,14 @@ def _write_AssignReplicasToDirsResponse_DirectoryData(self, w, version):
         w.append(0)
 
 
+def _default_AssignReplicasToDirsResponse_DirectoryData_TopicData():
+    self = _new(_C_AssignReplicasToDirsResponse_DirectoryData_TopicData)
+    self.topic_id = ZERO_UUID
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_AssignReplicasToDirsResponse_DirectoryData_TopicData(buf, pos, version):
     self = _new(_C_AssignReplicasToDirsResponse_DirectoryData_TopicData)
     self.topic_id, pos = rd_uuid(buf, pos)
@@ -225,6 +250,14 @@ def _write_AssignReplicasToDirsResponse_DirectoryData_TopicData(self, w, version
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_AssignReplicasToDirsResponse_DirectoryData_TopicData_PartitionData():
+    self = _new(_C_AssignReplicasToDirsResponse_DirectoryData_TopicData_PartitionData)
+    self.partition_index = 0
+    self.error_code = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_AssignReplicasToDirsResponse_DirectoryData_TopicData_PartitionData(buf, pos, version):

@@ -136,6 +136,16 @@ _C_BeginQuorumEpochRequest_TopicData_PartitionData = BeginQuorumEpochRequest.Top
 _C_BeginQuorumEpochRequest_LeaderEndpoint = BeginQuorumEpochRequest.LeaderEndpoint
 
 
+def _default_BeginQuorumEpochRequest():
+    self = _new(_C_BeginQuorumEpochRequest)
+    self.cluster_id = None
+    self.voter_id = -1
+    self.topics = []
+    self.leader_endpoints = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_BeginQuorumEpochRequest(buf, pos, version):
     self = _new(_C_BeginQuorumEpochRequest)
     if version >= 1:
@@ -220,6 +230,14 @@ def _write_BeginQuorumEpochRequest(self, w, version):
             raise CodecError('BeginQuorumEpochRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_BeginQuorumEpochRequest_TopicData():
+    self = _new(_C_BeginQuorumEpochRequest_TopicData)
+    self.topic_name = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_BeginQuorumEpochRequest_TopicData(buf, pos, version):
     self = _new(_C_BeginQuorumEpochRequest_TopicData)
     if version >= 1:
@@ -282,6 +300,16 @@ def _write_BeginQuorumEpochRequest_TopicData(self, w, version):
             raise CodecError('TopicData: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_BeginQuorumEpochRequest_TopicData_PartitionData():
+    self = _new(_C_BeginQuorumEpochRequest_TopicData_PartitionData)
+    self.partition_index = 0
+    self.voter_directory_id = ZERO_UUID
+    self.leader_id = 0
+    self.leader_epoch = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_BeginQuorumEpochRequest_TopicData_PartitionData(buf, pos, version):
     self = _new(_C_BeginQuorumEpochRequest_TopicData_PartitionData)
     if version >= 1:
@@ -319,6 +347,15 @@ def _write_BeginQuorumEpochRequest_TopicData_PartitionData(self, w, version):
         w += _p_ii(self.leader_id, self.leader_epoch)
         if self.unknown_tagged_fields:
             raise CodecError('PartitionData: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_BeginQuorumEpochRequest_LeaderEndpoint():
+    self = _new(_C_BeginQuorumEpochRequest_LeaderEndpoint)
+    self.name = ''
+    self.host = ''
+    self.port = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_BeginQuorumEpochRequest_LeaderEndpoint(buf, pos, version):

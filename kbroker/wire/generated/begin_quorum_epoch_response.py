@@ -136,6 +136,15 @@ _C_BeginQuorumEpochResponse_TopicData_PartitionData = BeginQuorumEpochResponse.T
 _C_BeginQuorumEpochResponse_NodeEndpoint = BeginQuorumEpochResponse.NodeEndpoint
 
 
+def _default_BeginQuorumEpochResponse():
+    self = _new(_C_BeginQuorumEpochResponse)
+    self.error_code = 0
+    self.topics = []
+    self.node_endpoints = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_BeginQuorumEpochResponse(buf, pos, version):
     self = _new(_C_BeginQuorumEpochResponse)
     if version >= 1:
@@ -245,6 +254,14 @@ def _write_BeginQuorumEpochResponse(self, w, version):
             raise CodecError('BeginQuorumEpochResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_BeginQuorumEpochResponse_TopicData():
+    self = _new(_C_BeginQuorumEpochResponse_TopicData)
+    self.topic_name = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_BeginQuorumEpochResponse_TopicData(buf, pos, version):
     self = _new(_C_BeginQuorumEpochResponse_TopicData)
     if version >= 1:
@@ -307,6 +324,16 @@ def _write_BeginQuorumEpochResponse_TopicData(self, w, version):
             raise CodecError('TopicData: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_BeginQuorumEpochResponse_TopicData_PartitionData():
+    self = _new(_C_BeginQuorumEpochResponse_TopicData_PartitionData)
+    self.partition_index = 0
+    self.error_code = 0
+    self.leader_id = 0
+    self.leader_epoch = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_BeginQuorumEpochResponse_TopicData_PartitionData(buf, pos, version):
     self = _new(_C_BeginQuorumEpochResponse_TopicData_PartitionData)
     if version >= 1:
@@ -335,6 +362,15 @@ def _write_BeginQuorumEpochResponse_TopicData_PartitionData(self, w, version):
         w += _p_ihii(self.partition_index, self.error_code, self.leader_id, self.leader_epoch)
         if self.unknown_tagged_fields:
             raise CodecError('PartitionData: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_BeginQuorumEpochResponse_NodeEndpoint():
+    self = _new(_C_BeginQuorumEpochResponse_NodeEndpoint)
+    self.node_id = 0
+    self.host = ''
+    self.port = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_BeginQuorumEpochResponse_NodeEndpoint(buf, pos, version):

@@ -47,6 +47,13 @@ class BeginTransactionRecord(Message):
 _C_BeginTransactionRecord = BeginTransactionRecord
 
 
+def _default_BeginTransactionRecord():
+    self = _new(_C_BeginTransactionRecord)
+    self.name = None
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_BeginTransactionRecord(buf, pos, version):
     self = _new(_C_BeginTransactionRecord)
     self.name = None

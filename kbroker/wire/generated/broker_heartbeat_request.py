@@ -64,6 +64,18 @@ class BrokerHeartbeatRequest(Message):
 _C_BrokerHeartbeatRequest = BrokerHeartbeatRequest
 
 
+def _default_BrokerHeartbeatRequest():
+    self = _new(_C_BrokerHeartbeatRequest)
+    self.broker_id = 0
+    self.broker_epoch = -1
+    self.current_metadata_offset = 0
+    self.want_fence = False
+    self.want_shut_down = False
+    self.offline_log_dirs = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_BrokerHeartbeatRequest(buf, pos, version):
     self = _new(_C_BrokerHeartbeatRequest)
     if version >= 1:

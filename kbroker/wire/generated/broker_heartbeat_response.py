@@ -61,6 +61,17 @@ class BrokerHeartbeatResponse(Message):
 _C_BrokerHeartbeatResponse = BrokerHeartbeatResponse
 
 
+def _default_BrokerHeartbeatResponse():
+    self = _new(_C_BrokerHeartbeatResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.is_caught_up = False
+    self.is_fenced = True
+    self.should_shut_down = False
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_BrokerHeartbeatResponse(buf, pos, version):
     self = _new(_C_BrokerHeartbeatResponse)
     self.throttle_time_ms, self.error_code, self.is_caught_up, self.is_fenced, self.should_shut_down = _u_ihzzz(buf, pos)

@@ -65,6 +65,17 @@ class BrokerRegistrationChangeRecord(Message):
 _C_BrokerRegistrationChangeRecord = BrokerRegistrationChangeRecord
 
 
+def _default_BrokerRegistrationChangeRecord():
+    self = _new(_C_BrokerRegistrationChangeRecord)
+    self.broker_id = 0
+    self.broker_epoch = 0
+    self.fenced = 0
+    self.in_controlled_shutdown = 0
+    self.log_dirs = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_BrokerRegistrationChangeRecord(buf, pos, version):
     self = _new(_C_BrokerRegistrationChangeRecord)
     if version >= 2:

@@ -136,6 +136,21 @@ _C_BrokerRegistrationRequest_Listener = BrokerRegistrationRequest.Listener
 _C_BrokerRegistrationRequest_Feature = BrokerRegistrationRequest.Feature
 
 
+def _default_BrokerRegistrationRequest():
+    self = _new(_C_BrokerRegistrationRequest)
+    self.broker_id = 0
+    self.cluster_id = ''
+    self.incarnation_id = ZERO_UUID
+    self.listeners = []
+    self.features = []
+    self.rack = ''
+    self.is_migrating_zk_broker = False
+    self.log_dirs = []
+    self.previous_broker_epoch = -1
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_BrokerRegistrationRequest(buf, pos, version):
     self = _new(_C_BrokerRegistrationRequest)
     if version >= 3:
@@ -414,6 +429,16 @@ def _write_BrokerRegistrationRequest(self, w, version):
             w.append(0)
 
 
+def _default_BrokerRegistrationRequest_Listener():
+    self = _new(_C_BrokerRegistrationRequest_Listener)
+    self.name = ''
+    self.host = ''
+    self.port = 0
+    self.security_protocol = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_BrokerRegistrationRequest_Listener(buf, pos, version):
     self = _new(_C_BrokerRegistrationRequest_Listener)
     self.name, pos = rd_cstring(buf, pos)
@@ -436,6 +461,15 @@ def _write_BrokerRegistrationRequest_Listener(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_BrokerRegistrationRequest_Feature():
+    self = _new(_C_BrokerRegistrationRequest_Feature)
+    self.name = ''
+    self.min_supported_version = 0
+    self.max_supported_version = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_BrokerRegistrationRequest_Feature(buf, pos, version):

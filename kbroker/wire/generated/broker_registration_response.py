@@ -55,6 +55,15 @@ class BrokerRegistrationResponse(Message):
 _C_BrokerRegistrationResponse = BrokerRegistrationResponse
 
 
+def _default_BrokerRegistrationResponse():
+    self = _new(_C_BrokerRegistrationResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.broker_epoch = -1
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_BrokerRegistrationResponse(buf, pos, version):
     self = _new(_C_BrokerRegistrationResponse)
     self.throttle_time_ms, self.error_code, self.broker_epoch = _u_ihq(buf, pos)

@@ -80,6 +80,16 @@ _C_ClientQuotaRecord = ClientQuotaRecord
 _C_ClientQuotaRecord_EntityData = ClientQuotaRecord.EntityData
 
 
+def _default_ClientQuotaRecord():
+    self = _new(_C_ClientQuotaRecord)
+    self.entity = []
+    self.key = ''
+    self.value = 0.0
+    self.remove = False
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ClientQuotaRecord(buf, pos, version):
     self = _new(_C_ClientQuotaRecord)
     _n, pos = rd_calen(buf, pos)
@@ -117,6 +127,14 @@ def _write_ClientQuotaRecord(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ClientQuotaRecord_EntityData():
+    self = _new(_C_ClientQuotaRecord_EntityData)
+    self.entity_type = ''
+    self.entity_name = ''
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ClientQuotaRecord_EntityData(buf, pos, version):

@@ -59,6 +59,16 @@ class ConfigRecord(Message):
 _C_ConfigRecord = ConfigRecord
 
 
+def _default_ConfigRecord():
+    self = _new(_C_ConfigRecord)
+    self.resource_type = 0
+    self.resource_name = ''
+    self.name = ''
+    self.value = ''
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ConfigRecord(buf, pos, version):
     self = _new(_C_ConfigRecord)
     self.resource_type, = _u_b(buf, pos)

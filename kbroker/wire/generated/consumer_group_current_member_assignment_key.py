@@ -49,6 +49,14 @@ class ConsumerGroupCurrentMemberAssignmentKey(Message):
 _C_ConsumerGroupCurrentMemberAssignmentKey = ConsumerGroupCurrentMemberAssignmentKey
 
 
+def _default_ConsumerGroupCurrentMemberAssignmentKey():
+    self = _new(_C_ConsumerGroupCurrentMemberAssignmentKey)
+    self.group_id = ''
+    self.member_id = ''
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ConsumerGroupCurrentMemberAssignmentKey(buf, pos, version):
     self = _new(_C_ConsumerGroupCurrentMemberAssignmentKey)
     self.group_id, pos = rd_string(buf, pos)

@@ -82,6 +82,17 @@ _C_ConsumerGroupCurrentMemberAssignmentValue = ConsumerGroupCurrentMemberAssignm
 _C_ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions = ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions
 
 
+def _default_ConsumerGroupCurrentMemberAssignmentValue():
+    self = _new(_C_ConsumerGroupCurrentMemberAssignmentValue)
+    self.member_epoch = 0
+    self.previous_member_epoch = 0
+    self.state = 0
+    self.assigned_partitions = []
+    self.partitions_pending_revocation = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ConsumerGroupCurrentMemberAssignmentValue(buf, pos, version):
     self = _new(_C_ConsumerGroupCurrentMemberAssignmentValue)
     self.member_epoch, self.previous_member_epoch, self.state = _u_iib(buf, pos)
@@ -134,6 +145,14 @@ def _write_ConsumerGroupCurrentMemberAssignmentValue(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions():
+    self = _new(_C_ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions)
+    self.topic_id = ZERO_UUID
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ConsumerGroupCurrentMemberAssignmentValue_TopicPartitions(buf, pos, version):

@@ -52,6 +52,14 @@ class ConsumerGroupDescribeRequest(Message):
 _C_ConsumerGroupDescribeRequest = ConsumerGroupDescribeRequest
 
 
+def _default_ConsumerGroupDescribeRequest():
+    self = _new(_C_ConsumerGroupDescribeRequest)
+    self.group_ids = []
+    self.include_authorized_operations = False
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ConsumerGroupDescribeRequest(buf, pos, version):
     self = _new(_C_ConsumerGroupDescribeRequest)
     _n, pos = rd_calen(buf, pos)

@@ -127,8 +127,8 @@ class ConsumerGroupDescribeResponse(Message):
                 self.client_host = client_host
                 self.subscribed_topic_names = [] if subscribed_topic_names is _MISSING else subscribed_topic_names
                 self.subscribed_topic_regex = subscribed_topic_regex
-                self.assignment = _C_ConsumerGroupDescribeResponse_Assignment() if assignment is _MISSING else assignment
-                self.target_assignment = _C_ConsumerGroupDescribeResponse_Assignment() if target_assignment is _MISSING else target_assignment
+                self.assignment = _default_ConsumerGroupDescribeResponse_Assignment() if assignment is _MISSING else assignment
+                self.target_assignment = _default_ConsumerGroupDescribeResponse_Assignment() if target_assignment is _MISSING else target_assignment
                 self.unknown_tagged_fields = unknown_tagged_fields
 
             def _is_default(self):
@@ -187,6 +187,14 @@ _C_ConsumerGroupDescribeResponse_DescribedGroup = ConsumerGroupDescribeResponse.
 _C_ConsumerGroupDescribeResponse_DescribedGroup_Member = ConsumerGroupDescribeResponse.DescribedGroup.Member
 
 
+def _default_ConsumerGroupDescribeResponse():
+    self = _new(_C_ConsumerGroupDescribeResponse)
+    self.throttle_time_ms = 0
+    self.groups = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ConsumerGroupDescribeResponse(buf, pos, version):
     self = _new(_C_ConsumerGroupDescribeResponse)
     self.throttle_time_ms, = _u_i(buf, pos)
@@ -224,6 +232,15 @@ def _write_ConsumerGroupDescribeResponse(self, w, version):
         w.append(0)
 
 
+def _default_ConsumerGroupDescribeResponse_TopicPartitions():
+    self = _new(_C_ConsumerGroupDescribeResponse_TopicPartitions)
+    self.topic_id = ZERO_UUID
+    self.topic_name = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ConsumerGroupDescribeResponse_TopicPartitions(buf, pos, version):
     self = _new(_C_ConsumerGroupDescribeResponse_TopicPartitions)
     self.topic_id, pos = rd_uuid(buf, pos)
@@ -251,6 +268,13 @@ def _write_ConsumerGroupDescribeResponse_TopicPartitions(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ConsumerGroupDescribeResponse_Assignment():
+    self = _new(_C_ConsumerGroupDescribeResponse_Assignment)
+    self.topic_partitions = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ConsumerGroupDescribeResponse_Assignment(buf, pos, version):
@@ -285,6 +309,21 @@ def _write_ConsumerGroupDescribeResponse_Assignment(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ConsumerGroupDescribeResponse_DescribedGroup():
+    self = _new(_C_ConsumerGroupDescribeResponse_DescribedGroup)
+    self.error_code = 0
+    self.error_message = None
+    self.group_id = ''
+    self.group_state = ''
+    self.group_epoch = 0
+    self.assignment_epoch = 0
+    self.assignor_name = ''
+    self.members = []
+    self.authorized_operations = -2147483648
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ConsumerGroupDescribeResponse_DescribedGroup(buf, pos, version):
@@ -336,6 +375,22 @@ def _write_ConsumerGroupDescribeResponse_DescribedGroup(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ConsumerGroupDescribeResponse_DescribedGroup_Member():
+    self = _new(_C_ConsumerGroupDescribeResponse_DescribedGroup_Member)
+    self.member_id = ''
+    self.instance_id = None
+    self.rack_id = None
+    self.member_epoch = 0
+    self.client_id = ''
+    self.client_host = ''
+    self.subscribed_topic_names = []
+    self.subscribed_topic_regex = None
+    self.assignment = _default_ConsumerGroupDescribeResponse_Assignment()
+    self.target_assignment = _default_ConsumerGroupDescribeResponse_Assignment()
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ConsumerGroupDescribeResponse_DescribedGroup_Member(buf, pos, version):

@@ -97,6 +97,22 @@ _C_ConsumerGroupHeartbeatRequest = ConsumerGroupHeartbeatRequest
 _C_ConsumerGroupHeartbeatRequest_TopicPartitions = ConsumerGroupHeartbeatRequest.TopicPartitions
 
 
+def _default_ConsumerGroupHeartbeatRequest():
+    self = _new(_C_ConsumerGroupHeartbeatRequest)
+    self.group_id = ''
+    self.member_id = ''
+    self.member_epoch = 0
+    self.instance_id = None
+    self.rack_id = None
+    self.rebalance_timeout_ms = -1
+    self.subscribed_topic_names = None
+    self.subscribed_topic_regex = None
+    self.server_assignor = None
+    self.topic_partitions = None
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ConsumerGroupHeartbeatRequest(buf, pos, version):
     self = _new(_C_ConsumerGroupHeartbeatRequest)
     if version >= 1:
@@ -230,6 +246,14 @@ def _write_ConsumerGroupHeartbeatRequest(self, w, version):
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+
+
+def _default_ConsumerGroupHeartbeatRequest_TopicPartitions():
+    self = _new(_C_ConsumerGroupHeartbeatRequest_TopicPartitions)
+    self.topic_id = ZERO_UUID
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ConsumerGroupHeartbeatRequest_TopicPartitions(buf, pos, version):

@@ -49,6 +49,14 @@ class ConsumerGroupMemberMetadataKey(Message):
 _C_ConsumerGroupMemberMetadataKey = ConsumerGroupMemberMetadataKey
 
 
+def _default_ConsumerGroupMemberMetadataKey():
+    self = _new(_C_ConsumerGroupMemberMetadataKey)
+    self.group_id = ''
+    self.member_id = ''
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ConsumerGroupMemberMetadataKey(buf, pos, version):
     self = _new(_C_ConsumerGroupMemberMetadataKey)
     self.group_id, pos = rd_string(buf, pos)

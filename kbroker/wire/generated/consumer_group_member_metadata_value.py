@@ -115,6 +115,21 @@ _C_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata = ConsumerGroupMemberM
 _C_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata_ClassicProtocol = ConsumerGroupMemberMetadataValue.ClassicMemberMetadata.ClassicProtocol
 
 
+def _default_ConsumerGroupMemberMetadataValue():
+    self = _new(_C_ConsumerGroupMemberMetadataValue)
+    self.instance_id = ''
+    self.rack_id = ''
+    self.client_id = ''
+    self.client_host = ''
+    self.subscribed_topic_names = []
+    self.subscribed_topic_regex = ''
+    self.rebalance_timeout_ms = -1
+    self.server_assignor = ''
+    self.classic_member_metadata = None
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ConsumerGroupMemberMetadataValue(buf, pos, version):
     self = _new(_C_ConsumerGroupMemberMetadataValue)
     self.instance_id, pos = rd_cnstring(buf, pos)
@@ -200,6 +215,14 @@ def _write_ConsumerGroupMemberMetadataValue(self, w, version):
         wr_tags(w, _t, self.unknown_tagged_fields)
 
 
+def _default_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata():
+    self = _new(_C_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata)
+    self.session_timeout_ms = 0
+    self.supported_protocols = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata(buf, pos, version):
     self = _new(_C_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata)
     self.session_timeout_ms, = _u_i(buf, pos)
@@ -235,6 +258,14 @@ def _write_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata(self, w, versi
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata_ClassicProtocol():
+    self = _new(_C_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata_ClassicProtocol)
+    self.name = ''
+    self.metadata = b''
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ConsumerGroupMemberMetadataValue_ClassicMemberMetadata_ClassicProtocol(buf, pos, version):

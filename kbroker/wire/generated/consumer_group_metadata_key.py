@@ -46,6 +46,13 @@ class ConsumerGroupMetadataKey(Message):
 _C_ConsumerGroupMetadataKey = ConsumerGroupMetadataKey
 
 
+def _default_ConsumerGroupMetadataKey():
+    self = _new(_C_ConsumerGroupMetadataKey)
+    self.group_id = ''
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ConsumerGroupMetadataKey(buf, pos, version):
     self = _new(_C_ConsumerGroupMetadataKey)
     self.group_id, pos = rd_string(buf, pos)

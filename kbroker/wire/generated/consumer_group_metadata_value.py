@@ -49,6 +49,13 @@ class ConsumerGroupMetadataValue(Message):
 _C_ConsumerGroupMetadataValue = ConsumerGroupMetadataValue
 
 
+def _default_ConsumerGroupMetadataValue():
+    self = _new(_C_ConsumerGroupMetadataValue)
+    self.epoch = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ConsumerGroupMetadataValue(buf, pos, version):
     self = _new(_C_ConsumerGroupMetadataValue)
     self.epoch, = _u_i(buf, pos)

@@ -46,6 +46,13 @@ class ConsumerGroupPartitionMetadataKey(Message):
 _C_ConsumerGroupPartitionMetadataKey = ConsumerGroupPartitionMetadataKey
 
 
+def _default_ConsumerGroupPartitionMetadataKey():
+    self = _new(_C_ConsumerGroupPartitionMetadataKey)
+    self.group_id = ''
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ConsumerGroupPartitionMetadataKey(buf, pos, version):
     self = _new(_C_ConsumerGroupPartitionMetadataKey)
     self.group_id, pos = rd_string(buf, pos)

@@ -97,6 +97,13 @@ _C_ConsumerGroupPartitionMetadataValue_TopicMetadata = ConsumerGroupPartitionMet
 _C_ConsumerGroupPartitionMetadataValue_TopicMetadata_PartitionMetadata = ConsumerGroupPartitionMetadataValue.TopicMetadata.PartitionMetadata
 
 
+def _default_ConsumerGroupPartitionMetadataValue():
+    self = _new(_C_ConsumerGroupPartitionMetadataValue)
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ConsumerGroupPartitionMetadataValue(buf, pos, version):
     self = _new(_C_ConsumerGroupPartitionMetadataValue)
     _n, pos = rd_calen(buf, pos)
@@ -129,6 +136,16 @@ def _write_ConsumerGroupPartitionMetadataValue(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ConsumerGroupPartitionMetadataValue_TopicMetadata():
+    self = _new(_C_ConsumerGroupPartitionMetadataValue_TopicMetadata)
+    self.topic_id = ZERO_UUID
+    self.topic_name = ''
+    self.num_partitions = 0
+    self.partition_metadata = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ConsumerGroupPartitionMetadataValue_TopicMetadata(buf, pos, version):
@@ -170,6 +187,14 @@ def _write_ConsumerGroupPartitionMetadataValue_TopicMetadata(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ConsumerGroupPartitionMetadataValue_TopicMetadata_PartitionMetadata():
+    self = _new(_C_ConsumerGroupPartitionMetadataValue_TopicMetadata_PartitionMetadata)
+    self.partition = 0
+    self.racks = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ConsumerGroupPartitionMetadataValue_TopicMetadata_PartitionMetadata(buf, pos, version):

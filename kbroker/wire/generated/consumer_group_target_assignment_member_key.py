@@ -49,6 +49,14 @@ class ConsumerGroupTargetAssignmentMemberKey(Message):
 _C_ConsumerGroupTargetAssignmentMemberKey = ConsumerGroupTargetAssignmentMemberKey
 
 
+def _default_ConsumerGroupTargetAssignmentMemberKey():
+    self = _new(_C_ConsumerGroupTargetAssignmentMemberKey)
+    self.group_id = ''
+    self.member_id = ''
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ConsumerGroupTargetAssignmentMemberKey(buf, pos, version):
     self = _new(_C_ConsumerGroupTargetAssignmentMemberKey)
     self.group_id, pos = rd_string(buf, pos)

@@ -67,6 +67,13 @@ _C_ConsumerGroupTargetAssignmentMemberValue = ConsumerGroupTargetAssignmentMembe
 _C_ConsumerGroupTargetAssignmentMemberValue_TopicPartition = ConsumerGroupTargetAssignmentMemberValue.TopicPartition
 
 
+def _default_ConsumerGroupTargetAssignmentMemberValue():
+    self = _new(_C_ConsumerGroupTargetAssignmentMemberValue)
+    self.topic_partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ConsumerGroupTargetAssignmentMemberValue(buf, pos, version):
     self = _new(_C_ConsumerGroupTargetAssignmentMemberValue)
     _n, pos = rd_calen(buf, pos)
@@ -99,6 +106,14 @@ def _write_ConsumerGroupTargetAssignmentMemberValue(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ConsumerGroupTargetAssignmentMemberValue_TopicPartition():
+    self = _new(_C_ConsumerGroupTargetAssignmentMemberValue_TopicPartition)
+    self.topic_id = ZERO_UUID
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ConsumerGroupTargetAssignmentMemberValue_TopicPartition(buf, pos, version):

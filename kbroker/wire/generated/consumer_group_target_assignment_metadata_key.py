@@ -46,6 +46,13 @@ class ConsumerGroupTargetAssignmentMetadataKey(Message):
 _C_ConsumerGroupTargetAssignmentMetadataKey = ConsumerGroupTargetAssignmentMetadataKey
 
 
+def _default_ConsumerGroupTargetAssignmentMetadataKey():
+    self = _new(_C_ConsumerGroupTargetAssignmentMetadataKey)
+    self.group_id = ''
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ConsumerGroupTargetAssignmentMetadataKey(buf, pos, version):
     self = _new(_C_ConsumerGroupTargetAssignmentMetadataKey)
     self.group_id, pos = rd_string(buf, pos)

@@ -49,6 +49,13 @@ class ConsumerGroupTargetAssignmentMetadataValue(Message):
 _C_ConsumerGroupTargetAssignmentMetadataValue = ConsumerGroupTargetAssignmentMetadataValue
 
 
+def _default_ConsumerGroupTargetAssignmentMetadataValue():
+    self = _new(_C_ConsumerGroupTargetAssignmentMetadataValue)
+    self.assignment_epoch = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ConsumerGroupTargetAssignmentMetadataValue(buf, pos, version):
     self = _new(_C_ConsumerGroupTargetAssignmentMetadataValue)
     self.assignment_epoch, = _u_i(buf, pos)

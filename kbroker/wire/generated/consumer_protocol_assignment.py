@@ -70,6 +70,14 @@ _C_ConsumerProtocolAssignment = ConsumerProtocolAssignment
 _C_ConsumerProtocolAssignment_TopicPartition = ConsumerProtocolAssignment.TopicPartition
 
 
+def _default_ConsumerProtocolAssignment():
+    self = _new(_C_ConsumerProtocolAssignment)
+    self.assigned_partitions = []
+    self.user_data = None
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ConsumerProtocolAssignment(buf, pos, version):
     self = _new(_C_ConsumerProtocolAssignment)
     _n, pos = rd_alen(buf, pos)
@@ -98,6 +106,14 @@ def _write_ConsumerProtocolAssignment(self, w, version):
     wr_nbytes(w, self.user_data)
     if self.unknown_tagged_fields:
         raise CodecError('ConsumerProtocolAssignment: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_ConsumerProtocolAssignment_TopicPartition():
+    self = _new(_C_ConsumerProtocolAssignment_TopicPartition)
+    self.topic = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ConsumerProtocolAssignment_TopicPartition(buf, pos, version):

@@ -82,6 +82,17 @@ _C_ConsumerProtocolSubscription = ConsumerProtocolSubscription
 _C_ConsumerProtocolSubscription_TopicPartition = ConsumerProtocolSubscription.TopicPartition
 
 
+def _default_ConsumerProtocolSubscription():
+    self = _new(_C_ConsumerProtocolSubscription)
+    self.topics = []
+    self.user_data = None
+    self.owned_partitions = []
+    self.generation_id = -1
+    self.rack_id = None
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ConsumerProtocolSubscription(buf, pos, version):
     self = _new(_C_ConsumerProtocolSubscription)
     if version >= 3:
@@ -249,6 +260,14 @@ def _write_ConsumerProtocolSubscription(self, w, version):
         wr_nbytes(w, self.user_data)
         if self.unknown_tagged_fields:
             raise CodecError('ConsumerProtocolSubscription: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_ConsumerProtocolSubscription_TopicPartition():
+    self = _new(_C_ConsumerProtocolSubscription_TopicPartition)
+    self.topic = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ConsumerProtocolSubscription_TopicPartition(buf, pos, version):

@@ -55,6 +55,14 @@ class ControlledShutdownRequest(Message):
 _C_ControlledShutdownRequest = ControlledShutdownRequest
 
 
+def _default_ControlledShutdownRequest():
+    self = _new(_C_ControlledShutdownRequest)
+    self.broker_id = 0
+    self.broker_epoch = -1
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ControlledShutdownRequest(buf, pos, version):
     self = _new(_C_ControlledShutdownRequest)
     if version >= 3:

@@ -76,6 +76,14 @@ _C_ControlledShutdownResponse = ControlledShutdownResponse
 _C_ControlledShutdownResponse_RemainingPartition = ControlledShutdownResponse.RemainingPartition
 
 
+def _default_ControlledShutdownResponse():
+    self = _new(_C_ControlledShutdownResponse)
+    self.error_code = 0
+    self.remaining_partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ControlledShutdownResponse(buf, pos, version):
     self = _new(_C_ControlledShutdownResponse)
     if version >= 3:
@@ -138,6 +146,14 @@ def _write_ControlledShutdownResponse(self, w, version):
                 _write_ControlledShutdownResponse_RemainingPartition(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('ControlledShutdownResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_ControlledShutdownResponse_RemainingPartition():
+    self = _new(_C_ControlledShutdownResponse_RemainingPartition)
+    self.topic_name = ''
+    self.partition_index = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ControlledShutdownResponse_RemainingPartition(buf, pos, version):

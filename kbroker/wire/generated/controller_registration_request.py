@@ -121,6 +121,17 @@ _C_ControllerRegistrationRequest_Listener = ControllerRegistrationRequest.Listen
 _C_ControllerRegistrationRequest_Feature = ControllerRegistrationRequest.Feature
 
 
+def _default_ControllerRegistrationRequest():
+    self = _new(_C_ControllerRegistrationRequest)
+    self.controller_id = 0
+    self.incarnation_id = ZERO_UUID
+    self.zk_migration_ready = False
+    self.listeners = []
+    self.features = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ControllerRegistrationRequest(buf, pos, version):
     self = _new(_C_ControllerRegistrationRequest)
     self.controller_id, = _u_i(buf, pos)
@@ -180,6 +191,16 @@ def _write_ControllerRegistrationRequest(self, w, version):
         w.append(0)
 
 
+def _default_ControllerRegistrationRequest_Listener():
+    self = _new(_C_ControllerRegistrationRequest_Listener)
+    self.name = ''
+    self.host = ''
+    self.port = 0
+    self.security_protocol = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ControllerRegistrationRequest_Listener(buf, pos, version):
     self = _new(_C_ControllerRegistrationRequest_Listener)
     self.name, pos = rd_cstring(buf, pos)
@@ -202,6 +223,15 @@ def _write_ControllerRegistrationRequest_Listener(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ControllerRegistrationRequest_Feature():
+    self = _new(_C_ControllerRegistrationRequest_Feature)
+    self.name = ''
+    self.min_supported_version = 0
+    self.max_supported_version = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ControllerRegistrationRequest_Feature(buf, pos, version):

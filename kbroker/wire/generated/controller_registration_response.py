@@ -55,6 +55,15 @@ class ControllerRegistrationResponse(Message):
 _C_ControllerRegistrationResponse = ControllerRegistrationResponse
 
 
+def _default_ControllerRegistrationResponse():
+    self = _new(_C_ControllerRegistrationResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.error_message = ''
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ControllerRegistrationResponse(buf, pos, version):
     self = _new(_C_ControllerRegistrationResponse)
     self.throttle_time_ms, self.error_code = _u_ih(buf, pos)

@@ -88,6 +88,13 @@ _C_CreateAclsRequest = CreateAclsRequest
 _C_CreateAclsRequest_AclCreation = CreateAclsRequest.AclCreation
 
 
+def _default_CreateAclsRequest():
+    self = _new(_C_CreateAclsRequest)
+    self.creations = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_CreateAclsRequest(buf, pos, version):
     self = _new(_C_CreateAclsRequest)
     if version >= 2:
@@ -144,6 +151,19 @@ def _write_CreateAclsRequest(self, w, version):
                 _write_CreateAclsRequest_AclCreation(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('CreateAclsRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_CreateAclsRequest_AclCreation():
+    self = _new(_C_CreateAclsRequest_AclCreation)
+    self.resource_type = 0
+    self.resource_name = ''
+    self.resource_pattern_type = 3
+    self.principal = ''
+    self.host = ''
+    self.operation = 0
+    self.permission_type = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_CreateAclsRequest_AclCreation(buf, pos, version):

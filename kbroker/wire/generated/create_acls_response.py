@@ -76,6 +76,14 @@ _C_CreateAclsResponse = CreateAclsResponse
 _C_CreateAclsResponse_AclCreationResult = CreateAclsResponse.AclCreationResult
 
 
+def _default_CreateAclsResponse():
+    self = _new(_C_CreateAclsResponse)
+    self.throttle_time_ms = 0
+    self.results = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_CreateAclsResponse(buf, pos, version):
     self = _new(_C_CreateAclsResponse)
     if version >= 2:
@@ -138,6 +146,14 @@ def _write_CreateAclsResponse(self, w, version):
                 _write_CreateAclsResponse_AclCreationResult(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('CreateAclsResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_CreateAclsResponse_AclCreationResult():
+    self = _new(_C_CreateAclsResponse_AclCreationResult)
+    self.error_code = 0
+    self.error_message = ''
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_CreateAclsResponse_AclCreationResult(buf, pos, version):

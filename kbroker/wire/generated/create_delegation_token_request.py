@@ -79,6 +79,16 @@ _C_CreateDelegationTokenRequest = CreateDelegationTokenRequest
 _C_CreateDelegationTokenRequest_CreatableRenewers = CreateDelegationTokenRequest.CreatableRenewers
 
 
+def _default_CreateDelegationTokenRequest():
+    self = _new(_C_CreateDelegationTokenRequest)
+    self.owner_principal_type = ''
+    self.owner_principal_name = ''
+    self.renewers = []
+    self.max_lifetime_ms = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_CreateDelegationTokenRequest(buf, pos, version):
     self = _new(_C_CreateDelegationTokenRequest)
     if version >= 3:
@@ -188,6 +198,14 @@ def _write_CreateDelegationTokenRequest(self, w, version):
         w += _p_q(self.max_lifetime_ms)
         if self.unknown_tagged_fields:
             raise CodecError('CreateDelegationTokenRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_CreateDelegationTokenRequest_CreatableRenewers():
+    self = _new(_C_CreateDelegationTokenRequest_CreatableRenewers)
+    self.principal_type = ''
+    self.principal_name = ''
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_CreateDelegationTokenRequest_CreatableRenewers(buf, pos, version):

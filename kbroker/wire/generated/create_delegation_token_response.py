@@ -85,6 +85,23 @@ class CreateDelegationTokenResponse(Message):
 _C_CreateDelegationTokenResponse = CreateDelegationTokenResponse
 
 
+def _default_CreateDelegationTokenResponse():
+    self = _new(_C_CreateDelegationTokenResponse)
+    self.error_code = 0
+    self.principal_type = ''
+    self.principal_name = ''
+    self.token_requester_principal_type = ''
+    self.token_requester_principal_name = ''
+    self.issue_timestamp_ms = 0
+    self.expiry_timestamp_ms = 0
+    self.max_timestamp_ms = 0
+    self.token_id = ''
+    self.hmac = b''
+    self.throttle_time_ms = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_CreateDelegationTokenResponse(buf, pos, version):
     self = _new(_C_CreateDelegationTokenResponse)
     if version >= 3:

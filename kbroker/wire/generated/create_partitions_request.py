@@ -100,6 +100,15 @@ _C_CreatePartitionsRequest_CreatePartitionsTopic = CreatePartitionsRequest.Creat
 _C_CreatePartitionsRequest_CreatePartitionsTopic_CreatePartitionsAssignment = CreatePartitionsRequest.CreatePartitionsTopic.CreatePartitionsAssignment
 
 
+def _default_CreatePartitionsRequest():
+    self = _new(_C_CreatePartitionsRequest)
+    self.topics = []
+    self.timeout_ms = 0
+    self.validate_only = False
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_CreatePartitionsRequest(buf, pos, version):
     self = _new(_C_CreatePartitionsRequest)
     if version >= 2:
@@ -162,6 +171,15 @@ def _write_CreatePartitionsRequest(self, w, version):
         w += _p_iz(self.timeout_ms, self.validate_only)
         if self.unknown_tagged_fields:
             raise CodecError('CreatePartitionsRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_CreatePartitionsRequest_CreatePartitionsTopic():
+    self = _new(_C_CreatePartitionsRequest_CreatePartitionsTopic)
+    self.name = ''
+    self.count = 0
+    self.assignments = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_CreatePartitionsRequest_CreatePartitionsTopic(buf, pos, version):
@@ -230,6 +248,13 @@ def _write_CreatePartitionsRequest_CreatePartitionsTopic(self, w, version):
                 _write_CreatePartitionsRequest_CreatePartitionsTopic_CreatePartitionsAssignment(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('CreatePartitionsTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_CreatePartitionsRequest_CreatePartitionsTopic_CreatePartitionsAssignment():
+    self = _new(_C_CreatePartitionsRequest_CreatePartitionsTopic_CreatePartitionsAssignment)
+    self.broker_ids = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_CreatePartitionsRequest_CreatePartitionsTopic_CreatePartitionsAssignment(buf, pos, version):

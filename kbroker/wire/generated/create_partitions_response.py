@@ -79,6 +79,14 @@ _C_CreatePartitionsResponse = CreatePartitionsResponse
 _C_CreatePartitionsResponse_CreatePartitionsTopicResult = CreatePartitionsResponse.CreatePartitionsTopicResult
 
 
+def _default_CreatePartitionsResponse():
+    self = _new(_C_CreatePartitionsResponse)
+    self.throttle_time_ms = 0
+    self.results = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_CreatePartitionsResponse(buf, pos, version):
     self = _new(_C_CreatePartitionsResponse)
     if version >= 2:
@@ -141,6 +149,15 @@ def _write_CreatePartitionsResponse(self, w, version):
                 _write_CreatePartitionsResponse_CreatePartitionsTopicResult(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('CreatePartitionsResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_CreatePartitionsResponse_CreatePartitionsTopicResult():
+    self = _new(_C_CreatePartitionsResponse_CreatePartitionsTopicResult)
+    self.name = ''
+    self.error_code = 0
+    self.error_message = None
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_CreatePartitionsResponse_CreatePartitionsTopicResult(buf, pos, version):

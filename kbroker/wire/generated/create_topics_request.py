@@ -133,6 +133,15 @@ _C_CreateTopicsRequest_CreatableTopic_CreatableReplicaAssignment = CreateTopicsR
 _C_CreateTopicsRequest_CreatableTopic_CreatableTopicConfig = CreateTopicsRequest.CreatableTopic.CreatableTopicConfig
 
 
+def _default_CreateTopicsRequest():
+    self = _new(_C_CreateTopicsRequest)
+    self.topics = []
+    self.timeout_ms = 60000
+    self.validate_only = False
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_CreateTopicsRequest(buf, pos, version):
     self = _new(_C_CreateTopicsRequest)
     if version >= 5:
@@ -223,6 +232,17 @@ def _write_CreateTopicsRequest(self, w, version):
         w += _p_i(self.timeout_ms)
         if self.unknown_tagged_fields:
             raise CodecError('CreateTopicsRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_CreateTopicsRequest_CreatableTopic():
+    self = _new(_C_CreateTopicsRequest_CreatableTopic)
+    self.name = ''
+    self.num_partitions = 0
+    self.replication_factor = 0
+    self.assignments = []
+    self.configs = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_CreateTopicsRequest_CreatableTopic(buf, pos, version):
@@ -327,6 +347,14 @@ def _write_CreateTopicsRequest_CreatableTopic(self, w, version):
             raise CodecError('CreatableTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_CreateTopicsRequest_CreatableTopic_CreatableReplicaAssignment():
+    self = _new(_C_CreateTopicsRequest_CreatableTopic_CreatableReplicaAssignment)
+    self.partition_index = 0
+    self.broker_ids = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_CreateTopicsRequest_CreatableTopic_CreatableReplicaAssignment(buf, pos, version):
     self = _new(_C_CreateTopicsRequest_CreatableTopic_CreatableReplicaAssignment)
     if version >= 5:
@@ -371,6 +399,14 @@ def _write_CreateTopicsRequest_CreatableTopic_CreatableReplicaAssignment(self, w
             wr_fixed_array(w, _l, 'i')
         if self.unknown_tagged_fields:
             raise CodecError('CreatableReplicaAssignment: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_CreateTopicsRequest_CreatableTopic_CreatableTopicConfig():
+    self = _new(_C_CreateTopicsRequest_CreatableTopic_CreatableTopicConfig)
+    self.name = ''
+    self.value = ''
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_CreateTopicsRequest_CreatableTopic_CreatableTopicConfig(buf, pos, version):

@@ -130,6 +130,14 @@ _C_CreateTopicsResponse_CreatableTopicResult = CreateTopicsResponse.CreatableTop
 _C_CreateTopicsResponse_CreatableTopicResult_CreatableTopicConfigs = CreateTopicsResponse.CreatableTopicResult.CreatableTopicConfigs
 
 
+def _default_CreateTopicsResponse():
+    self = _new(_C_CreateTopicsResponse)
+    self.throttle_time_ms = 0
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_CreateTopicsResponse(buf, pos, version):
     self = _new(_C_CreateTopicsResponse)
     if version >= 5:
@@ -215,6 +223,20 @@ def _write_CreateTopicsResponse(self, w, version):
                 _write_CreateTopicsResponse_CreatableTopicResult(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('CreateTopicsResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_CreateTopicsResponse_CreatableTopicResult():
+    self = _new(_C_CreateTopicsResponse_CreatableTopicResult)
+    self.name = ''
+    self.topic_id = ZERO_UUID
+    self.error_code = 0
+    self.error_message = ''
+    self.topic_config_error_code = 0
+    self.num_partitions = -1
+    self.replication_factor = -1
+    self.configs = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_CreateTopicsResponse_CreatableTopicResult(buf, pos, version):
@@ -371,6 +393,17 @@ def _write_CreateTopicsResponse_CreatableTopicResult(self, w, version):
         w += _p_h(self.error_code)
         if self.unknown_tagged_fields:
             raise CodecError('CreatableTopicResult: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_CreateTopicsResponse_CreatableTopicResult_CreatableTopicConfigs():
+    self = _new(_C_CreateTopicsResponse_CreatableTopicResult_CreatableTopicConfigs)
+    self.name = ''
+    self.value = ''
+    self.read_only = False
+    self.config_source = -1
+    self.is_sensitive = False
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_CreateTopicsResponse_CreatableTopicResult_CreatableTopicConfigs(buf, pos, version):

@@ -55,6 +55,15 @@ class DefaultPrincipalData(Message):
 _C_DefaultPrincipalData = DefaultPrincipalData
 
 
+def _default_DefaultPrincipalData():
+    self = _new(_C_DefaultPrincipalData)
+    self.type = ''
+    self.name = ''
+    self.token_authenticated = False
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DefaultPrincipalData(buf, pos, version):
     self = _new(_C_DefaultPrincipalData)
     self.type, pos = rd_cstring(buf, pos)

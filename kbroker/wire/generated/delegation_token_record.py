@@ -68,6 +68,19 @@ class DelegationTokenRecord(Message):
 _C_DelegationTokenRecord = DelegationTokenRecord
 
 
+def _default_DelegationTokenRecord():
+    self = _new(_C_DelegationTokenRecord)
+    self.owner = ''
+    self.requester = ''
+    self.renewers = []
+    self.issue_timestamp = 0
+    self.max_timestamp = 0
+    self.expiration_timestamp = 0
+    self.token_id = ''
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DelegationTokenRecord(buf, pos, version):
     self = _new(_C_DelegationTokenRecord)
     self.owner, pos = rd_cstring(buf, pos)

@@ -88,6 +88,13 @@ _C_DeleteAclsRequest = DeleteAclsRequest
 _C_DeleteAclsRequest_DeleteAclsFilter = DeleteAclsRequest.DeleteAclsFilter
 
 
+def _default_DeleteAclsRequest():
+    self = _new(_C_DeleteAclsRequest)
+    self.filters = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DeleteAclsRequest(buf, pos, version):
     self = _new(_C_DeleteAclsRequest)
     if version >= 2:
@@ -144,6 +151,19 @@ def _write_DeleteAclsRequest(self, w, version):
                 _write_DeleteAclsRequest_DeleteAclsFilter(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('DeleteAclsRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_DeleteAclsRequest_DeleteAclsFilter():
+    self = _new(_C_DeleteAclsRequest_DeleteAclsFilter)
+    self.resource_type_filter = 0
+    self.resource_name_filter = ''
+    self.pattern_type_filter = 3
+    self.principal_filter = ''
+    self.host_filter = ''
+    self.operation = 0
+    self.permission_type = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DeleteAclsRequest_DeleteAclsFilter(buf, pos, version):

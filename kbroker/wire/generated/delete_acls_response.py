@@ -127,6 +127,14 @@ _C_DeleteAclsResponse_DeleteAclsFilterResult = DeleteAclsResponse.DeleteAclsFilt
 _C_DeleteAclsResponse_DeleteAclsFilterResult_DeleteAclsMatchingAcl = DeleteAclsResponse.DeleteAclsFilterResult.DeleteAclsMatchingAcl
 
 
+def _default_DeleteAclsResponse():
+    self = _new(_C_DeleteAclsResponse)
+    self.throttle_time_ms = 0
+    self.filter_results = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DeleteAclsResponse(buf, pos, version):
     self = _new(_C_DeleteAclsResponse)
     if version >= 2:
@@ -189,6 +197,15 @@ def _write_DeleteAclsResponse(self, w, version):
                 _write_DeleteAclsResponse_DeleteAclsFilterResult(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('DeleteAclsResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_DeleteAclsResponse_DeleteAclsFilterResult():
+    self = _new(_C_DeleteAclsResponse_DeleteAclsFilterResult)
+    self.error_code = 0
+    self.error_message = ''
+    self.matching_acls = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DeleteAclsResponse_DeleteAclsFilterResult(buf, pos, version):
@@ -257,6 +274,21 @@ def _write_DeleteAclsResponse_DeleteAclsFilterResult(self, w, version):
                 _write_DeleteAclsResponse_DeleteAclsFilterResult_DeleteAclsMatchingAcl(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('DeleteAclsFilterResult: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_DeleteAclsResponse_DeleteAclsFilterResult_DeleteAclsMatchingAcl():
+    self = _new(_C_DeleteAclsResponse_DeleteAclsFilterResult_DeleteAclsMatchingAcl)
+    self.error_code = 0
+    self.error_message = ''
+    self.resource_type = 0
+    self.resource_name = ''
+    self.pattern_type = 3
+    self.principal = ''
+    self.host = ''
+    self.operation = 0
+    self.permission_type = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DeleteAclsResponse_DeleteAclsFilterResult_DeleteAclsMatchingAcl(buf, pos, version):

@@ -46,6 +46,13 @@ class DeleteGroupsRequest(Message):
 _C_DeleteGroupsRequest = DeleteGroupsRequest
 
 
+def _default_DeleteGroupsRequest():
+    self = _new(_C_DeleteGroupsRequest)
+    self.groups_names = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DeleteGroupsRequest(buf, pos, version):
     self = _new(_C_DeleteGroupsRequest)
     if version >= 2:

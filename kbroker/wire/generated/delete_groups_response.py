@@ -76,6 +76,14 @@ _C_DeleteGroupsResponse = DeleteGroupsResponse
 _C_DeleteGroupsResponse_DeletableGroupResult = DeleteGroupsResponse.DeletableGroupResult
 
 
+def _default_DeleteGroupsResponse():
+    self = _new(_C_DeleteGroupsResponse)
+    self.throttle_time_ms = 0
+    self.results = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DeleteGroupsResponse(buf, pos, version):
     self = _new(_C_DeleteGroupsResponse)
     if version >= 2:
@@ -138,6 +146,14 @@ def _write_DeleteGroupsResponse(self, w, version):
                 _write_DeleteGroupsResponse_DeletableGroupResult(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('DeleteGroupsResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_DeleteGroupsResponse_DeletableGroupResult():
+    self = _new(_C_DeleteGroupsResponse_DeletableGroupResult)
+    self.group_id = ''
+    self.error_code = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DeleteGroupsResponse_DeletableGroupResult(buf, pos, version):

@@ -97,6 +97,14 @@ _C_DeleteRecordsRequest_DeleteRecordsTopic = DeleteRecordsRequest.DeleteRecordsT
 _C_DeleteRecordsRequest_DeleteRecordsTopic_DeleteRecordsPartition = DeleteRecordsRequest.DeleteRecordsTopic.DeleteRecordsPartition
 
 
+def _default_DeleteRecordsRequest():
+    self = _new(_C_DeleteRecordsRequest)
+    self.topics = []
+    self.timeout_ms = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DeleteRecordsRequest(buf, pos, version):
     self = _new(_C_DeleteRecordsRequest)
     if version >= 2:
@@ -161,6 +169,14 @@ def _write_DeleteRecordsRequest(self, w, version):
             raise CodecError('DeleteRecordsRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_DeleteRecordsRequest_DeleteRecordsTopic():
+    self = _new(_C_DeleteRecordsRequest_DeleteRecordsTopic)
+    self.name = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DeleteRecordsRequest_DeleteRecordsTopic(buf, pos, version):
     self = _new(_C_DeleteRecordsRequest_DeleteRecordsTopic)
     if version >= 2:
@@ -221,6 +237,14 @@ def _write_DeleteRecordsRequest_DeleteRecordsTopic(self, w, version):
                 _write_DeleteRecordsRequest_DeleteRecordsTopic_DeleteRecordsPartition(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('DeleteRecordsTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_DeleteRecordsRequest_DeleteRecordsTopic_DeleteRecordsPartition():
+    self = _new(_C_DeleteRecordsRequest_DeleteRecordsTopic_DeleteRecordsPartition)
+    self.partition_index = 0
+    self.offset = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DeleteRecordsRequest_DeleteRecordsTopic_DeleteRecordsPartition(buf, pos, version):

@@ -100,6 +100,14 @@ _C_DeleteRecordsResponse_DeleteRecordsTopicResult = DeleteRecordsResponse.Delete
 _C_DeleteRecordsResponse_DeleteRecordsTopicResult_DeleteRecordsPartitionResult = DeleteRecordsResponse.DeleteRecordsTopicResult.DeleteRecordsPartitionResult
 
 
+def _default_DeleteRecordsResponse():
+    self = _new(_C_DeleteRecordsResponse)
+    self.throttle_time_ms = 0
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DeleteRecordsResponse(buf, pos, version):
     self = _new(_C_DeleteRecordsResponse)
     if version >= 2:
@@ -164,6 +172,14 @@ def _write_DeleteRecordsResponse(self, w, version):
             raise CodecError('DeleteRecordsResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_DeleteRecordsResponse_DeleteRecordsTopicResult():
+    self = _new(_C_DeleteRecordsResponse_DeleteRecordsTopicResult)
+    self.name = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DeleteRecordsResponse_DeleteRecordsTopicResult(buf, pos, version):
     self = _new(_C_DeleteRecordsResponse_DeleteRecordsTopicResult)
     if version >= 2:
@@ -224,6 +240,15 @@ def _write_DeleteRecordsResponse_DeleteRecordsTopicResult(self, w, version):
                 _write_DeleteRecordsResponse_DeleteRecordsTopicResult_DeleteRecordsPartitionResult(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('DeleteRecordsTopicResult: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_DeleteRecordsResponse_DeleteRecordsTopicResult_DeleteRecordsPartitionResult():
+    self = _new(_C_DeleteRecordsResponse_DeleteRecordsTopicResult_DeleteRecordsPartitionResult)
+    self.partition_index = 0
+    self.low_watermark = 0
+    self.error_code = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DeleteRecordsResponse_DeleteRecordsTopicResult_DeleteRecordsPartitionResult(buf, pos, version):

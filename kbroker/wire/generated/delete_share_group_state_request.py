@@ -91,6 +91,14 @@ _C_DeleteShareGroupStateRequest_DeleteStateData = DeleteShareGroupStateRequest.D
 _C_DeleteShareGroupStateRequest_DeleteStateData_PartitionData = DeleteShareGroupStateRequest.DeleteStateData.PartitionData
 
 
+def _default_DeleteShareGroupStateRequest():
+    self = _new(_C_DeleteShareGroupStateRequest)
+    self.group_id = ''
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DeleteShareGroupStateRequest(buf, pos, version):
     self = _new(_C_DeleteShareGroupStateRequest)
     self.group_id, pos = rd_cstring(buf, pos)
@@ -127,6 +135,14 @@ def _write_DeleteShareGroupStateRequest(self, w, version):
         w.append(0)
 
 
+def _default_DeleteShareGroupStateRequest_DeleteStateData():
+    self = _new(_C_DeleteShareGroupStateRequest_DeleteStateData)
+    self.topic_id = ZERO_UUID
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DeleteShareGroupStateRequest_DeleteStateData(buf, pos, version):
     self = _new(_C_DeleteShareGroupStateRequest_DeleteStateData)
     self.topic_id, pos = rd_uuid(buf, pos)
@@ -161,6 +177,13 @@ def _write_DeleteShareGroupStateRequest_DeleteStateData(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_DeleteShareGroupStateRequest_DeleteStateData_PartitionData():
+    self = _new(_C_DeleteShareGroupStateRequest_DeleteStateData_PartitionData)
+    self.partition = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DeleteShareGroupStateRequest_DeleteStateData_PartitionData(buf, pos, version):

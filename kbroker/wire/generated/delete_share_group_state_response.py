@@ -94,6 +94,13 @@ _C_DeleteShareGroupStateResponse_DeleteStateResult = DeleteShareGroupStateRespon
 _C_DeleteShareGroupStateResponse_DeleteStateResult_PartitionResult = DeleteShareGroupStateResponse.DeleteStateResult.PartitionResult
 
 
+def _default_DeleteShareGroupStateResponse():
+    self = _new(_C_DeleteShareGroupStateResponse)
+    self.results = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DeleteShareGroupStateResponse(buf, pos, version):
     self = _new(_C_DeleteShareGroupStateResponse)
     _n, pos = rd_calen(buf, pos)
@@ -126,6 +133,14 @@ def _write_DeleteShareGroupStateResponse(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_DeleteShareGroupStateResponse_DeleteStateResult():
+    self = _new(_C_DeleteShareGroupStateResponse_DeleteStateResult)
+    self.topic_id = ZERO_UUID
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DeleteShareGroupStateResponse_DeleteStateResult(buf, pos, version):
@@ -162,6 +177,15 @@ def _write_DeleteShareGroupStateResponse_DeleteStateResult(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_DeleteShareGroupStateResponse_DeleteStateResult_PartitionResult():
+    self = _new(_C_DeleteShareGroupStateResponse_DeleteStateResult_PartitionResult)
+    self.partition = 0
+    self.error_code = 0
+    self.error_message = None
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DeleteShareGroupStateResponse_DeleteStateResult_PartitionResult(buf, pos, version):

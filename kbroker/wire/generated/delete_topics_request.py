@@ -76,6 +76,15 @@ _C_DeleteTopicsRequest = DeleteTopicsRequest
 _C_DeleteTopicsRequest_DeleteTopicState = DeleteTopicsRequest.DeleteTopicState
 
 
+def _default_DeleteTopicsRequest():
+    self = _new(_C_DeleteTopicsRequest)
+    self.topics = []
+    self.topic_names = []
+    self.timeout_ms = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DeleteTopicsRequest(buf, pos, version):
     self = _new(_C_DeleteTopicsRequest)
     if version >= 6:
@@ -176,6 +185,14 @@ def _write_DeleteTopicsRequest(self, w, version):
         w += _p_i(self.timeout_ms)
         if self.unknown_tagged_fields:
             raise CodecError('DeleteTopicsRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_DeleteTopicsRequest_DeleteTopicState():
+    self = _new(_C_DeleteTopicsRequest_DeleteTopicState)
+    self.name = None
+    self.topic_id = ZERO_UUID
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DeleteTopicsRequest_DeleteTopicState(buf, pos, version):

@@ -82,6 +82,14 @@ _C_DeleteTopicsResponse = DeleteTopicsResponse
 _C_DeleteTopicsResponse_DeletableTopicResult = DeleteTopicsResponse.DeletableTopicResult
 
 
+def _default_DeleteTopicsResponse():
+    self = _new(_C_DeleteTopicsResponse)
+    self.throttle_time_ms = 0
+    self.responses = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DeleteTopicsResponse(buf, pos, version):
     self = _new(_C_DeleteTopicsResponse)
     if version >= 4:
@@ -167,6 +175,16 @@ def _write_DeleteTopicsResponse(self, w, version):
                 _write_DeleteTopicsResponse_DeletableTopicResult(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('DeleteTopicsResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_DeleteTopicsResponse_DeletableTopicResult():
+    self = _new(_C_DeleteTopicsResponse_DeletableTopicResult)
+    self.name = ''
+    self.topic_id = ZERO_UUID
+    self.error_code = 0
+    self.error_message = None
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DeleteTopicsResponse_DeletableTopicResult(buf, pos, version):

@@ -70,6 +70,19 @@ class DescribeAclsRequest(Message):
 _C_DescribeAclsRequest = DescribeAclsRequest
 
 
+def _default_DescribeAclsRequest():
+    self = _new(_C_DescribeAclsRequest)
+    self.resource_type_filter = 0
+    self.resource_name_filter = ''
+    self.pattern_type_filter = 3
+    self.principal_filter = ''
+    self.host_filter = ''
+    self.operation = 0
+    self.permission_type = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DescribeAclsRequest(buf, pos, version):
     self = _new(_C_DescribeAclsRequest)
     if version >= 2:

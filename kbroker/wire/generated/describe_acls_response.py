@@ -118,6 +118,16 @@ _C_DescribeAclsResponse_DescribeAclsResource = DescribeAclsResponse.DescribeAcls
 _C_DescribeAclsResponse_DescribeAclsResource_AclDescription = DescribeAclsResponse.DescribeAclsResource.AclDescription
 
 
+def _default_DescribeAclsResponse():
+    self = _new(_C_DescribeAclsResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.error_message = ''
+    self.resources = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DescribeAclsResponse(buf, pos, version):
     self = _new(_C_DescribeAclsResponse)
     if version >= 2:
@@ -184,6 +194,16 @@ def _write_DescribeAclsResponse(self, w, version):
                 _write_DescribeAclsResponse_DescribeAclsResource(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('DescribeAclsResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_DescribeAclsResponse_DescribeAclsResource():
+    self = _new(_C_DescribeAclsResponse_DescribeAclsResource)
+    self.resource_type = 0
+    self.resource_name = ''
+    self.pattern_type = 3
+    self.acls = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DescribeAclsResponse_DescribeAclsResource(buf, pos, version):
@@ -288,6 +308,16 @@ def _write_DescribeAclsResponse_DescribeAclsResource(self, w, version):
                 _write_DescribeAclsResponse_DescribeAclsResource_AclDescription(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('DescribeAclsResource: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_DescribeAclsResponse_DescribeAclsResource_AclDescription():
+    self = _new(_C_DescribeAclsResponse_DescribeAclsResource_AclDescription)
+    self.principal = ''
+    self.host = ''
+    self.operation = 0
+    self.permission_type = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DescribeAclsResponse_DescribeAclsResource_AclDescription(buf, pos, version):

@@ -79,6 +79,14 @@ _C_DescribeClientQuotasRequest = DescribeClientQuotasRequest
 _C_DescribeClientQuotasRequest_ComponentData = DescribeClientQuotasRequest.ComponentData
 
 
+def _default_DescribeClientQuotasRequest():
+    self = _new(_C_DescribeClientQuotasRequest)
+    self.components = []
+    self.strict = False
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DescribeClientQuotasRequest(buf, pos, version):
     self = _new(_C_DescribeClientQuotasRequest)
     if version >= 1:
@@ -141,6 +149,15 @@ def _write_DescribeClientQuotasRequest(self, w, version):
         w += _p_z(self.strict)
         if self.unknown_tagged_fields:
             raise CodecError('DescribeClientQuotasRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_DescribeClientQuotasRequest_ComponentData():
+    self = _new(_C_DescribeClientQuotasRequest_ComponentData)
+    self.entity_type = ''
+    self.match_type = 0
+    self.match = ''
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DescribeClientQuotasRequest_ComponentData(buf, pos, version):

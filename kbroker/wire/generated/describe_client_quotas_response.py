@@ -124,6 +124,16 @@ _C_DescribeClientQuotasResponse_EntryData_EntityData = DescribeClientQuotasRespo
 _C_DescribeClientQuotasResponse_EntryData_ValueData = DescribeClientQuotasResponse.EntryData.ValueData
 
 
+def _default_DescribeClientQuotasResponse():
+    self = _new(_C_DescribeClientQuotasResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.error_message = ''
+    self.entries = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DescribeClientQuotasResponse(buf, pos, version):
     self = _new(_C_DescribeClientQuotasResponse)
     if version >= 1:
@@ -190,6 +200,14 @@ def _write_DescribeClientQuotasResponse(self, w, version):
                 _write_DescribeClientQuotasResponse_EntryData(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('DescribeClientQuotasResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_DescribeClientQuotasResponse_EntryData():
+    self = _new(_C_DescribeClientQuotasResponse_EntryData)
+    self.entity = []
+    self.values = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DescribeClientQuotasResponse_EntryData(buf, pos, version):
@@ -284,6 +302,14 @@ def _write_DescribeClientQuotasResponse_EntryData(self, w, version):
             raise CodecError('EntryData: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_DescribeClientQuotasResponse_EntryData_EntityData():
+    self = _new(_C_DescribeClientQuotasResponse_EntryData_EntityData)
+    self.entity_type = ''
+    self.entity_name = ''
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DescribeClientQuotasResponse_EntryData_EntityData(buf, pos, version):
     self = _new(_C_DescribeClientQuotasResponse_EntryData_EntityData)
     if version >= 1:
@@ -314,6 +340,14 @@ def _write_DescribeClientQuotasResponse_EntryData_EntityData(self, w, version):
         wr_nstring(w, self.entity_name)
         if self.unknown_tagged_fields:
             raise CodecError('EntityData: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_DescribeClientQuotasResponse_EntryData_ValueData():
+    self = _new(_C_DescribeClientQuotasResponse_EntryData_ValueData)
+    self.key = ''
+    self.value = 0.0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DescribeClientQuotasResponse_EntryData_ValueData(buf, pos, version):

@@ -55,6 +55,14 @@ class DescribeClusterRequest(Message):
 _C_DescribeClusterRequest = DescribeClusterRequest
 
 
+def _default_DescribeClusterRequest():
+    self = _new(_C_DescribeClusterRequest)
+    self.include_cluster_authorized_operations = False
+    self.endpoint_type = 1
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DescribeClusterRequest(buf, pos, version):
     self = _new(_C_DescribeClusterRequest)
     if version >= 1:

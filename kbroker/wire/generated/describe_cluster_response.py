@@ -103,6 +103,20 @@ _C_DescribeClusterResponse = DescribeClusterResponse
 _C_DescribeClusterResponse_DescribeClusterBroker = DescribeClusterResponse.DescribeClusterBroker
 
 
+def _default_DescribeClusterResponse():
+    self = _new(_C_DescribeClusterResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.error_message = None
+    self.endpoint_type = 1
+    self.cluster_id = ''
+    self.controller_id = -1
+    self.brokers = []
+    self.cluster_authorized_operations = -2147483648
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DescribeClusterResponse(buf, pos, version):
     self = _new(_C_DescribeClusterResponse)
     if version >= 1:
@@ -197,6 +211,16 @@ def _write_DescribeClusterResponse(self, w, version):
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+
+
+def _default_DescribeClusterResponse_DescribeClusterBroker():
+    self = _new(_C_DescribeClusterResponse_DescribeClusterBroker)
+    self.broker_id = 0
+    self.host = ''
+    self.port = 0
+    self.rack = None
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DescribeClusterResponse_DescribeClusterBroker(buf, pos, version):

@@ -85,6 +85,15 @@ _C_DescribeConfigsRequest = DescribeConfigsRequest
 _C_DescribeConfigsRequest_DescribeConfigsResource = DescribeConfigsRequest.DescribeConfigsResource
 
 
+def _default_DescribeConfigsRequest():
+    self = _new(_C_DescribeConfigsRequest)
+    self.resources = []
+    self.include_synonyms = False
+    self.include_documentation = False
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DescribeConfigsRequest(buf, pos, version):
     self = _new(_C_DescribeConfigsRequest)
     if version >= 4:
@@ -203,6 +212,15 @@ def _write_DescribeConfigsRequest(self, w, version):
                 _write_DescribeConfigsRequest_DescribeConfigsResource(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('DescribeConfigsRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_DescribeConfigsRequest_DescribeConfigsResource():
+    self = _new(_C_DescribeConfigsRequest_DescribeConfigsResource)
+    self.resource_type = 0
+    self.resource_name = ''
+    self.configuration_keys = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DescribeConfigsRequest_DescribeConfigsResource(buf, pos, version):

@@ -163,6 +163,14 @@ _C_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult =
 _C_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_DescribeConfigsSynonym = DescribeConfigsResponse.DescribeConfigsResult.DescribeConfigsResourceResult.DescribeConfigsSynonym
 
 
+def _default_DescribeConfigsResponse():
+    self = _new(_C_DescribeConfigsResponse)
+    self.throttle_time_ms = 0
+    self.results = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DescribeConfigsResponse(buf, pos, version):
     self = _new(_C_DescribeConfigsResponse)
     if version >= 4:
@@ -225,6 +233,17 @@ def _write_DescribeConfigsResponse(self, w, version):
                 _write_DescribeConfigsResponse_DescribeConfigsResult(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('DescribeConfigsResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_DescribeConfigsResponse_DescribeConfigsResult():
+    self = _new(_C_DescribeConfigsResponse_DescribeConfigsResult)
+    self.error_code = 0
+    self.error_message = ''
+    self.resource_type = 0
+    self.resource_name = ''
+    self.configs = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DescribeConfigsResponse_DescribeConfigsResult(buf, pos, version):
@@ -303,6 +322,21 @@ def _write_DescribeConfigsResponse_DescribeConfigsResult(self, w, version):
                 _write_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('DescribeConfigsResult: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult():
+    self = _new(_C_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult)
+    self.name = ''
+    self.value = ''
+    self.read_only = False
+    self.is_default = False
+    self.config_source = -1
+    self.is_sensitive = False
+    self.synonyms = []
+    self.config_type = 0
+    self.documentation = ''
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult(buf, pos, version):
@@ -453,6 +487,15 @@ def _write_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResource
         w += _p_z(self.is_sensitive)
         if self.unknown_tagged_fields:
             raise CodecError('DescribeConfigsResourceResult: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_DescribeConfigsSynonym():
+    self = _new(_C_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_DescribeConfigsSynonym)
+    self.name = ''
+    self.value = ''
+    self.source = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_DescribeConfigsSynonym(buf, pos, version):

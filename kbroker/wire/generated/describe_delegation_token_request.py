@@ -67,6 +67,13 @@ _C_DescribeDelegationTokenRequest = DescribeDelegationTokenRequest
 _C_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner = DescribeDelegationTokenRequest.DescribeDelegationTokenOwner
 
 
+def _default_DescribeDelegationTokenRequest():
+    self = _new(_C_DescribeDelegationTokenRequest)
+    self.owners = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DescribeDelegationTokenRequest(buf, pos, version):
     self = _new(_C_DescribeDelegationTokenRequest)
     if version >= 2:
@@ -123,6 +130,14 @@ def _write_DescribeDelegationTokenRequest(self, w, version):
                 _write_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('DescribeDelegationTokenRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner():
+    self = _new(_C_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner)
+    self.principal_type = ''
+    self.principal_name = ''
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner(buf, pos, version):

@@ -127,6 +127,15 @@ _C_DescribeDelegationTokenResponse_DescribedDelegationToken = DescribeDelegation
 _C_DescribeDelegationTokenResponse_DescribedDelegationToken_DescribedDelegationTokenRenewer = DescribeDelegationTokenResponse.DescribedDelegationToken.DescribedDelegationTokenRenewer
 
 
+def _default_DescribeDelegationTokenResponse():
+    self = _new(_C_DescribeDelegationTokenResponse)
+    self.error_code = 0
+    self.tokens = []
+    self.throttle_time_ms = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DescribeDelegationTokenResponse(buf, pos, version):
     self = _new(_C_DescribeDelegationTokenResponse)
     if version >= 2:
@@ -195,6 +204,22 @@ def _write_DescribeDelegationTokenResponse(self, w, version):
         w += _p_i(self.throttle_time_ms)
         if self.unknown_tagged_fields:
             raise CodecError('DescribeDelegationTokenResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_DescribeDelegationTokenResponse_DescribedDelegationToken():
+    self = _new(_C_DescribeDelegationTokenResponse_DescribedDelegationToken)
+    self.principal_type = ''
+    self.principal_name = ''
+    self.token_requester_principal_type = ''
+    self.token_requester_principal_name = ''
+    self.issue_timestamp = 0
+    self.expiry_timestamp = 0
+    self.max_timestamp = 0
+    self.token_id = ''
+    self.hmac = b''
+    self.renewers = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DescribeDelegationTokenResponse_DescribedDelegationToken(buf, pos, version):
@@ -330,6 +355,14 @@ def _write_DescribeDelegationTokenResponse_DescribedDelegationToken(self, w, ver
                 _write_DescribeDelegationTokenResponse_DescribedDelegationToken_DescribedDelegationTokenRenewer(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('DescribedDelegationToken: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_DescribeDelegationTokenResponse_DescribedDelegationToken_DescribedDelegationTokenRenewer():
+    self = _new(_C_DescribeDelegationTokenResponse_DescribedDelegationToken_DescribedDelegationTokenRenewer)
+    self.principal_type = ''
+    self.principal_name = ''
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DescribeDelegationTokenResponse_DescribedDelegationToken_DescribedDelegationTokenRenewer(buf, pos, version):

@@ -52,6 +52,14 @@ class DescribeGroupsRequest(Message):
 _C_DescribeGroupsRequest = DescribeGroupsRequest
 
 
+def _default_DescribeGroupsRequest():
+    self = _new(_C_DescribeGroupsRequest)
+    self.groups = []
+    self.include_authorized_operations = False
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DescribeGroupsRequest(buf, pos, version):
     self = _new(_C_DescribeGroupsRequest)
     if version >= 5:

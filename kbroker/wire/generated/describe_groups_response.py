@@ -124,6 +124,14 @@ _C_DescribeGroupsResponse_DescribedGroup = DescribeGroupsResponse.DescribedGroup
 _C_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember = DescribeGroupsResponse.DescribedGroup.DescribedGroupMember
 
 
+def _default_DescribeGroupsResponse():
+    self = _new(_C_DescribeGroupsResponse)
+    self.throttle_time_ms = 0
+    self.groups = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DescribeGroupsResponse(buf, pos, version):
     self = _new(_C_DescribeGroupsResponse)
     if version >= 5:
@@ -209,6 +217,19 @@ def _write_DescribeGroupsResponse(self, w, version):
                 _write_DescribeGroupsResponse_DescribedGroup(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('DescribeGroupsResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_DescribeGroupsResponse_DescribedGroup():
+    self = _new(_C_DescribeGroupsResponse_DescribedGroup)
+    self.error_code = 0
+    self.group_id = ''
+    self.group_state = ''
+    self.protocol_type = ''
+    self.protocol_data = ''
+    self.members = []
+    self.authorized_operations = -2147483648
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DescribeGroupsResponse_DescribedGroup(buf, pos, version):
@@ -331,6 +352,18 @@ def _write_DescribeGroupsResponse_DescribedGroup(self, w, version):
                 _write_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('DescribedGroup: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember():
+    self = _new(_C_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember)
+    self.member_id = ''
+    self.group_instance_id = None
+    self.client_id = ''
+    self.client_host = ''
+    self.member_metadata = b''
+    self.member_assignment = b''
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember(buf, pos, version):

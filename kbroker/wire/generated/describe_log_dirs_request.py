@@ -67,6 +67,13 @@ _C_DescribeLogDirsRequest = DescribeLogDirsRequest
 _C_DescribeLogDirsRequest_DescribableLogDirTopic = DescribeLogDirsRequest.DescribableLogDirTopic
 
 
+def _default_DescribeLogDirsRequest():
+    self = _new(_C_DescribeLogDirsRequest)
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DescribeLogDirsRequest(buf, pos, version):
     self = _new(_C_DescribeLogDirsRequest)
     if version >= 2:
@@ -123,6 +130,14 @@ def _write_DescribeLogDirsRequest(self, w, version):
                 _write_DescribeLogDirsRequest_DescribableLogDirTopic(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('DescribeLogDirsRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_DescribeLogDirsRequest_DescribableLogDirTopic():
+    self = _new(_C_DescribeLogDirsRequest_DescribableLogDirTopic)
+    self.topic = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DescribeLogDirsRequest_DescribableLogDirTopic(buf, pos, version):

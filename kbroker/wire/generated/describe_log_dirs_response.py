@@ -145,6 +145,15 @@ _C_DescribeLogDirsResponse_DescribeLogDirsResult_DescribeLogDirsTopic = Describe
 _C_DescribeLogDirsResponse_DescribeLogDirsResult_DescribeLogDirsTopic_DescribeLogDirsPartition = DescribeLogDirsResponse.DescribeLogDirsResult.DescribeLogDirsTopic.DescribeLogDirsPartition
 
 
+def _default_DescribeLogDirsResponse():
+    self = _new(_C_DescribeLogDirsResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.results = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DescribeLogDirsResponse(buf, pos, version):
     self = _new(_C_DescribeLogDirsResponse)
     if version >= 3:
@@ -240,6 +249,17 @@ def _write_DescribeLogDirsResponse(self, w, version):
                 _write_DescribeLogDirsResponse_DescribeLogDirsResult(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('DescribeLogDirsResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_DescribeLogDirsResponse_DescribeLogDirsResult():
+    self = _new(_C_DescribeLogDirsResponse_DescribeLogDirsResult)
+    self.error_code = 0
+    self.log_dir = ''
+    self.topics = []
+    self.total_bytes = -1
+    self.usable_bytes = -1
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DescribeLogDirsResponse_DescribeLogDirsResult(buf, pos, version):
@@ -350,6 +370,14 @@ def _write_DescribeLogDirsResponse_DescribeLogDirsResult(self, w, version):
             raise CodecError('DescribeLogDirsResult: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_DescribeLogDirsResponse_DescribeLogDirsResult_DescribeLogDirsTopic():
+    self = _new(_C_DescribeLogDirsResponse_DescribeLogDirsResult_DescribeLogDirsTopic)
+    self.name = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DescribeLogDirsResponse_DescribeLogDirsResult_DescribeLogDirsTopic(buf, pos, version):
     self = _new(_C_DescribeLogDirsResponse_DescribeLogDirsResult_DescribeLogDirsTopic)
     if version >= 2:
@@ -410,6 +438,16 @@ def _write_DescribeLogDirsResponse_DescribeLogDirsResult_DescribeLogDirsTopic(se
                 _write_DescribeLogDirsResponse_DescribeLogDirsResult_DescribeLogDirsTopic_DescribeLogDirsPartition(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('DescribeLogDirsTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_DescribeLogDirsResponse_DescribeLogDirsResult_DescribeLogDirsTopic_DescribeLogDirsPartition():
+    self = _new(_C_DescribeLogDirsResponse_DescribeLogDirsResult_DescribeLogDirsTopic_DescribeLogDirsPartition)
+    self.partition_index = 0
+    self.partition_size = 0
+    self.offset_lag = 0
+    self.is_future_key = False
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DescribeLogDirsResponse_DescribeLogDirsResult_DescribeLogDirsTopic_DescribeLogDirsPartition(buf, pos, version):

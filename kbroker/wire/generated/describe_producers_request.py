@@ -67,6 +67,13 @@ _C_DescribeProducersRequest = DescribeProducersRequest
 _C_DescribeProducersRequest_TopicRequest = DescribeProducersRequest.TopicRequest
 
 
+def _default_DescribeProducersRequest():
+    self = _new(_C_DescribeProducersRequest)
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DescribeProducersRequest(buf, pos, version):
     self = _new(_C_DescribeProducersRequest)
     _n, pos = rd_calen(buf, pos)
@@ -99,6 +106,14 @@ def _write_DescribeProducersRequest(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_DescribeProducersRequest_TopicRequest():
+    self = _new(_C_DescribeProducersRequest_TopicRequest)
+    self.name = ''
+    self.partition_indexes = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DescribeProducersRequest_TopicRequest(buf, pos, version):

@@ -139,6 +139,14 @@ _C_DescribeProducersResponse_TopicResponse_PartitionResponse = DescribeProducers
 _C_DescribeProducersResponse_TopicResponse_PartitionResponse_ProducerState = DescribeProducersResponse.TopicResponse.PartitionResponse.ProducerState
 
 
+def _default_DescribeProducersResponse():
+    self = _new(_C_DescribeProducersResponse)
+    self.throttle_time_ms = 0
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DescribeProducersResponse(buf, pos, version):
     self = _new(_C_DescribeProducersResponse)
     self.throttle_time_ms, = _u_i(buf, pos)
@@ -176,6 +184,14 @@ def _write_DescribeProducersResponse(self, w, version):
         w.append(0)
 
 
+def _default_DescribeProducersResponse_TopicResponse():
+    self = _new(_C_DescribeProducersResponse_TopicResponse)
+    self.name = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DescribeProducersResponse_TopicResponse(buf, pos, version):
     self = _new(_C_DescribeProducersResponse_TopicResponse)
     self.name, pos = rd_cstring(buf, pos)
@@ -210,6 +226,16 @@ def _write_DescribeProducersResponse_TopicResponse(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_DescribeProducersResponse_TopicResponse_PartitionResponse():
+    self = _new(_C_DescribeProducersResponse_TopicResponse_PartitionResponse)
+    self.partition_index = 0
+    self.error_code = 0
+    self.error_message = None
+    self.active_producers = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DescribeProducersResponse_TopicResponse_PartitionResponse(buf, pos, version):
@@ -249,6 +275,18 @@ def _write_DescribeProducersResponse_TopicResponse_PartitionResponse(self, w, ve
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_DescribeProducersResponse_TopicResponse_PartitionResponse_ProducerState():
+    self = _new(_C_DescribeProducersResponse_TopicResponse_PartitionResponse_ProducerState)
+    self.producer_id = 0
+    self.producer_epoch = 0
+    self.last_sequence = -1
+    self.last_timestamp = -1
+    self.coordinator_epoch = 0
+    self.current_txn_start_offset = -1
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DescribeProducersResponse_TopicResponse_PartitionResponse_ProducerState(buf, pos, version):

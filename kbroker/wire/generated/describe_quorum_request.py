@@ -88,6 +88,13 @@ _C_DescribeQuorumRequest_TopicData = DescribeQuorumRequest.TopicData
 _C_DescribeQuorumRequest_TopicData_PartitionData = DescribeQuorumRequest.TopicData.PartitionData
 
 
+def _default_DescribeQuorumRequest():
+    self = _new(_C_DescribeQuorumRequest)
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DescribeQuorumRequest(buf, pos, version):
     self = _new(_C_DescribeQuorumRequest)
     _n, pos = rd_calen(buf, pos)
@@ -120,6 +127,14 @@ def _write_DescribeQuorumRequest(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_DescribeQuorumRequest_TopicData():
+    self = _new(_C_DescribeQuorumRequest_TopicData)
+    self.topic_name = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DescribeQuorumRequest_TopicData(buf, pos, version):
@@ -156,6 +171,13 @@ def _write_DescribeQuorumRequest_TopicData(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_DescribeQuorumRequest_TopicData_PartitionData():
+    self = _new(_C_DescribeQuorumRequest_TopicData_PartitionData)
+    self.partition_index = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DescribeQuorumRequest_TopicData_PartitionData(buf, pos, version):

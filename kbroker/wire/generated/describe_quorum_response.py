@@ -211,6 +211,16 @@ _C_DescribeQuorumResponse_Node = DescribeQuorumResponse.Node
 _C_DescribeQuorumResponse_Node_Listener = DescribeQuorumResponse.Node.Listener
 
 
+def _default_DescribeQuorumResponse():
+    self = _new(_C_DescribeQuorumResponse)
+    self.error_code = 0
+    self.error_message = ''
+    self.topics = []
+    self.nodes = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DescribeQuorumResponse(buf, pos, version):
     self = _new(_C_DescribeQuorumResponse)
     if version >= 2:
@@ -304,6 +314,17 @@ def _write_DescribeQuorumResponse(self, w, version):
             w.append(0)
 
 
+def _default_DescribeQuorumResponse_ReplicaState():
+    self = _new(_C_DescribeQuorumResponse_ReplicaState)
+    self.replica_id = 0
+    self.replica_directory_id = ZERO_UUID
+    self.log_end_offset = 0
+    self.last_fetch_timestamp = -1
+    self.last_caught_up_timestamp = -1
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DescribeQuorumResponse_ReplicaState(buf, pos, version):
     self = _new(_C_DescribeQuorumResponse_ReplicaState)
     if version >= 2:
@@ -373,6 +394,14 @@ def _write_DescribeQuorumResponse_ReplicaState(self, w, version):
             w.append(0)
 
 
+def _default_DescribeQuorumResponse_TopicData():
+    self = _new(_C_DescribeQuorumResponse_TopicData)
+    self.topic_name = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DescribeQuorumResponse_TopicData(buf, pos, version):
     self = _new(_C_DescribeQuorumResponse_TopicData)
     self.topic_name, pos = rd_cstring(buf, pos)
@@ -407,6 +436,20 @@ def _write_DescribeQuorumResponse_TopicData(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_DescribeQuorumResponse_TopicData_PartitionData():
+    self = _new(_C_DescribeQuorumResponse_TopicData_PartitionData)
+    self.partition_index = 0
+    self.error_code = 0
+    self.error_message = ''
+    self.leader_id = 0
+    self.leader_epoch = 0
+    self.high_watermark = 0
+    self.current_voters = []
+    self.observers = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DescribeQuorumResponse_TopicData_PartitionData(buf, pos, version):
@@ -522,6 +565,14 @@ def _write_DescribeQuorumResponse_TopicData_PartitionData(self, w, version):
             w.append(0)
 
 
+def _default_DescribeQuorumResponse_Node():
+    self = _new(_C_DescribeQuorumResponse_Node)
+    self.node_id = 0
+    self.listeners = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DescribeQuorumResponse_Node(buf, pos, version):
     self = _new(_C_DescribeQuorumResponse_Node)
     self.node_id, = _u_i(buf, pos)
@@ -557,6 +608,15 @@ def _write_DescribeQuorumResponse_Node(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_DescribeQuorumResponse_Node_Listener():
+    self = _new(_C_DescribeQuorumResponse_Node_Listener)
+    self.name = ''
+    self.host = ''
+    self.port = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DescribeQuorumResponse_Node_Listener(buf, pos, version):

@@ -97,6 +97,15 @@ _C_DescribeTopicPartitionsRequest_TopicRequest = DescribeTopicPartitionsRequest.
 _C_DescribeTopicPartitionsRequest_Cursor = DescribeTopicPartitionsRequest.Cursor
 
 
+def _default_DescribeTopicPartitionsRequest():
+    self = _new(_C_DescribeTopicPartitionsRequest)
+    self.topics = []
+    self.response_partition_limit = 2000
+    self.cursor = None
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DescribeTopicPartitionsRequest(buf, pos, version):
     self = _new(_C_DescribeTopicPartitionsRequest)
     _n, pos = rd_calen(buf, pos)
@@ -146,6 +155,13 @@ def _write_DescribeTopicPartitionsRequest(self, w, version):
         w.append(0)
 
 
+def _default_DescribeTopicPartitionsRequest_TopicRequest():
+    self = _new(_C_DescribeTopicPartitionsRequest_TopicRequest)
+    self.name = ''
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DescribeTopicPartitionsRequest_TopicRequest(buf, pos, version):
     self = _new(_C_DescribeTopicPartitionsRequest_TopicRequest)
     self.name, pos = rd_cstring(buf, pos)
@@ -163,6 +179,14 @@ def _write_DescribeTopicPartitionsRequest_TopicRequest(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_DescribeTopicPartitionsRequest_Cursor():
+    self = _new(_C_DescribeTopicPartitionsRequest_Cursor)
+    self.topic_name = ''
+    self.partition_index = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DescribeTopicPartitionsRequest_Cursor(buf, pos, version):

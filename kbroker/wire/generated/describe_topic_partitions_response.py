@@ -163,6 +163,15 @@ _C_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponseTopic_Describe
 _C_DescribeTopicPartitionsResponse_Cursor = DescribeTopicPartitionsResponse.Cursor
 
 
+def _default_DescribeTopicPartitionsResponse():
+    self = _new(_C_DescribeTopicPartitionsResponse)
+    self.throttle_time_ms = 0
+    self.topics = []
+    self.next_cursor = None
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DescribeTopicPartitionsResponse(buf, pos, version):
     self = _new(_C_DescribeTopicPartitionsResponse)
     self.throttle_time_ms, = _u_i(buf, pos)
@@ -212,6 +221,18 @@ def _write_DescribeTopicPartitionsResponse(self, w, version):
         w.append(0)
 
 
+def _default_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponseTopic():
+    self = _new(_C_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponseTopic)
+    self.error_code = 0
+    self.name = ''
+    self.topic_id = ZERO_UUID
+    self.is_internal = False
+    self.partitions = []
+    self.topic_authorized_operations = -2147483648
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponseTopic(buf, pos, version):
     self = _new(_C_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponseTopic)
     self.error_code, = _u_h(buf, pos)
@@ -257,6 +278,21 @@ def _write_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponseTopic(
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponseTopic_DescribeTopicPartitionsResponsePartition():
+    self = _new(_C_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponseTopic_DescribeTopicPartitionsResponsePartition)
+    self.error_code = 0
+    self.partition_index = 0
+    self.leader_id = 0
+    self.leader_epoch = -1
+    self.replica_nodes = []
+    self.isr_nodes = []
+    self.eligible_leader_replicas = None
+    self.last_known_elr = None
+    self.offline_replicas = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponseTopic_DescribeTopicPartitionsResponsePartition(buf, pos, version):
@@ -313,6 +349,14 @@ def _write_DescribeTopicPartitionsResponse_DescribeTopicPartitionsResponseTopic_
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_DescribeTopicPartitionsResponse_Cursor():
+    self = _new(_C_DescribeTopicPartitionsResponse_Cursor)
+    self.topic_name = ''
+    self.partition_index = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DescribeTopicPartitionsResponse_Cursor(buf, pos, version):

@@ -46,6 +46,13 @@ class DescribeTransactionsRequest(Message):
 _C_DescribeTransactionsRequest = DescribeTransactionsRequest
 
 
+def _default_DescribeTransactionsRequest():
+    self = _new(_C_DescribeTransactionsRequest)
+    self.transactional_ids = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DescribeTransactionsRequest(buf, pos, version):
     self = _new(_C_DescribeTransactionsRequest)
     _n, pos = rd_calen(buf, pos)

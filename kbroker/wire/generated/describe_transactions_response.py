@@ -118,6 +118,14 @@ _C_DescribeTransactionsResponse_TransactionState = DescribeTransactionsResponse.
 _C_DescribeTransactionsResponse_TransactionState_TopicData = DescribeTransactionsResponse.TransactionState.TopicData
 
 
+def _default_DescribeTransactionsResponse():
+    self = _new(_C_DescribeTransactionsResponse)
+    self.throttle_time_ms = 0
+    self.transaction_states = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DescribeTransactionsResponse(buf, pos, version):
     self = _new(_C_DescribeTransactionsResponse)
     self.throttle_time_ms, = _u_i(buf, pos)
@@ -153,6 +161,20 @@ def _write_DescribeTransactionsResponse(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_DescribeTransactionsResponse_TransactionState():
+    self = _new(_C_DescribeTransactionsResponse_TransactionState)
+    self.error_code = 0
+    self.transactional_id = ''
+    self.transaction_state = ''
+    self.transaction_timeout_ms = 0
+    self.transaction_start_time_ms = 0
+    self.producer_id = 0
+    self.producer_epoch = 0
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DescribeTransactionsResponse_TransactionState(buf, pos, version):
@@ -197,6 +219,14 @@ def _write_DescribeTransactionsResponse_TransactionState(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_DescribeTransactionsResponse_TransactionState_TopicData():
+    self = _new(_C_DescribeTransactionsResponse_TransactionState_TopicData)
+    self.topic = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DescribeTransactionsResponse_TransactionState_TopicData(buf, pos, version):

@@ -64,6 +64,13 @@ _C_DescribeUserScramCredentialsRequest = DescribeUserScramCredentialsRequest
 _C_DescribeUserScramCredentialsRequest_UserName = DescribeUserScramCredentialsRequest.UserName
 
 
+def _default_DescribeUserScramCredentialsRequest():
+    self = _new(_C_DescribeUserScramCredentialsRequest)
+    self.users = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DescribeUserScramCredentialsRequest(buf, pos, version):
     self = _new(_C_DescribeUserScramCredentialsRequest)
     _n, pos = rd_calen(buf, pos)
@@ -96,6 +103,13 @@ def _write_DescribeUserScramCredentialsRequest(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_DescribeUserScramCredentialsRequest_UserName():
+    self = _new(_C_DescribeUserScramCredentialsRequest_UserName)
+    self.name = ''
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DescribeUserScramCredentialsRequest_UserName(buf, pos, version):

@@ -112,6 +112,16 @@ _C_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult = Des
 _C_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult_CredentialInfo = DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.CredentialInfo
 
 
+def _default_DescribeUserScramCredentialsResponse():
+    self = _new(_C_DescribeUserScramCredentialsResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.error_message = ''
+    self.results = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_DescribeUserScramCredentialsResponse(buf, pos, version):
     self = _new(_C_DescribeUserScramCredentialsResponse)
     self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
@@ -149,6 +159,16 @@ def _write_DescribeUserScramCredentialsResponse(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult():
+    self = _new(_C_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult)
+    self.user = ''
+    self.error_code = 0
+    self.error_message = ''
+    self.credential_infos = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult(buf, pos, version):
@@ -190,6 +210,14 @@ def _write_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResu
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult_CredentialInfo():
+    self = _new(_C_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult_CredentialInfo)
+    self.mechanism = 0
+    self.iterations = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_DescribeUserScramCredentialsResponse_DescribeUserScramCredentialsResult_CredentialInfo(buf, pos, version):

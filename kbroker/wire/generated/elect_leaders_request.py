@@ -79,6 +79,15 @@ _C_ElectLeadersRequest = ElectLeadersRequest
 _C_ElectLeadersRequest_TopicPartitions = ElectLeadersRequest.TopicPartitions
 
 
+def _default_ElectLeadersRequest():
+    self = _new(_C_ElectLeadersRequest)
+    self.election_type = 0
+    self.topic_partitions = []
+    self.timeout_ms = 60000
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ElectLeadersRequest(buf, pos, version):
     self = _new(_C_ElectLeadersRequest)
     if version >= 2:
@@ -175,6 +184,14 @@ def _write_ElectLeadersRequest(self, w, version):
         w += _p_i(self.timeout_ms)
         if self.unknown_tagged_fields:
             raise CodecError('ElectLeadersRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_ElectLeadersRequest_TopicPartitions():
+    self = _new(_C_ElectLeadersRequest_TopicPartitions)
+    self.topic = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ElectLeadersRequest_TopicPartitions(buf, pos, version):

@@ -103,6 +103,15 @@ _C_ElectLeadersResponse_ReplicaElectionResult = ElectLeadersResponse.ReplicaElec
 _C_ElectLeadersResponse_ReplicaElectionResult_PartitionResult = ElectLeadersResponse.ReplicaElectionResult.PartitionResult
 
 
+def _default_ElectLeadersResponse():
+    self = _new(_C_ElectLeadersResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.replica_election_results = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ElectLeadersResponse(buf, pos, version):
     self = _new(_C_ElectLeadersResponse)
     if version >= 2:
@@ -195,6 +204,14 @@ def _write_ElectLeadersResponse(self, w, version):
             raise CodecError('ElectLeadersResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_ElectLeadersResponse_ReplicaElectionResult():
+    self = _new(_C_ElectLeadersResponse_ReplicaElectionResult)
+    self.topic = ''
+    self.partition_result = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ElectLeadersResponse_ReplicaElectionResult(buf, pos, version):
     self = _new(_C_ElectLeadersResponse_ReplicaElectionResult)
     if version >= 2:
@@ -255,6 +272,15 @@ def _write_ElectLeadersResponse_ReplicaElectionResult(self, w, version):
                 _write_ElectLeadersResponse_ReplicaElectionResult_PartitionResult(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('ReplicaElectionResult: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_ElectLeadersResponse_ReplicaElectionResult_PartitionResult():
+    self = _new(_C_ElectLeadersResponse_ReplicaElectionResult_PartitionResult)
+    self.partition_id = 0
+    self.error_code = 0
+    self.error_message = ''
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ElectLeadersResponse_ReplicaElectionResult_PartitionResult(buf, pos, version):

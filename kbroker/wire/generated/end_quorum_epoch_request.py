@@ -157,6 +157,15 @@ _C_EndQuorumEpochRequest_TopicData_PartitionData_ReplicaInfo = EndQuorumEpochReq
 _C_EndQuorumEpochRequest_LeaderEndpoint = EndQuorumEpochRequest.LeaderEndpoint
 
 
+def _default_EndQuorumEpochRequest():
+    self = _new(_C_EndQuorumEpochRequest)
+    self.cluster_id = None
+    self.topics = []
+    self.leader_endpoints = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_EndQuorumEpochRequest(buf, pos, version):
     self = _new(_C_EndQuorumEpochRequest)
     if version >= 1:
@@ -237,6 +246,14 @@ def _write_EndQuorumEpochRequest(self, w, version):
             raise CodecError('EndQuorumEpochRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_EndQuorumEpochRequest_TopicData():
+    self = _new(_C_EndQuorumEpochRequest_TopicData)
+    self.topic_name = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_EndQuorumEpochRequest_TopicData(buf, pos, version):
     self = _new(_C_EndQuorumEpochRequest_TopicData)
     if version >= 1:
@@ -299,6 +316,17 @@ def _write_EndQuorumEpochRequest_TopicData(self, w, version):
             raise CodecError('TopicData: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_EndQuorumEpochRequest_TopicData_PartitionData():
+    self = _new(_C_EndQuorumEpochRequest_TopicData_PartitionData)
+    self.partition_index = 0
+    self.leader_id = 0
+    self.leader_epoch = 0
+    self.preferred_successors = []
+    self.preferred_candidates = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_EndQuorumEpochRequest_TopicData_PartitionData(buf, pos, version):
     self = _new(_C_EndQuorumEpochRequest_TopicData_PartitionData)
     if version >= 1:
@@ -356,6 +384,14 @@ def _write_EndQuorumEpochRequest_TopicData_PartitionData(self, w, version):
             raise CodecError('PartitionData: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_EndQuorumEpochRequest_TopicData_PartitionData_ReplicaInfo():
+    self = _new(_C_EndQuorumEpochRequest_TopicData_PartitionData_ReplicaInfo)
+    self.candidate_id = 0
+    self.candidate_directory_id = ZERO_UUID
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_EndQuorumEpochRequest_TopicData_PartitionData_ReplicaInfo(buf, pos, version):
     self = _new(_C_EndQuorumEpochRequest_TopicData_PartitionData_ReplicaInfo)
     self.candidate_id, = _u_i(buf, pos)
@@ -376,6 +412,15 @@ def _write_EndQuorumEpochRequest_TopicData_PartitionData_ReplicaInfo(self, w, ve
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_EndQuorumEpochRequest_LeaderEndpoint():
+    self = _new(_C_EndQuorumEpochRequest_LeaderEndpoint)
+    self.name = ''
+    self.host = ''
+    self.port = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_EndQuorumEpochRequest_LeaderEndpoint(buf, pos, version):

@@ -44,6 +44,12 @@ class EndTransactionRecord(Message):
 _C_EndTransactionRecord = EndTransactionRecord
 
 
+def _default_EndTransactionRecord():
+    self = _new(_C_EndTransactionRecord)
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_EndTransactionRecord(buf, pos, version):
     self = _new(_C_EndTransactionRecord)
     self.unknown_tagged_fields = None

@@ -58,6 +58,16 @@ class EndTxnRequest(Message):
 _C_EndTxnRequest = EndTxnRequest
 
 
+def _default_EndTxnRequest():
+    self = _new(_C_EndTxnRequest)
+    self.transactional_id = ''
+    self.producer_id = 0
+    self.producer_epoch = 0
+    self.committed = False
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_EndTxnRequest(buf, pos, version):
     self = _new(_C_EndTxnRequest)
     if version >= 3:

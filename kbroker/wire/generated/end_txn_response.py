@@ -61,6 +61,16 @@ class EndTxnResponse(Message):
 _C_EndTxnResponse = EndTxnResponse
 
 
+def _default_EndTxnResponse():
+    self = _new(_C_EndTxnResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.producer_id = -1
+    self.producer_epoch = -1
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_EndTxnResponse(buf, pos, version):
     self = _new(_C_EndTxnResponse)
     if version >= 5:

@@ -52,6 +52,15 @@ class EnvelopeRequest(Message):
 _C_EnvelopeRequest = EnvelopeRequest
 
 
+def _default_EnvelopeRequest():
+    self = _new(_C_EnvelopeRequest)
+    self.request_data = b''
+    self.request_principal = b''
+    self.client_host_address = b''
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_EnvelopeRequest(buf, pos, version):
     self = _new(_C_EnvelopeRequest)
     self.request_data, pos = rd_cbytes(buf, pos)

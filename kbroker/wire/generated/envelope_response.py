@@ -52,6 +52,14 @@ class EnvelopeResponse(Message):
 _C_EnvelopeResponse = EnvelopeResponse
 
 
+def _default_EnvelopeResponse():
+    self = _new(_C_EnvelopeResponse)
+    self.response_data = None
+    self.error_code = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_EnvelopeResponse(buf, pos, version):
     self = _new(_C_EnvelopeResponse)
     self.response_data, pos = rd_cnbytes(buf, pos)

@@ -52,6 +52,14 @@ class ExpireDelegationTokenRequest(Message):
 _C_ExpireDelegationTokenRequest = ExpireDelegationTokenRequest
 
 
+def _default_ExpireDelegationTokenRequest():
+    self = _new(_C_ExpireDelegationTokenRequest)
+    self.hmac = b''
+    self.expiry_time_period_ms = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ExpireDelegationTokenRequest(buf, pos, version):
     self = _new(_C_ExpireDelegationTokenRequest)
     if version >= 2:

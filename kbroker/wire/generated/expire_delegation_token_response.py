@@ -55,6 +55,15 @@ class ExpireDelegationTokenResponse(Message):
 _C_ExpireDelegationTokenResponse = ExpireDelegationTokenResponse
 
 
+def _default_ExpireDelegationTokenResponse():
+    self = _new(_C_ExpireDelegationTokenResponse)
+    self.error_code = 0
+    self.expiry_timestamp_ms = 0
+    self.throttle_time_ms = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ExpireDelegationTokenResponse(buf, pos, version):
     self = _new(_C_ExpireDelegationTokenResponse)
     if version >= 2:

@@ -53,6 +53,14 @@ class FeatureLevelRecord(Message):
 _C_FeatureLevelRecord = FeatureLevelRecord
 
 
+def _default_FeatureLevelRecord():
+    self = _new(_C_FeatureLevelRecord)
+    self.name = ''
+    self.feature_level = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_FeatureLevelRecord(buf, pos, version):
     self = _new(_C_FeatureLevelRecord)
     self.name, pos = rd_cstring(buf, pos)

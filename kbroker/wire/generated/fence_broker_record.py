@@ -53,6 +53,14 @@ class FenceBrokerRecord(Message):
 _C_FenceBrokerRecord = FenceBrokerRecord
 
 
+def _default_FenceBrokerRecord():
+    self = _new(_C_FenceBrokerRecord)
+    self.id = 0
+    self.epoch = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_FenceBrokerRecord(buf, pos, version):
     self = _new(_C_FenceBrokerRecord)
     self.id, self.epoch = _u_iq(buf, pos)

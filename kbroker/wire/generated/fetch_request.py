@@ -178,7 +178,7 @@ class FetchRequest(Message):
     def __init__(self, *, cluster_id=None, replica_id=-1, replica_state=_MISSING, max_wait_ms=0, min_bytes=0, max_bytes=2147483647, isolation_level=0, session_id=0, session_epoch=-1, topics=_MISSING, forgotten_topics_data=_MISSING, rack_id='', unknown_tagged_fields=None):
         self.cluster_id = cluster_id
         self.replica_id = replica_id
-        self.replica_state = _C_FetchRequest_ReplicaState() if replica_state is _MISSING else replica_state
+        self.replica_state = _default_FetchRequest_ReplicaState() if replica_state is _MISSING else replica_state
         self.max_wait_ms = max_wait_ms
         self.min_bytes = min_bytes
         self.max_bytes = max_bytes
@@ -214,12 +214,30 @@ _C_FetchRequest_FetchTopic_FetchPartition = FetchRequest.FetchTopic.FetchPartiti
 _C_FetchRequest_ForgottenTopic = FetchRequest.ForgottenTopic
 
 
+def _default_FetchRequest():
+    self = _new(_C_FetchRequest)
+    self.cluster_id = None
+    self.replica_id = -1
+    self.replica_state = _default_FetchRequest_ReplicaState()
+    self.max_wait_ms = 0
+    self.min_bytes = 0
+    self.max_bytes = 2147483647
+    self.isolation_level = 0
+    self.session_id = 0
+    self.session_epoch = -1
+    self.topics = []
+    self.forgotten_topics_data = []
+    self.rack_id = ''
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_FetchRequest(buf, pos, version):
     self = _new(_C_FetchRequest)
     if version >= 15:
         self.cluster_id = None
         self.replica_id = -1
-        self.replica_state = _C_FetchRequest_ReplicaState()
+        self.replica_state = _default_FetchRequest_ReplicaState()
         self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch = _u_iiibii(buf, pos)
         pos += 21
         _n, pos = rd_calen(buf, pos)
@@ -252,7 +270,7 @@ def _read_FetchRequest(buf, pos, version):
         self.cluster_id = None
         self.replica_id, = _u_i(buf, pos)
         pos += 4
-        self.replica_state = _C_FetchRequest_ReplicaState()
+        self.replica_state = _default_FetchRequest_ReplicaState()
         self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch = _u_iiibii(buf, pos)
         pos += 21
         _n, pos = rd_calen(buf, pos)
@@ -285,7 +303,7 @@ def _read_FetchRequest(buf, pos, version):
         self.cluster_id = None
         self.replica_id, = _u_i(buf, pos)
         pos += 4
-        self.replica_state = _C_FetchRequest_ReplicaState()
+        self.replica_state = _default_FetchRequest_ReplicaState()
         self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch = _u_iiibii(buf, pos)
         pos += 21
         _n, pos = rd_alen(buf, pos)
@@ -314,7 +332,7 @@ def _read_FetchRequest(buf, pos, version):
         self.cluster_id = None
         self.replica_id, = _u_i(buf, pos)
         pos += 4
-        self.replica_state = _C_FetchRequest_ReplicaState()
+        self.replica_state = _default_FetchRequest_ReplicaState()
         self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch = _u_iiibii(buf, pos)
         pos += 21
         _n, pos = rd_alen(buf, pos)
@@ -343,7 +361,7 @@ def _read_FetchRequest(buf, pos, version):
         self.cluster_id = None
         self.replica_id, = _u_i(buf, pos)
         pos += 4
-        self.replica_state = _C_FetchRequest_ReplicaState()
+        self.replica_state = _default_FetchRequest_ReplicaState()
         self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level = _u_iiib(buf, pos)
         pos += 13
         self.session_id = 0
@@ -365,7 +383,7 @@ def _read_FetchRequest(buf, pos, version):
         self.cluster_id = None
         self.replica_id, = _u_i(buf, pos)
         pos += 4
-        self.replica_state = _C_FetchRequest_ReplicaState()
+        self.replica_state = _default_FetchRequest_ReplicaState()
         self.max_wait_ms, self.min_bytes, self.max_bytes = _u_iii(buf, pos)
         pos += 12
         self.isolation_level = 0
@@ -388,7 +406,7 @@ def _read_FetchRequest(buf, pos, version):
         self.cluster_id = None
         self.replica_id, = _u_i(buf, pos)
         pos += 4
-        self.replica_state = _C_FetchRequest_ReplicaState()
+        self.replica_state = _default_FetchRequest_ReplicaState()
         self.max_wait_ms, self.min_bytes = _u_ii(buf, pos)
         pos += 8
         self.max_bytes = 2147483647
@@ -600,6 +618,14 @@ def _write_FetchRequest(self, w, version):
             raise CodecError('FetchRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_FetchRequest_ReplicaState():
+    self = _new(_C_FetchRequest_ReplicaState)
+    self.replica_id = -1
+    self.replica_epoch = -1
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_FetchRequest_ReplicaState(buf, pos, version):
     self = _new(_C_FetchRequest_ReplicaState)
     self.replica_id, self.replica_epoch = _u_iq(buf, pos)
@@ -618,6 +644,15 @@ def _write_FetchRequest_ReplicaState(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_FetchRequest_FetchTopic():
+    self = _new(_C_FetchRequest_FetchTopic)
+    self.topic = ''
+    self.topic_id = ZERO_UUID
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_FetchRequest_FetchTopic(buf, pos, version):
@@ -713,6 +748,19 @@ def _write_FetchRequest_FetchTopic(self, w, version):
                 _write_FetchRequest_FetchTopic_FetchPartition(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('FetchTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_FetchRequest_FetchTopic_FetchPartition():
+    self = _new(_C_FetchRequest_FetchTopic_FetchPartition)
+    self.partition = 0
+    self.current_leader_epoch = -1
+    self.fetch_offset = 0
+    self.last_fetched_epoch = -1
+    self.log_start_offset = -1
+    self.partition_max_bytes = 0
+    self.replica_directory_id = ZERO_UUID
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_FetchRequest_FetchTopic_FetchPartition(buf, pos, version):
@@ -834,6 +882,15 @@ def _write_FetchRequest_FetchTopic_FetchPartition(self, w, version):
         w += _p_i(self.partition_max_bytes)
         if self.unknown_tagged_fields:
             raise CodecError('FetchPartition: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_FetchRequest_ForgottenTopic():
+    self = _new(_C_FetchRequest_ForgottenTopic)
+    self.topic = ''
+    self.topic_id = ZERO_UUID
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_FetchRequest_ForgottenTopic(buf, pos, version):

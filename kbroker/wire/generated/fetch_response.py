@@ -180,9 +180,9 @@ class FetchResponse(Message):
                 self.high_watermark = high_watermark
                 self.last_stable_offset = last_stable_offset
                 self.log_start_offset = log_start_offset
-                self.diverging_epoch = _C_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset() if diverging_epoch is _MISSING else diverging_epoch
-                self.current_leader = _C_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch() if current_leader is _MISSING else current_leader
-                self.snapshot_id = _C_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId() if snapshot_id is _MISSING else snapshot_id
+                self.diverging_epoch = _default_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset() if diverging_epoch is _MISSING else diverging_epoch
+                self.current_leader = _default_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch() if current_leader is _MISSING else current_leader
+                self.snapshot_id = _default_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId() if snapshot_id is _MISSING else snapshot_id
                 self.aborted_transactions = [] if aborted_transactions is _MISSING else aborted_transactions
                 self.preferred_read_replica = preferred_read_replica
                 self.records = records
@@ -266,6 +266,17 @@ _C_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch = FetchRe
 _C_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId = FetchResponse.FetchableTopicResponse.PartitionData.SnapshotId
 _C_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction = FetchResponse.FetchableTopicResponse.PartitionData.AbortedTransaction
 _C_FetchResponse_NodeEndpoint = FetchResponse.NodeEndpoint
+
+
+def _default_FetchResponse():
+    self = _new(_C_FetchResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.session_id = 0
+    self.responses = []
+    self.node_endpoints = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_FetchResponse(buf, pos, version):
@@ -476,6 +487,15 @@ def _write_FetchResponse(self, w, version):
             raise CodecError('FetchResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_FetchResponse_FetchableTopicResponse():
+    self = _new(_C_FetchResponse_FetchableTopicResponse)
+    self.topic = ''
+    self.topic_id = ZERO_UUID
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_FetchResponse_FetchableTopicResponse(buf, pos, version):
     self = _new(_C_FetchResponse_FetchableTopicResponse)
     if version >= 13:
@@ -571,14 +591,31 @@ def _write_FetchResponse_FetchableTopicResponse(self, w, version):
             raise CodecError('FetchableTopicResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_FetchResponse_FetchableTopicResponse_PartitionData():
+    self = _new(_C_FetchResponse_FetchableTopicResponse_PartitionData)
+    self.partition_index = 0
+    self.error_code = 0
+    self.high_watermark = 0
+    self.last_stable_offset = -1
+    self.log_start_offset = -1
+    self.diverging_epoch = _default_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset()
+    self.current_leader = _default_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch()
+    self.snapshot_id = _default_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId()
+    self.aborted_transactions = []
+    self.preferred_read_replica = -1
+    self.records = None
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_FetchResponse_FetchableTopicResponse_PartitionData(buf, pos, version):
     self = _new(_C_FetchResponse_FetchableTopicResponse_PartitionData)
     if version >= 12:
         self.partition_index, self.error_code, self.high_watermark, self.last_stable_offset, self.log_start_offset = _u_ihqqq(buf, pos)
         pos += 30
-        self.diverging_epoch = _C_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset()
-        self.current_leader = _C_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch()
-        self.snapshot_id = _C_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId()
+        self.diverging_epoch = _default_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset()
+        self.current_leader = _default_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch()
+        self.snapshot_id = _default_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId()
         _n, pos = rd_calen(buf, pos)
         if _n < 0:
             self.aborted_transactions = None
@@ -600,9 +637,9 @@ def _read_FetchResponse_FetchableTopicResponse_PartitionData(buf, pos, version):
     elif version >= 11:
         self.partition_index, self.error_code, self.high_watermark, self.last_stable_offset, self.log_start_offset = _u_ihqqq(buf, pos)
         pos += 30
-        self.diverging_epoch = _C_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset()
-        self.current_leader = _C_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch()
-        self.snapshot_id = _C_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId()
+        self.diverging_epoch = _default_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset()
+        self.current_leader = _default_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch()
+        self.snapshot_id = _default_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId()
         _n, pos = rd_alen(buf, pos)
         if _n < 0:
             self.aborted_transactions = None
@@ -620,9 +657,9 @@ def _read_FetchResponse_FetchableTopicResponse_PartitionData(buf, pos, version):
     elif version >= 5:
         self.partition_index, self.error_code, self.high_watermark, self.last_stable_offset, self.log_start_offset = _u_ihqqq(buf, pos)
         pos += 30
-        self.diverging_epoch = _C_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset()
-        self.current_leader = _C_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch()
-        self.snapshot_id = _C_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId()
+        self.diverging_epoch = _default_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset()
+        self.current_leader = _default_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch()
+        self.snapshot_id = _default_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId()
         _n, pos = rd_alen(buf, pos)
         if _n < 0:
             self.aborted_transactions = None
@@ -640,9 +677,9 @@ def _read_FetchResponse_FetchableTopicResponse_PartitionData(buf, pos, version):
         self.partition_index, self.error_code, self.high_watermark, self.last_stable_offset = _u_ihqq(buf, pos)
         pos += 22
         self.log_start_offset = -1
-        self.diverging_epoch = _C_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset()
-        self.current_leader = _C_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch()
-        self.snapshot_id = _C_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId()
+        self.diverging_epoch = _default_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset()
+        self.current_leader = _default_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch()
+        self.snapshot_id = _default_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId()
         _n, pos = rd_alen(buf, pos)
         if _n < 0:
             self.aborted_transactions = None
@@ -661,9 +698,9 @@ def _read_FetchResponse_FetchableTopicResponse_PartitionData(buf, pos, version):
         pos += 14
         self.last_stable_offset = -1
         self.log_start_offset = -1
-        self.diverging_epoch = _C_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset()
-        self.current_leader = _C_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch()
-        self.snapshot_id = _C_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId()
+        self.diverging_epoch = _default_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset()
+        self.current_leader = _default_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch()
+        self.snapshot_id = _default_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId()
         self.aborted_transactions = []
         self.preferred_read_replica = -1
         self.records, pos = rd_records(buf, pos)
@@ -817,6 +854,14 @@ def _write_FetchResponse_FetchableTopicResponse_PartitionData(self, w, version):
             raise CodecError('PartitionData: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset():
+    self = _new(_C_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset)
+    self.epoch = -1
+    self.end_offset = -1
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset(buf, pos, version):
     self = _new(_C_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset)
     self.epoch, self.end_offset = _u_iq(buf, pos)
@@ -835,6 +880,14 @@ def _write_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset(sel
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch():
+    self = _new(_C_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch)
+    self.leader_id = -1
+    self.leader_epoch = -1
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch(buf, pos, version):
@@ -857,6 +910,14 @@ def _write_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch(s
         w.append(0)
 
 
+def _default_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId():
+    self = _new(_C_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId)
+    self.end_offset = -1
+    self.epoch = -1
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId(buf, pos, version):
     self = _new(_C_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId)
     self.end_offset, self.epoch = _u_qi(buf, pos)
@@ -875,6 +936,14 @@ def _write_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId(self, w
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction():
+    self = _new(_C_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction)
+    self.producer_id = 0
+    self.first_offset = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction(buf, pos, version):
@@ -905,6 +974,16 @@ def _write_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction
         w += _p_qq(self.producer_id, self.first_offset)
         if self.unknown_tagged_fields:
             raise CodecError('AbortedTransaction: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_FetchResponse_NodeEndpoint():
+    self = _new(_C_FetchResponse_NodeEndpoint)
+    self.node_id = 0
+    self.host = ''
+    self.port = 0
+    self.rack = None
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_FetchResponse_NodeEndpoint(buf, pos, version):

@@ -91,7 +91,7 @@ class FetchSnapshotRequest(Message):
             def __init__(self, *, partition=0, current_leader_epoch=0, snapshot_id=_MISSING, position=0, replica_directory_id=ZERO_UUID, unknown_tagged_fields=None):
                 self.partition = partition
                 self.current_leader_epoch = current_leader_epoch
-                self.snapshot_id = _C_FetchSnapshotRequest_TopicSnapshot_PartitionSnapshot_SnapshotId() if snapshot_id is _MISSING else snapshot_id
+                self.snapshot_id = _default_FetchSnapshotRequest_TopicSnapshot_PartitionSnapshot_SnapshotId() if snapshot_id is _MISSING else snapshot_id
                 self.position = position
                 self.replica_directory_id = replica_directory_id
                 self.unknown_tagged_fields = unknown_tagged_fields
@@ -134,6 +134,16 @@ _C_FetchSnapshotRequest = FetchSnapshotRequest
 _C_FetchSnapshotRequest_TopicSnapshot = FetchSnapshotRequest.TopicSnapshot
 _C_FetchSnapshotRequest_TopicSnapshot_PartitionSnapshot = FetchSnapshotRequest.TopicSnapshot.PartitionSnapshot
 _C_FetchSnapshotRequest_TopicSnapshot_PartitionSnapshot_SnapshotId = FetchSnapshotRequest.TopicSnapshot.PartitionSnapshot.SnapshotId
+
+
+def _default_FetchSnapshotRequest():
+    self = _new(_C_FetchSnapshotRequest)
+    self.cluster_id = None
+    self.replica_id = -1
+    self.max_bytes = 2147483647
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_FetchSnapshotRequest(buf, pos, version):
@@ -200,6 +210,14 @@ def _write_FetchSnapshotRequest(self, w, version):
         wr_tags(w, _t, self.unknown_tagged_fields)
 
 
+def _default_FetchSnapshotRequest_TopicSnapshot():
+    self = _new(_C_FetchSnapshotRequest_TopicSnapshot)
+    self.name = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_FetchSnapshotRequest_TopicSnapshot(buf, pos, version):
     self = _new(_C_FetchSnapshotRequest_TopicSnapshot)
     self.name, pos = rd_cstring(buf, pos)
@@ -234,6 +252,17 @@ def _write_FetchSnapshotRequest_TopicSnapshot(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_FetchSnapshotRequest_TopicSnapshot_PartitionSnapshot():
+    self = _new(_C_FetchSnapshotRequest_TopicSnapshot_PartitionSnapshot)
+    self.partition = 0
+    self.current_leader_epoch = 0
+    self.snapshot_id = _default_FetchSnapshotRequest_TopicSnapshot_PartitionSnapshot_SnapshotId()
+    self.position = 0
+    self.replica_directory_id = ZERO_UUID
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_FetchSnapshotRequest_TopicSnapshot_PartitionSnapshot(buf, pos, version):
@@ -319,6 +348,14 @@ def _write_FetchSnapshotRequest_TopicSnapshot_PartitionSnapshot(self, w, version
             w.append(0)
         else:
             wr_tags(w, _t, self.unknown_tagged_fields)
+
+
+def _default_FetchSnapshotRequest_TopicSnapshot_PartitionSnapshot_SnapshotId():
+    self = _new(_C_FetchSnapshotRequest_TopicSnapshot_PartitionSnapshot_SnapshotId)
+    self.end_offset = 0
+    self.epoch = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_FetchSnapshotRequest_TopicSnapshot_PartitionSnapshot_SnapshotId(buf, pos, version):

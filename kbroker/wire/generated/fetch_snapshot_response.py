@@ -122,8 +122,8 @@ class FetchSnapshotResponse(Message):
             def __init__(self, *, index=0, error_code=0, snapshot_id=_MISSING, current_leader=_MISSING, size=0, position=0, unaligned_records=None, unknown_tagged_fields=None):
                 self.index = index
                 self.error_code = error_code
-                self.snapshot_id = _C_FetchSnapshotResponse_TopicSnapshot_PartitionSnapshot_SnapshotId() if snapshot_id is _MISSING else snapshot_id
-                self.current_leader = _C_FetchSnapshotResponse_TopicSnapshot_PartitionSnapshot_LeaderIdAndEpoch() if current_leader is _MISSING else current_leader
+                self.snapshot_id = _default_FetchSnapshotResponse_TopicSnapshot_PartitionSnapshot_SnapshotId() if snapshot_id is _MISSING else snapshot_id
+                self.current_leader = _default_FetchSnapshotResponse_TopicSnapshot_PartitionSnapshot_LeaderIdAndEpoch() if current_leader is _MISSING else current_leader
                 self.size = size
                 self.position = position
                 self.unaligned_records = unaligned_records
@@ -194,6 +194,16 @@ _C_FetchSnapshotResponse_TopicSnapshot_PartitionSnapshot = FetchSnapshotResponse
 _C_FetchSnapshotResponse_TopicSnapshot_PartitionSnapshot_SnapshotId = FetchSnapshotResponse.TopicSnapshot.PartitionSnapshot.SnapshotId
 _C_FetchSnapshotResponse_TopicSnapshot_PartitionSnapshot_LeaderIdAndEpoch = FetchSnapshotResponse.TopicSnapshot.PartitionSnapshot.LeaderIdAndEpoch
 _C_FetchSnapshotResponse_NodeEndpoint = FetchSnapshotResponse.NodeEndpoint
+
+
+def _default_FetchSnapshotResponse():
+    self = _new(_C_FetchSnapshotResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.topics = []
+    self.node_endpoints = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_FetchSnapshotResponse(buf, pos, version):
@@ -314,6 +324,14 @@ def _write_FetchSnapshotResponse(self, w, version):
             wr_tags(w, _t, self.unknown_tagged_fields)
 
 
+def _default_FetchSnapshotResponse_TopicSnapshot():
+    self = _new(_C_FetchSnapshotResponse_TopicSnapshot)
+    self.name = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_FetchSnapshotResponse_TopicSnapshot(buf, pos, version):
     self = _new(_C_FetchSnapshotResponse_TopicSnapshot)
     self.name, pos = rd_cstring(buf, pos)
@@ -350,12 +368,25 @@ def _write_FetchSnapshotResponse_TopicSnapshot(self, w, version):
         w.append(0)
 
 
+def _default_FetchSnapshotResponse_TopicSnapshot_PartitionSnapshot():
+    self = _new(_C_FetchSnapshotResponse_TopicSnapshot_PartitionSnapshot)
+    self.index = 0
+    self.error_code = 0
+    self.snapshot_id = _default_FetchSnapshotResponse_TopicSnapshot_PartitionSnapshot_SnapshotId()
+    self.current_leader = _default_FetchSnapshotResponse_TopicSnapshot_PartitionSnapshot_LeaderIdAndEpoch()
+    self.size = 0
+    self.position = 0
+    self.unaligned_records = None
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_FetchSnapshotResponse_TopicSnapshot_PartitionSnapshot(buf, pos, version):
     self = _new(_C_FetchSnapshotResponse_TopicSnapshot_PartitionSnapshot)
     self.index, self.error_code = _u_ih(buf, pos)
     pos += 6
     self.snapshot_id, pos = _read_FetchSnapshotResponse_TopicSnapshot_PartitionSnapshot_SnapshotId(buf, pos, version)
-    self.current_leader = _C_FetchSnapshotResponse_TopicSnapshot_PartitionSnapshot_LeaderIdAndEpoch()
+    self.current_leader = _default_FetchSnapshotResponse_TopicSnapshot_PartitionSnapshot_LeaderIdAndEpoch()
     self.size, self.position = _u_qq(buf, pos)
     pos += 16
     self.unaligned_records, pos = rd_crecords(buf, pos)
@@ -416,6 +447,14 @@ def _write_FetchSnapshotResponse_TopicSnapshot_PartitionSnapshot(self, w, versio
         wr_tags(w, _t, self.unknown_tagged_fields)
 
 
+def _default_FetchSnapshotResponse_TopicSnapshot_PartitionSnapshot_SnapshotId():
+    self = _new(_C_FetchSnapshotResponse_TopicSnapshot_PartitionSnapshot_SnapshotId)
+    self.end_offset = 0
+    self.epoch = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_FetchSnapshotResponse_TopicSnapshot_PartitionSnapshot_SnapshotId(buf, pos, version):
     self = _new(_C_FetchSnapshotResponse_TopicSnapshot_PartitionSnapshot_SnapshotId)
     self.end_offset, self.epoch = _u_qi(buf, pos)
@@ -436,6 +475,14 @@ def _write_FetchSnapshotResponse_TopicSnapshot_PartitionSnapshot_SnapshotId(self
         w.append(0)
 
 
+def _default_FetchSnapshotResponse_TopicSnapshot_PartitionSnapshot_LeaderIdAndEpoch():
+    self = _new(_C_FetchSnapshotResponse_TopicSnapshot_PartitionSnapshot_LeaderIdAndEpoch)
+    self.leader_id = 0
+    self.leader_epoch = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_FetchSnapshotResponse_TopicSnapshot_PartitionSnapshot_LeaderIdAndEpoch(buf, pos, version):
     self = _new(_C_FetchSnapshotResponse_TopicSnapshot_PartitionSnapshot_LeaderIdAndEpoch)
     self.leader_id, self.leader_epoch = _u_ii(buf, pos)
@@ -454,6 +501,15 @@ def _write_FetchSnapshotResponse_TopicSnapshot_PartitionSnapshot_LeaderIdAndEpoc
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_FetchSnapshotResponse_NodeEndpoint():
+    self = _new(_C_FetchSnapshotResponse_NodeEndpoint)
+    self.node_id = 0
+    self.host = ''
+    self.port = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_FetchSnapshotResponse_NodeEndpoint(buf, pos, version):

@@ -55,6 +55,15 @@ class FindCoordinatorRequest(Message):
 _C_FindCoordinatorRequest = FindCoordinatorRequest
 
 
+def _default_FindCoordinatorRequest():
+    self = _new(_C_FindCoordinatorRequest)
+    self.key = ''
+    self.key_type = 0
+    self.coordinator_keys = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_FindCoordinatorRequest(buf, pos, version):
     self = _new(_C_FindCoordinatorRequest)
     if version >= 4:

@@ -106,6 +106,19 @@ _C_FindCoordinatorResponse = FindCoordinatorResponse
 _C_FindCoordinatorResponse_Coordinator = FindCoordinatorResponse.Coordinator
 
 
+def _default_FindCoordinatorResponse():
+    self = _new(_C_FindCoordinatorResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.error_message = ''
+    self.node_id = 0
+    self.host = ''
+    self.port = 0
+    self.coordinators = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_FindCoordinatorResponse(buf, pos, version):
     self = _new(_C_FindCoordinatorResponse)
     if version >= 4:
@@ -225,6 +238,18 @@ def _write_FindCoordinatorResponse(self, w, version):
         w += _p_i(self.port)
         if self.unknown_tagged_fields:
             raise CodecError('FindCoordinatorResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_FindCoordinatorResponse_Coordinator():
+    self = _new(_C_FindCoordinatorResponse_Coordinator)
+    self.key = ''
+    self.node_id = 0
+    self.host = ''
+    self.port = 0
+    self.error_code = 0
+    self.error_message = ''
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_FindCoordinatorResponse_Coordinator(buf, pos, version):

@@ -46,6 +46,13 @@ class GetTelemetrySubscriptionsRequest(Message):
 _C_GetTelemetrySubscriptionsRequest = GetTelemetrySubscriptionsRequest
 
 
+def _default_GetTelemetrySubscriptionsRequest():
+    self = _new(_C_GetTelemetrySubscriptionsRequest)
+    self.client_instance_id = ZERO_UUID
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_GetTelemetrySubscriptionsRequest(buf, pos, version):
     self = _new(_C_GetTelemetrySubscriptionsRequest)
     self.client_instance_id, pos = rd_uuid(buf, pos)

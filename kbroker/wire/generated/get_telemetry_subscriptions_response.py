@@ -79,6 +79,21 @@ class GetTelemetrySubscriptionsResponse(Message):
 _C_GetTelemetrySubscriptionsResponse = GetTelemetrySubscriptionsResponse
 
 
+def _default_GetTelemetrySubscriptionsResponse():
+    self = _new(_C_GetTelemetrySubscriptionsResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.client_instance_id = ZERO_UUID
+    self.subscription_id = 0
+    self.accepted_compression_types = []
+    self.push_interval_ms = 0
+    self.telemetry_max_bytes = 0
+    self.delta_temporality = False
+    self.requested_metrics = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_GetTelemetrySubscriptionsResponse(buf, pos, version):
     self = _new(_C_GetTelemetrySubscriptionsResponse)
     self.throttle_time_ms, self.error_code = _u_ih(buf, pos)

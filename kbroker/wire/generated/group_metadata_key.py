@@ -46,6 +46,13 @@ class GroupMetadataKey(Message):
 _C_GroupMetadataKey = GroupMetadataKey
 
 
+def _default_GroupMetadataKey():
+    self = _new(_C_GroupMetadataKey)
+    self.group = ''
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_GroupMetadataKey(buf, pos, version):
     self = _new(_C_GroupMetadataKey)
     self.group, pos = rd_string(buf, pos)

@@ -109,6 +109,18 @@ _C_GroupMetadataValue = GroupMetadataValue
 _C_GroupMetadataValue_MemberMetadata = GroupMetadataValue.MemberMetadata
 
 
+def _default_GroupMetadataValue():
+    self = _new(_C_GroupMetadataValue)
+    self.protocol_type = ''
+    self.generation = 0
+    self.protocol = ''
+    self.leader = ''
+    self.current_state_timestamp = -1
+    self.members = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_GroupMetadataValue(buf, pos, version):
     self = _new(_C_GroupMetadataValue)
     if version >= 4:
@@ -221,6 +233,20 @@ def _write_GroupMetadataValue(self, w, version):
                 _write_GroupMetadataValue_MemberMetadata(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('GroupMetadataValue: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_GroupMetadataValue_MemberMetadata():
+    self = _new(_C_GroupMetadataValue_MemberMetadata)
+    self.member_id = ''
+    self.group_instance_id = None
+    self.client_id = ''
+    self.client_host = ''
+    self.rebalance_timeout = -1
+    self.session_timeout = 0
+    self.subscription = b''
+    self.assignment = b''
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_GroupMetadataValue_MemberMetadata(buf, pos, version):

@@ -58,6 +58,16 @@ class HeartbeatRequest(Message):
 _C_HeartbeatRequest = HeartbeatRequest
 
 
+def _default_HeartbeatRequest():
+    self = _new(_C_HeartbeatRequest)
+    self.group_id = ''
+    self.generation_id = 0
+    self.member_id = ''
+    self.group_instance_id = None
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_HeartbeatRequest(buf, pos, version):
     self = _new(_C_HeartbeatRequest)
     if version >= 4:

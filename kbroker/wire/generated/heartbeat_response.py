@@ -55,6 +55,14 @@ class HeartbeatResponse(Message):
 _C_HeartbeatResponse = HeartbeatResponse
 
 
+def _default_HeartbeatResponse():
+    self = _new(_C_HeartbeatResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_HeartbeatResponse(buf, pos, version):
     self = _new(_C_HeartbeatResponse)
     if version >= 4:

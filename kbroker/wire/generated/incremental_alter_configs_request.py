@@ -103,6 +103,14 @@ _C_IncrementalAlterConfigsRequest_AlterConfigsResource = IncrementalAlterConfigs
 _C_IncrementalAlterConfigsRequest_AlterConfigsResource_AlterableConfig = IncrementalAlterConfigsRequest.AlterConfigsResource.AlterableConfig
 
 
+def _default_IncrementalAlterConfigsRequest():
+    self = _new(_C_IncrementalAlterConfigsRequest)
+    self.resources = []
+    self.validate_only = False
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_IncrementalAlterConfigsRequest(buf, pos, version):
     self = _new(_C_IncrementalAlterConfigsRequest)
     if version >= 1:
@@ -165,6 +173,15 @@ def _write_IncrementalAlterConfigsRequest(self, w, version):
         w += _p_z(self.validate_only)
         if self.unknown_tagged_fields:
             raise CodecError('IncrementalAlterConfigsRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_IncrementalAlterConfigsRequest_AlterConfigsResource():
+    self = _new(_C_IncrementalAlterConfigsRequest_AlterConfigsResource)
+    self.resource_type = 0
+    self.resource_name = ''
+    self.configs = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_IncrementalAlterConfigsRequest_AlterConfigsResource(buf, pos, version):
@@ -233,6 +250,15 @@ def _write_IncrementalAlterConfigsRequest_AlterConfigsResource(self, w, version)
                 _write_IncrementalAlterConfigsRequest_AlterConfigsResource_AlterableConfig(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('AlterConfigsResource: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_IncrementalAlterConfigsRequest_AlterConfigsResource_AlterableConfig():
+    self = _new(_C_IncrementalAlterConfigsRequest_AlterConfigsResource_AlterableConfig)
+    self.name = ''
+    self.config_operation = 0
+    self.value = ''
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_IncrementalAlterConfigsRequest_AlterConfigsResource_AlterableConfig(buf, pos, version):

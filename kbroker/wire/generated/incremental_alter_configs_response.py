@@ -85,6 +85,14 @@ _C_IncrementalAlterConfigsResponse = IncrementalAlterConfigsResponse
 _C_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
 
 
+def _default_IncrementalAlterConfigsResponse():
+    self = _new(_C_IncrementalAlterConfigsResponse)
+    self.throttle_time_ms = 0
+    self.responses = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_IncrementalAlterConfigsResponse(buf, pos, version):
     self = _new(_C_IncrementalAlterConfigsResponse)
     if version >= 1:
@@ -147,6 +155,16 @@ def _write_IncrementalAlterConfigsResponse(self, w, version):
                 _write_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('IncrementalAlterConfigsResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse():
+    self = _new(_C_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse)
+    self.error_code = 0
+    self.error_message = ''
+    self.resource_type = 0
+    self.resource_name = ''
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse(buf, pos, version):

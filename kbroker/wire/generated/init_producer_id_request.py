@@ -61,6 +61,16 @@ class InitProducerIdRequest(Message):
 _C_InitProducerIdRequest = InitProducerIdRequest
 
 
+def _default_InitProducerIdRequest():
+    self = _new(_C_InitProducerIdRequest)
+    self.transactional_id = ''
+    self.transaction_timeout_ms = 0
+    self.producer_id = -1
+    self.producer_epoch = -1
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_InitProducerIdRequest(buf, pos, version):
     self = _new(_C_InitProducerIdRequest)
     if version >= 3:

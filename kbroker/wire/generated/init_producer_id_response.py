@@ -58,6 +58,16 @@ class InitProducerIdResponse(Message):
 _C_InitProducerIdResponse = InitProducerIdResponse
 
 
+def _default_InitProducerIdResponse():
+    self = _new(_C_InitProducerIdResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.producer_id = -1
+    self.producer_epoch = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_InitProducerIdResponse(buf, pos, version):
     self = _new(_C_InitProducerIdResponse)
     if version >= 2:

@@ -97,6 +97,14 @@ _C_InitializeShareGroupStateRequest_InitializeStateData = InitializeShareGroupSt
 _C_InitializeShareGroupStateRequest_InitializeStateData_PartitionData = InitializeShareGroupStateRequest.InitializeStateData.PartitionData
 
 
+def _default_InitializeShareGroupStateRequest():
+    self = _new(_C_InitializeShareGroupStateRequest)
+    self.group_id = ''
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_InitializeShareGroupStateRequest(buf, pos, version):
     self = _new(_C_InitializeShareGroupStateRequest)
     self.group_id, pos = rd_cstring(buf, pos)
@@ -133,6 +141,14 @@ def _write_InitializeShareGroupStateRequest(self, w, version):
         w.append(0)
 
 
+def _default_InitializeShareGroupStateRequest_InitializeStateData():
+    self = _new(_C_InitializeShareGroupStateRequest_InitializeStateData)
+    self.topic_id = ZERO_UUID
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_InitializeShareGroupStateRequest_InitializeStateData(buf, pos, version):
     self = _new(_C_InitializeShareGroupStateRequest_InitializeStateData)
     self.topic_id, pos = rd_uuid(buf, pos)
@@ -167,6 +183,15 @@ def _write_InitializeShareGroupStateRequest_InitializeStateData(self, w, version
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_InitializeShareGroupStateRequest_InitializeStateData_PartitionData():
+    self = _new(_C_InitializeShareGroupStateRequest_InitializeStateData_PartitionData)
+    self.partition = 0
+    self.state_epoch = 0
+    self.start_offset = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_InitializeShareGroupStateRequest_InitializeStateData_PartitionData(buf, pos, version):

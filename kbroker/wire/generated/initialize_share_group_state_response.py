@@ -94,6 +94,13 @@ _C_InitializeShareGroupStateResponse_InitializeStateResult = InitializeShareGrou
 _C_InitializeShareGroupStateResponse_InitializeStateResult_PartitionResult = InitializeShareGroupStateResponse.InitializeStateResult.PartitionResult
 
 
+def _default_InitializeShareGroupStateResponse():
+    self = _new(_C_InitializeShareGroupStateResponse)
+    self.results = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_InitializeShareGroupStateResponse(buf, pos, version):
     self = _new(_C_InitializeShareGroupStateResponse)
     _n, pos = rd_calen(buf, pos)
@@ -126,6 +133,14 @@ def _write_InitializeShareGroupStateResponse(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_InitializeShareGroupStateResponse_InitializeStateResult():
+    self = _new(_C_InitializeShareGroupStateResponse_InitializeStateResult)
+    self.topic_id = ZERO_UUID
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_InitializeShareGroupStateResponse_InitializeStateResult(buf, pos, version):
@@ -162,6 +177,15 @@ def _write_InitializeShareGroupStateResponse_InitializeStateResult(self, w, vers
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_InitializeShareGroupStateResponse_InitializeStateResult_PartitionResult():
+    self = _new(_C_InitializeShareGroupStateResponse_InitializeStateResult_PartitionResult)
+    self.partition = 0
+    self.error_code = 0
+    self.error_message = None
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_InitializeShareGroupStateResponse_InitializeStateResult_PartitionResult(buf, pos, version):

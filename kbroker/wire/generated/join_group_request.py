@@ -94,6 +94,20 @@ _C_JoinGroupRequest = JoinGroupRequest
 _C_JoinGroupRequest_JoinGroupRequestProtocol = JoinGroupRequest.JoinGroupRequestProtocol
 
 
+def _default_JoinGroupRequest():
+    self = _new(_C_JoinGroupRequest)
+    self.group_id = ''
+    self.session_timeout_ms = 0
+    self.rebalance_timeout_ms = -1
+    self.member_id = ''
+    self.group_instance_id = None
+    self.protocol_type = ''
+    self.protocols = []
+    self.reason = None
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_JoinGroupRequest(buf, pos, version):
     self = _new(_C_JoinGroupRequest)
     if version >= 8:
@@ -286,6 +300,14 @@ def _write_JoinGroupRequest(self, w, version):
                 _write_JoinGroupRequest_JoinGroupRequestProtocol(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('JoinGroupRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_JoinGroupRequest_JoinGroupRequestProtocol():
+    self = _new(_C_JoinGroupRequest_JoinGroupRequestProtocol)
+    self.name = ''
+    self.metadata = b''
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_JoinGroupRequest_JoinGroupRequestProtocol(buf, pos, version):

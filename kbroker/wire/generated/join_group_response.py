@@ -103,6 +103,21 @@ _C_JoinGroupResponse = JoinGroupResponse
 _C_JoinGroupResponse_JoinGroupResponseMember = JoinGroupResponse.JoinGroupResponseMember
 
 
+def _default_JoinGroupResponse():
+    self = _new(_C_JoinGroupResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.generation_id = -1
+    self.protocol_type = None
+    self.protocol_name = ''
+    self.leader = ''
+    self.skip_assignment = False
+    self.member_id = ''
+    self.members = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_JoinGroupResponse(buf, pos, version):
     self = _new(_C_JoinGroupResponse)
     if version >= 9:
@@ -305,6 +320,15 @@ def _write_JoinGroupResponse(self, w, version):
                 _write_JoinGroupResponse_JoinGroupResponseMember(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('JoinGroupResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_JoinGroupResponse_JoinGroupResponseMember():
+    self = _new(_C_JoinGroupResponse_JoinGroupResponseMember)
+    self.member_id = ''
+    self.group_instance_id = None
+    self.metadata = b''
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_JoinGroupResponse_JoinGroupResponseMember(buf, pos, version):

@@ -52,6 +52,14 @@ class KRaftVersionRecord(Message):
 _C_KRaftVersionRecord = KRaftVersionRecord
 
 
+def _default_KRaftVersionRecord():
+    self = _new(_C_KRaftVersionRecord)
+    self.version = 0
+    self.k_raft_version = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_KRaftVersionRecord(buf, pos, version):
     self = _new(_C_KRaftVersionRecord)
     self.version, self.k_raft_version = _u_hh(buf, pos)

@@ -187,6 +187,20 @@ _C_LeaderAndIsrRequest_LeaderAndIsrTopicState = LeaderAndIsrRequest.LeaderAndIsr
 _C_LeaderAndIsrRequest_LeaderAndIsrLiveLeader = LeaderAndIsrRequest.LeaderAndIsrLiveLeader
 
 
+def _default_LeaderAndIsrRequest():
+    self = _new(_C_LeaderAndIsrRequest)
+    self.controller_id = 0
+    self.is_k_raft_controller = False
+    self.controller_epoch = 0
+    self.broker_epoch = -1
+    self.type = 0
+    self.ungrouped_partition_states = []
+    self.topic_states = []
+    self.live_leaders = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_LeaderAndIsrRequest(buf, pos, version):
     self = _new(_C_LeaderAndIsrRequest)
     if version >= 7:
@@ -472,6 +486,24 @@ def _write_LeaderAndIsrRequest(self, w, version):
             raise CodecError('LeaderAndIsrRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_LeaderAndIsrRequest_LeaderAndIsrPartitionState():
+    self = _new(_C_LeaderAndIsrRequest_LeaderAndIsrPartitionState)
+    self.topic_name = ''
+    self.partition_index = 0
+    self.controller_epoch = 0
+    self.leader = 0
+    self.leader_epoch = 0
+    self.isr = []
+    self.partition_epoch = 0
+    self.replicas = []
+    self.adding_replicas = []
+    self.removing_replicas = []
+    self.is_new = False
+    self.leader_recovery_state = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_LeaderAndIsrRequest_LeaderAndIsrPartitionState(buf, pos, version):
     self = _new(_C_LeaderAndIsrRequest_LeaderAndIsrPartitionState)
     if version >= 6:
@@ -747,6 +779,15 @@ def _write_LeaderAndIsrRequest_LeaderAndIsrPartitionState(self, w, version):
             raise CodecError('LeaderAndIsrPartitionState: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_LeaderAndIsrRequest_LeaderAndIsrTopicState():
+    self = _new(_C_LeaderAndIsrRequest_LeaderAndIsrTopicState)
+    self.topic_name = ''
+    self.topic_id = ZERO_UUID
+    self.partition_states = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_LeaderAndIsrRequest_LeaderAndIsrTopicState(buf, pos, version):
     self = _new(_C_LeaderAndIsrRequest_LeaderAndIsrTopicState)
     if version >= 5:
@@ -841,6 +882,15 @@ def _write_LeaderAndIsrRequest_LeaderAndIsrTopicState(self, w, version):
                 _write_LeaderAndIsrRequest_LeaderAndIsrPartitionState(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('LeaderAndIsrTopicState: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_LeaderAndIsrRequest_LeaderAndIsrLiveLeader():
+    self = _new(_C_LeaderAndIsrRequest_LeaderAndIsrLiveLeader)
+    self.broker_id = 0
+    self.host_name = ''
+    self.port = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_LeaderAndIsrRequest_LeaderAndIsrLiveLeader(buf, pos, version):

@@ -103,6 +103,15 @@ _C_LeaderAndIsrResponse_LeaderAndIsrPartitionError = LeaderAndIsrResponse.Leader
 _C_LeaderAndIsrResponse_LeaderAndIsrTopicError = LeaderAndIsrResponse.LeaderAndIsrTopicError
 
 
+def _default_LeaderAndIsrResponse():
+    self = _new(_C_LeaderAndIsrResponse)
+    self.error_code = 0
+    self.partition_errors = []
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_LeaderAndIsrResponse(buf, pos, version):
     self = _new(_C_LeaderAndIsrResponse)
     if version >= 5:
@@ -207,6 +216,15 @@ def _write_LeaderAndIsrResponse(self, w, version):
             raise CodecError('LeaderAndIsrResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_LeaderAndIsrResponse_LeaderAndIsrPartitionError():
+    self = _new(_C_LeaderAndIsrResponse_LeaderAndIsrPartitionError)
+    self.topic_name = ''
+    self.partition_index = 0
+    self.error_code = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_LeaderAndIsrResponse_LeaderAndIsrPartitionError(buf, pos, version):
     self = _new(_C_LeaderAndIsrResponse_LeaderAndIsrPartitionError)
     if version >= 5:
@@ -254,6 +272,14 @@ def _write_LeaderAndIsrResponse_LeaderAndIsrPartitionError(self, w, version):
         w += _p_ih(self.partition_index, self.error_code)
         if self.unknown_tagged_fields:
             raise CodecError('LeaderAndIsrPartitionError: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_LeaderAndIsrResponse_LeaderAndIsrTopicError():
+    self = _new(_C_LeaderAndIsrResponse_LeaderAndIsrTopicError)
+    self.topic_id = ZERO_UUID
+    self.partition_errors = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_LeaderAndIsrResponse_LeaderAndIsrTopicError(buf, pos, version):

@@ -82,6 +82,16 @@ _C_LeaderChangeMessage = LeaderChangeMessage
 _C_LeaderChangeMessage_Voter = LeaderChangeMessage.Voter
 
 
+def _default_LeaderChangeMessage():
+    self = _new(_C_LeaderChangeMessage)
+    self.version = 0
+    self.leader_id = 0
+    self.voters = []
+    self.granting_voters = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_LeaderChangeMessage(buf, pos, version):
     self = _new(_C_LeaderChangeMessage)
     self.version, self.leader_id = _u_hi(buf, pos)
@@ -134,6 +144,14 @@ def _write_LeaderChangeMessage(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_LeaderChangeMessage_Voter():
+    self = _new(_C_LeaderChangeMessage_Voter)
+    self.voter_id = 0
+    self.voter_directory_id = ZERO_UUID
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_LeaderChangeMessage_Voter(buf, pos, version):

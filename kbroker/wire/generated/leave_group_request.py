@@ -76,6 +76,15 @@ _C_LeaveGroupRequest = LeaveGroupRequest
 _C_LeaveGroupRequest_MemberIdentity = LeaveGroupRequest.MemberIdentity
 
 
+def _default_LeaveGroupRequest():
+    self = _new(_C_LeaveGroupRequest)
+    self.group_id = ''
+    self.member_id = ''
+    self.members = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_LeaveGroupRequest(buf, pos, version):
     self = _new(_C_LeaveGroupRequest)
     if version >= 4:
@@ -154,6 +163,15 @@ def _write_LeaveGroupRequest(self, w, version):
         wr_string(w, self.member_id)
         if self.unknown_tagged_fields:
             raise CodecError('LeaveGroupRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_LeaveGroupRequest_MemberIdentity():
+    self = _new(_C_LeaveGroupRequest_MemberIdentity)
+    self.member_id = ''
+    self.group_instance_id = None
+    self.reason = None
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_LeaveGroupRequest_MemberIdentity(buf, pos, version):

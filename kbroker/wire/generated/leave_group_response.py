@@ -82,6 +82,15 @@ _C_LeaveGroupResponse = LeaveGroupResponse
 _C_LeaveGroupResponse_MemberResponse = LeaveGroupResponse.MemberResponse
 
 
+def _default_LeaveGroupResponse():
+    self = _new(_C_LeaveGroupResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.members = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_LeaveGroupResponse(buf, pos, version):
     self = _new(_C_LeaveGroupResponse)
     if version >= 4:
@@ -167,6 +176,15 @@ def _write_LeaveGroupResponse(self, w, version):
         w += _p_h(self.error_code)
         if self.unknown_tagged_fields:
             raise CodecError('LeaveGroupResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_LeaveGroupResponse_MemberResponse():
+    self = _new(_C_LeaveGroupResponse_MemberResponse)
+    self.member_id = ''
+    self.group_instance_id = ''
+    self.error_code = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_LeaveGroupResponse_MemberResponse(buf, pos, version):

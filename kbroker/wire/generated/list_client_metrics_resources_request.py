@@ -43,6 +43,12 @@ class ListClientMetricsResourcesRequest(Message):
 _C_ListClientMetricsResourcesRequest = ListClientMetricsResourcesRequest
 
 
+def _default_ListClientMetricsResourcesRequest():
+    self = _new(_C_ListClientMetricsResourcesRequest)
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ListClientMetricsResourcesRequest(buf, pos, version):
     self = _new(_C_ListClientMetricsResourcesRequest)
     self.unknown_tagged_fields = None

@@ -73,6 +73,15 @@ _C_ListClientMetricsResourcesResponse = ListClientMetricsResourcesResponse
 _C_ListClientMetricsResourcesResponse_ClientMetricsResource = ListClientMetricsResourcesResponse.ClientMetricsResource
 
 
+def _default_ListClientMetricsResourcesResponse():
+    self = _new(_C_ListClientMetricsResourcesResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.client_metrics_resources = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ListClientMetricsResourcesResponse(buf, pos, version):
     self = _new(_C_ListClientMetricsResourcesResponse)
     self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
@@ -108,6 +117,13 @@ def _write_ListClientMetricsResourcesResponse(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ListClientMetricsResourcesResponse_ClientMetricsResource():
+    self = _new(_C_ListClientMetricsResourcesResponse_ClientMetricsResource)
+    self.name = ''
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ListClientMetricsResourcesResponse_ClientMetricsResource(buf, pos, version):

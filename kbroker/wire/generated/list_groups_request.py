@@ -49,6 +49,14 @@ class ListGroupsRequest(Message):
 _C_ListGroupsRequest = ListGroupsRequest
 
 
+def _default_ListGroupsRequest():
+    self = _new(_C_ListGroupsRequest)
+    self.states_filter = []
+    self.types_filter = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ListGroupsRequest(buf, pos, version):
     self = _new(_C_ListGroupsRequest)
     if version >= 5:

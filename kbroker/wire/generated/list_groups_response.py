@@ -85,6 +85,15 @@ _C_ListGroupsResponse = ListGroupsResponse
 _C_ListGroupsResponse_ListedGroup = ListGroupsResponse.ListedGroup
 
 
+def _default_ListGroupsResponse():
+    self = _new(_C_ListGroupsResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.groups = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ListGroupsResponse(buf, pos, version):
     self = _new(_C_ListGroupsResponse)
     if version >= 3:
@@ -173,6 +182,16 @@ def _write_ListGroupsResponse(self, w, version):
                 _write_ListGroupsResponse_ListedGroup(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('ListGroupsResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_ListGroupsResponse_ListedGroup():
+    self = _new(_C_ListGroupsResponse_ListedGroup)
+    self.group_id = ''
+    self.protocol_type = ''
+    self.group_state = ''
+    self.group_type = ''
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ListGroupsResponse_ListedGroup(buf, pos, version):

@@ -118,6 +118,16 @@ _C_ListOffsetsRequest_ListOffsetsTopic = ListOffsetsRequest.ListOffsetsTopic
 _C_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition
 
 
+def _default_ListOffsetsRequest():
+    self = _new(_C_ListOffsetsRequest)
+    self.replica_id = 0
+    self.isolation_level = 0
+    self.topics = []
+    self.timeout_ms = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ListOffsetsRequest(buf, pos, version):
     self = _new(_C_ListOffsetsRequest)
     if version >= 10:
@@ -247,6 +257,14 @@ def _write_ListOffsetsRequest(self, w, version):
             raise CodecError('ListOffsetsRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_ListOffsetsRequest_ListOffsetsTopic():
+    self = _new(_C_ListOffsetsRequest_ListOffsetsTopic)
+    self.name = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ListOffsetsRequest_ListOffsetsTopic(buf, pos, version):
     self = _new(_C_ListOffsetsRequest_ListOffsetsTopic)
     if version >= 6:
@@ -307,6 +325,16 @@ def _write_ListOffsetsRequest_ListOffsetsTopic(self, w, version):
                 _write_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('ListOffsetsTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition():
+    self = _new(_C_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition)
+    self.partition_index = 0
+    self.current_leader_epoch = -1
+    self.timestamp = 0
+    self.max_num_offsets = 1
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition(buf, pos, version):

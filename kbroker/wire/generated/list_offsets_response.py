@@ -115,6 +115,14 @@ _C_ListOffsetsResponse_ListOffsetsTopicResponse = ListOffsetsResponse.ListOffset
 _C_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse = ListOffsetsResponse.ListOffsetsTopicResponse.ListOffsetsPartitionResponse
 
 
+def _default_ListOffsetsResponse():
+    self = _new(_C_ListOffsetsResponse)
+    self.throttle_time_ms = 0
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ListOffsetsResponse(buf, pos, version):
     self = _new(_C_ListOffsetsResponse)
     if version >= 6:
@@ -202,6 +210,14 @@ def _write_ListOffsetsResponse(self, w, version):
             raise CodecError('ListOffsetsResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_ListOffsetsResponse_ListOffsetsTopicResponse():
+    self = _new(_C_ListOffsetsResponse_ListOffsetsTopicResponse)
+    self.name = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ListOffsetsResponse_ListOffsetsTopicResponse(buf, pos, version):
     self = _new(_C_ListOffsetsResponse_ListOffsetsTopicResponse)
     if version >= 6:
@@ -262,6 +278,18 @@ def _write_ListOffsetsResponse_ListOffsetsTopicResponse(self, w, version):
                 _write_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('ListOffsetsTopicResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse():
+    self = _new(_C_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse)
+    self.partition_index = 0
+    self.error_code = 0
+    self.old_style_offsets = []
+    self.timestamp = -1
+    self.offset = -1
+    self.leader_epoch = -1
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse(buf, pos, version):

@@ -73,6 +73,14 @@ _C_ListPartitionReassignmentsRequest = ListPartitionReassignmentsRequest
 _C_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics = ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics
 
 
+def _default_ListPartitionReassignmentsRequest():
+    self = _new(_C_ListPartitionReassignmentsRequest)
+    self.timeout_ms = 60000
+    self.topics = None
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ListPartitionReassignmentsRequest(buf, pos, version):
     self = _new(_C_ListPartitionReassignmentsRequest)
     self.timeout_ms, = _u_i(buf, pos)
@@ -108,6 +116,14 @@ def _write_ListPartitionReassignmentsRequest(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics():
+    self = _new(_C_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics)
+    self.name = ''
+    self.partition_indexes = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics(buf, pos, version):

@@ -109,6 +109,16 @@ _C_ListPartitionReassignmentsResponse_OngoingTopicReassignment = ListPartitionRe
 _C_ListPartitionReassignmentsResponse_OngoingTopicReassignment_OngoingPartitionReassignment = ListPartitionReassignmentsResponse.OngoingTopicReassignment.OngoingPartitionReassignment
 
 
+def _default_ListPartitionReassignmentsResponse():
+    self = _new(_C_ListPartitionReassignmentsResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.error_message = ''
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ListPartitionReassignmentsResponse(buf, pos, version):
     self = _new(_C_ListPartitionReassignmentsResponse)
     self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
@@ -148,6 +158,14 @@ def _write_ListPartitionReassignmentsResponse(self, w, version):
         w.append(0)
 
 
+def _default_ListPartitionReassignmentsResponse_OngoingTopicReassignment():
+    self = _new(_C_ListPartitionReassignmentsResponse_OngoingTopicReassignment)
+    self.name = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ListPartitionReassignmentsResponse_OngoingTopicReassignment(buf, pos, version):
     self = _new(_C_ListPartitionReassignmentsResponse_OngoingTopicReassignment)
     self.name, pos = rd_cstring(buf, pos)
@@ -182,6 +200,16 @@ def _write_ListPartitionReassignmentsResponse_OngoingTopicReassignment(self, w, 
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ListPartitionReassignmentsResponse_OngoingTopicReassignment_OngoingPartitionReassignment():
+    self = _new(_C_ListPartitionReassignmentsResponse_OngoingTopicReassignment_OngoingPartitionReassignment)
+    self.partition_index = 0
+    self.replicas = []
+    self.adding_replicas = []
+    self.removing_replicas = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ListPartitionReassignmentsResponse_OngoingTopicReassignment_OngoingPartitionReassignment(buf, pos, version):

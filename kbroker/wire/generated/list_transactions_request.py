@@ -55,6 +55,15 @@ class ListTransactionsRequest(Message):
 _C_ListTransactionsRequest = ListTransactionsRequest
 
 
+def _default_ListTransactionsRequest():
+    self = _new(_C_ListTransactionsRequest)
+    self.state_filters = []
+    self.producer_id_filters = []
+    self.duration_filter = -1
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ListTransactionsRequest(buf, pos, version):
     self = _new(_C_ListTransactionsRequest)
     if version >= 1:

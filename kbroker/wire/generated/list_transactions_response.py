@@ -85,6 +85,16 @@ _C_ListTransactionsResponse = ListTransactionsResponse
 _C_ListTransactionsResponse_TransactionState = ListTransactionsResponse.TransactionState
 
 
+def _default_ListTransactionsResponse():
+    self = _new(_C_ListTransactionsResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.unknown_state_filters = []
+    self.transaction_states = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ListTransactionsResponse(buf, pos, version):
     self = _new(_C_ListTransactionsResponse)
     self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
@@ -137,6 +147,15 @@ def _write_ListTransactionsResponse(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ListTransactionsResponse_TransactionState():
+    self = _new(_C_ListTransactionsResponse_TransactionState)
+    self.transactional_id = ''
+    self.producer_id = 0
+    self.transaction_state = ''
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ListTransactionsResponse_TransactionState(buf, pos, version):

@@ -82,6 +82,16 @@ _C_MetadataRequest = MetadataRequest
 _C_MetadataRequest_MetadataRequestTopic = MetadataRequest.MetadataRequestTopic
 
 
+def _default_MetadataRequest():
+    self = _new(_C_MetadataRequest)
+    self.topics = []
+    self.allow_auto_topic_creation = True
+    self.include_cluster_authorized_operations = False
+    self.include_topic_authorized_operations = False
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_MetadataRequest(buf, pos, version):
     self = _new(_C_MetadataRequest)
     if version >= 11:
@@ -274,6 +284,14 @@ def _write_MetadataRequest(self, w, version):
                 _write_MetadataRequest_MetadataRequestTopic(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('MetadataRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_MetadataRequest_MetadataRequestTopic():
+    self = _new(_C_MetadataRequest_MetadataRequestTopic)
+    self.topic_id = ZERO_UUID
+    self.name = ''
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_MetadataRequest_MetadataRequestTopic(buf, pos, version):

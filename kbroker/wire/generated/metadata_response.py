@@ -172,6 +172,18 @@ _C_MetadataResponse_MetadataResponseTopic = MetadataResponse.MetadataResponseTop
 _C_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition = MetadataResponse.MetadataResponseTopic.MetadataResponsePartition
 
 
+def _default_MetadataResponse():
+    self = _new(_C_MetadataResponse)
+    self.throttle_time_ms = 0
+    self.brokers = []
+    self.cluster_id = None
+    self.controller_id = -1
+    self.topics = []
+    self.cluster_authorized_operations = -2147483648
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_MetadataResponse(buf, pos, version):
     self = _new(_C_MetadataResponse)
     if version >= 11:
@@ -532,6 +544,16 @@ def _write_MetadataResponse(self, w, version):
             raise CodecError('MetadataResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_MetadataResponse_MetadataResponseBroker():
+    self = _new(_C_MetadataResponse_MetadataResponseBroker)
+    self.node_id = 0
+    self.host = ''
+    self.port = 0
+    self.rack = None
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_MetadataResponse_MetadataResponseBroker(buf, pos, version):
     self = _new(_C_MetadataResponse_MetadataResponseBroker)
     if version >= 9:
@@ -588,6 +610,18 @@ def _write_MetadataResponse_MetadataResponseBroker(self, w, version):
         w += _p_i(self.port)
         if self.unknown_tagged_fields:
             raise CodecError('MetadataResponseBroker: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_MetadataResponse_MetadataResponseTopic():
+    self = _new(_C_MetadataResponse_MetadataResponseTopic)
+    self.error_code = 0
+    self.name = ''
+    self.topic_id = ZERO_UUID
+    self.is_internal = False
+    self.partitions = []
+    self.topic_authorized_operations = -2147483648
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_MetadataResponse_MetadataResponseTopic(buf, pos, version):
@@ -818,6 +852,19 @@ def _write_MetadataResponse_MetadataResponseTopic(self, w, version):
                 _write_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('MetadataResponseTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition():
+    self = _new(_C_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition)
+    self.error_code = 0
+    self.partition_index = 0
+    self.leader_id = 0
+    self.leader_epoch = -1
+    self.replica_nodes = []
+    self.isr_nodes = []
+    self.offline_replicas = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition(buf, pos, version):

@@ -44,6 +44,12 @@ class NoOpRecord(Message):
 _C_NoOpRecord = NoOpRecord
 
 
+def _default_NoOpRecord():
+    self = _new(_C_NoOpRecord)
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_NoOpRecord(buf, pos, version):
     self = _new(_C_NoOpRecord)
     self.unknown_tagged_fields = None

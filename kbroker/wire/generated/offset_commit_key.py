@@ -55,6 +55,15 @@ class OffsetCommitKey(Message):
 _C_OffsetCommitKey = OffsetCommitKey
 
 
+def _default_OffsetCommitKey():
+    self = _new(_C_OffsetCommitKey)
+    self.group = ''
+    self.topic = ''
+    self.partition = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_OffsetCommitKey(buf, pos, version):
     self = _new(_C_OffsetCommitKey)
     self.group, pos = rd_string(buf, pos)

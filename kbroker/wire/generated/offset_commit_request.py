@@ -124,6 +124,18 @@ _C_OffsetCommitRequest_OffsetCommitRequestTopic = OffsetCommitRequest.OffsetComm
 _C_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition = OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition
 
 
+def _default_OffsetCommitRequest():
+    self = _new(_C_OffsetCommitRequest)
+    self.group_id = ''
+    self.generation_id_or_member_epoch = -1
+    self.member_id = ''
+    self.group_instance_id = None
+    self.retention_time_ms = -1
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_OffsetCommitRequest(buf, pos, version):
     self = _new(_C_OffsetCommitRequest)
     if version >= 8:
@@ -333,6 +345,14 @@ def _write_OffsetCommitRequest(self, w, version):
             raise CodecError('OffsetCommitRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_OffsetCommitRequest_OffsetCommitRequestTopic():
+    self = _new(_C_OffsetCommitRequest_OffsetCommitRequestTopic)
+    self.name = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_OffsetCommitRequest_OffsetCommitRequestTopic(buf, pos, version):
     self = _new(_C_OffsetCommitRequest_OffsetCommitRequestTopic)
     if version >= 8:
@@ -393,6 +413,17 @@ def _write_OffsetCommitRequest_OffsetCommitRequestTopic(self, w, version):
                 _write_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('OffsetCommitRequestTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition():
+    self = _new(_C_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition)
+    self.partition_index = 0
+    self.committed_offset = 0
+    self.committed_leader_epoch = -1
+    self.commit_timestamp = -1
+    self.committed_metadata = ''
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition(buf, pos, version):

@@ -97,6 +97,14 @@ _C_OffsetCommitResponse_OffsetCommitResponseTopic = OffsetCommitResponse.OffsetC
 _C_OffsetCommitResponse_OffsetCommitResponseTopic_OffsetCommitResponsePartition = OffsetCommitResponse.OffsetCommitResponseTopic.OffsetCommitResponsePartition
 
 
+def _default_OffsetCommitResponse():
+    self = _new(_C_OffsetCommitResponse)
+    self.throttle_time_ms = 0
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_OffsetCommitResponse(buf, pos, version):
     self = _new(_C_OffsetCommitResponse)
     if version >= 8:
@@ -184,6 +192,14 @@ def _write_OffsetCommitResponse(self, w, version):
             raise CodecError('OffsetCommitResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_OffsetCommitResponse_OffsetCommitResponseTopic():
+    self = _new(_C_OffsetCommitResponse_OffsetCommitResponseTopic)
+    self.name = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_OffsetCommitResponse_OffsetCommitResponseTopic(buf, pos, version):
     self = _new(_C_OffsetCommitResponse_OffsetCommitResponseTopic)
     if version >= 8:
@@ -244,6 +260,14 @@ def _write_OffsetCommitResponse_OffsetCommitResponseTopic(self, w, version):
                 _write_OffsetCommitResponse_OffsetCommitResponseTopic_OffsetCommitResponsePartition(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('OffsetCommitResponseTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_OffsetCommitResponse_OffsetCommitResponseTopic_OffsetCommitResponsePartition():
+    self = _new(_C_OffsetCommitResponse_OffsetCommitResponseTopic_OffsetCommitResponsePartition)
+    self.partition_index = 0
+    self.error_code = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_OffsetCommitResponse_OffsetCommitResponseTopic_OffsetCommitResponsePartition(buf, pos, version):

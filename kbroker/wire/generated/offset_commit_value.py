@@ -67,6 +67,17 @@ class OffsetCommitValue(Message):
 _C_OffsetCommitValue = OffsetCommitValue
 
 
+def _default_OffsetCommitValue():
+    self = _new(_C_OffsetCommitValue)
+    self.offset = 0
+    self.leader_epoch = -1
+    self.metadata = ''
+    self.commit_timestamp = 0
+    self.expire_timestamp = -1
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_OffsetCommitValue(buf, pos, version):
     self = _new(_C_OffsetCommitValue)
     if version >= 4:

@@ -91,6 +91,14 @@ _C_OffsetDeleteRequest_OffsetDeleteRequestTopic = OffsetDeleteRequest.OffsetDele
 _C_OffsetDeleteRequest_OffsetDeleteRequestTopic_OffsetDeleteRequestPartition = OffsetDeleteRequest.OffsetDeleteRequestTopic.OffsetDeleteRequestPartition
 
 
+def _default_OffsetDeleteRequest():
+    self = _new(_C_OffsetDeleteRequest)
+    self.group_id = ''
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_OffsetDeleteRequest(buf, pos, version):
     self = _new(_C_OffsetDeleteRequest)
     self.group_id, pos = rd_string(buf, pos)
@@ -121,6 +129,14 @@ def _write_OffsetDeleteRequest(self, w, version):
         raise CodecError('OffsetDeleteRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_OffsetDeleteRequest_OffsetDeleteRequestTopic():
+    self = _new(_C_OffsetDeleteRequest_OffsetDeleteRequestTopic)
+    self.name = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_OffsetDeleteRequest_OffsetDeleteRequestTopic(buf, pos, version):
     self = _new(_C_OffsetDeleteRequest_OffsetDeleteRequestTopic)
     self.name, pos = rd_string(buf, pos)
@@ -149,6 +165,13 @@ def _write_OffsetDeleteRequest_OffsetDeleteRequestTopic(self, w, version):
             _write_OffsetDeleteRequest_OffsetDeleteRequestTopic_OffsetDeleteRequestPartition(_o, w, version)
     if self.unknown_tagged_fields:
         raise CodecError('OffsetDeleteRequestTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_OffsetDeleteRequest_OffsetDeleteRequestTopic_OffsetDeleteRequestPartition():
+    self = _new(_C_OffsetDeleteRequest_OffsetDeleteRequestTopic_OffsetDeleteRequestPartition)
+    self.partition_index = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_OffsetDeleteRequest_OffsetDeleteRequestTopic_OffsetDeleteRequestPartition(buf, pos, version):

@@ -100,6 +100,15 @@ _C_OffsetDeleteResponse_OffsetDeleteResponseTopic = OffsetDeleteResponse.OffsetD
 _C_OffsetDeleteResponse_OffsetDeleteResponseTopic_OffsetDeleteResponsePartition = OffsetDeleteResponse.OffsetDeleteResponseTopic.OffsetDeleteResponsePartition
 
 
+def _default_OffsetDeleteResponse():
+    self = _new(_C_OffsetDeleteResponse)
+    self.error_code = 0
+    self.throttle_time_ms = 0
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_OffsetDeleteResponse(buf, pos, version):
     self = _new(_C_OffsetDeleteResponse)
     self.error_code, self.throttle_time_ms = _u_hi(buf, pos)
@@ -131,6 +140,14 @@ def _write_OffsetDeleteResponse(self, w, version):
         raise CodecError('OffsetDeleteResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_OffsetDeleteResponse_OffsetDeleteResponseTopic():
+    self = _new(_C_OffsetDeleteResponse_OffsetDeleteResponseTopic)
+    self.name = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_OffsetDeleteResponse_OffsetDeleteResponseTopic(buf, pos, version):
     self = _new(_C_OffsetDeleteResponse_OffsetDeleteResponseTopic)
     self.name, pos = rd_string(buf, pos)
@@ -159,6 +176,14 @@ def _write_OffsetDeleteResponse_OffsetDeleteResponseTopic(self, w, version):
             _write_OffsetDeleteResponse_OffsetDeleteResponseTopic_OffsetDeleteResponsePartition(_o, w, version)
     if self.unknown_tagged_fields:
         raise CodecError('OffsetDeleteResponseTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_OffsetDeleteResponse_OffsetDeleteResponseTopic_OffsetDeleteResponsePartition():
+    self = _new(_C_OffsetDeleteResponse_OffsetDeleteResponseTopic_OffsetDeleteResponsePartition)
+    self.partition_index = 0
+    self.error_code = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_OffsetDeleteResponse_OffsetDeleteResponseTopic_OffsetDeleteResponsePartition(buf, pos, version):

@@ -130,6 +130,16 @@ _C_OffsetFetchRequest_OffsetFetchRequestGroup = OffsetFetchRequest.OffsetFetchRe
 _C_OffsetFetchRequest_OffsetFetchRequestGroup_OffsetFetchRequestTopics = OffsetFetchRequest.OffsetFetchRequestGroup.OffsetFetchRequestTopics
 
 
+def _default_OffsetFetchRequest():
+    self = _new(_C_OffsetFetchRequest)
+    self.group_id = ''
+    self.topics = []
+    self.groups = []
+    self.require_stable = False
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_OffsetFetchRequest(buf, pos, version):
     self = _new(_C_OffsetFetchRequest)
     if version >= 8:
@@ -307,6 +317,14 @@ def _write_OffsetFetchRequest(self, w, version):
             raise CodecError('OffsetFetchRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_OffsetFetchRequest_OffsetFetchRequestTopic():
+    self = _new(_C_OffsetFetchRequest_OffsetFetchRequestTopic)
+    self.name = ''
+    self.partition_indexes = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_OffsetFetchRequest_OffsetFetchRequestTopic(buf, pos, version):
     self = _new(_C_OffsetFetchRequest_OffsetFetchRequestTopic)
     if version >= 6:
@@ -349,6 +367,16 @@ def _write_OffsetFetchRequest_OffsetFetchRequestTopic(self, w, version):
             wr_fixed_array(w, _l, 'i')
         if self.unknown_tagged_fields:
             raise CodecError('OffsetFetchRequestTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_OffsetFetchRequest_OffsetFetchRequestGroup():
+    self = _new(_C_OffsetFetchRequest_OffsetFetchRequestGroup)
+    self.group_id = ''
+    self.member_id = None
+    self.member_epoch = -1
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_OffsetFetchRequest_OffsetFetchRequestGroup(buf, pos, version):
@@ -424,6 +452,14 @@ def _write_OffsetFetchRequest_OffsetFetchRequestGroup(self, w, version):
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+
+
+def _default_OffsetFetchRequest_OffsetFetchRequestGroup_OffsetFetchRequestTopics():
+    self = _new(_C_OffsetFetchRequest_OffsetFetchRequestGroup_OffsetFetchRequestTopics)
+    self.name = ''
+    self.partition_indexes = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_OffsetFetchRequest_OffsetFetchRequestGroup_OffsetFetchRequestTopics(buf, pos, version):

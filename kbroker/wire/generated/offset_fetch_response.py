@@ -193,6 +193,16 @@ _C_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics = Offs
 _C_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics_OffsetFetchResponsePartitions = OffsetFetchResponse.OffsetFetchResponseGroup.OffsetFetchResponseTopics.OffsetFetchResponsePartitions
 
 
+def _default_OffsetFetchResponse():
+    self = _new(_C_OffsetFetchResponse)
+    self.throttle_time_ms = 0
+    self.topics = []
+    self.error_code = 0
+    self.groups = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_OffsetFetchResponse(buf, pos, version):
     self = _new(_C_OffsetFetchResponse)
     if version >= 8:
@@ -360,6 +370,14 @@ def _write_OffsetFetchResponse(self, w, version):
             raise CodecError('OffsetFetchResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_OffsetFetchResponse_OffsetFetchResponseTopic():
+    self = _new(_C_OffsetFetchResponse_OffsetFetchResponseTopic)
+    self.name = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_OffsetFetchResponse_OffsetFetchResponseTopic(buf, pos, version):
     self = _new(_C_OffsetFetchResponse_OffsetFetchResponseTopic)
     if version >= 6:
@@ -422,6 +440,17 @@ def _write_OffsetFetchResponse_OffsetFetchResponseTopic(self, w, version):
             raise CodecError('OffsetFetchResponseTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_OffsetFetchResponse_OffsetFetchResponseTopic_OffsetFetchResponsePartition():
+    self = _new(_C_OffsetFetchResponse_OffsetFetchResponseTopic_OffsetFetchResponsePartition)
+    self.partition_index = 0
+    self.committed_offset = 0
+    self.committed_leader_epoch = -1
+    self.metadata = ''
+    self.error_code = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_OffsetFetchResponse_OffsetFetchResponseTopic_OffsetFetchResponsePartition(buf, pos, version):
     self = _new(_C_OffsetFetchResponse_OffsetFetchResponseTopic_OffsetFetchResponsePartition)
     if version >= 6:
@@ -476,6 +505,15 @@ def _write_OffsetFetchResponse_OffsetFetchResponseTopic_OffsetFetchResponseParti
             raise CodecError('OffsetFetchResponsePartition: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_OffsetFetchResponse_OffsetFetchResponseGroup():
+    self = _new(_C_OffsetFetchResponse_OffsetFetchResponseGroup)
+    self.group_id = ''
+    self.topics = []
+    self.error_code = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_OffsetFetchResponse_OffsetFetchResponseGroup(buf, pos, version):
     self = _new(_C_OffsetFetchResponse_OffsetFetchResponseGroup)
     self.group_id, pos = rd_cstring(buf, pos)
@@ -515,6 +553,14 @@ def _write_OffsetFetchResponse_OffsetFetchResponseGroup(self, w, version):
         w.append(0)
 
 
+def _default_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics():
+    self = _new(_C_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics)
+    self.name = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics(buf, pos, version):
     self = _new(_C_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics)
     self.name, pos = rd_cstring(buf, pos)
@@ -549,6 +595,17 @@ def _write_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopic
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics_OffsetFetchResponsePartitions():
+    self = _new(_C_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics_OffsetFetchResponsePartitions)
+    self.partition_index = 0
+    self.committed_offset = 0
+    self.committed_leader_epoch = -1
+    self.metadata = ''
+    self.error_code = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics_OffsetFetchResponsePartitions(buf, pos, version):

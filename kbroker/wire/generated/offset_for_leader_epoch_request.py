@@ -100,6 +100,14 @@ _C_OffsetForLeaderEpochRequest_OffsetForLeaderTopic = OffsetForLeaderEpochReques
 _C_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition = OffsetForLeaderEpochRequest.OffsetForLeaderTopic.OffsetForLeaderPartition
 
 
+def _default_OffsetForLeaderEpochRequest():
+    self = _new(_C_OffsetForLeaderEpochRequest)
+    self.replica_id = -2
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_OffsetForLeaderEpochRequest(buf, pos, version):
     self = _new(_C_OffsetForLeaderEpochRequest)
     if version >= 4:
@@ -187,6 +195,14 @@ def _write_OffsetForLeaderEpochRequest(self, w, version):
             raise CodecError('OffsetForLeaderEpochRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_OffsetForLeaderEpochRequest_OffsetForLeaderTopic():
+    self = _new(_C_OffsetForLeaderEpochRequest_OffsetForLeaderTopic)
+    self.topic = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_OffsetForLeaderEpochRequest_OffsetForLeaderTopic(buf, pos, version):
     self = _new(_C_OffsetForLeaderEpochRequest_OffsetForLeaderTopic)
     if version >= 4:
@@ -247,6 +263,15 @@ def _write_OffsetForLeaderEpochRequest_OffsetForLeaderTopic(self, w, version):
                 _write_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('OffsetForLeaderTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition():
+    self = _new(_C_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition)
+    self.partition = 0
+    self.current_leader_epoch = -1
+    self.leader_epoch = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition(buf, pos, version):

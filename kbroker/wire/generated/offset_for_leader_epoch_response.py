@@ -109,6 +109,14 @@ _C_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult = OffsetForLeaderEpoc
 _C_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.EpochEndOffset
 
 
+def _default_OffsetForLeaderEpochResponse():
+    self = _new(_C_OffsetForLeaderEpochResponse)
+    self.throttle_time_ms = 0
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_OffsetForLeaderEpochResponse(buf, pos, version):
     self = _new(_C_OffsetForLeaderEpochResponse)
     if version >= 4:
@@ -196,6 +204,14 @@ def _write_OffsetForLeaderEpochResponse(self, w, version):
             raise CodecError('OffsetForLeaderEpochResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult():
+    self = _new(_C_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult)
+    self.topic = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult(buf, pos, version):
     self = _new(_C_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult)
     if version >= 4:
@@ -256,6 +272,16 @@ def _write_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult(self, w, vers
                 _write_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('OffsetForLeaderTopicResult: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset():
+    self = _new(_C_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset)
+    self.error_code = 0
+    self.partition = 0
+    self.leader_epoch = -1
+    self.end_offset = -1
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset(buf, pos, version):

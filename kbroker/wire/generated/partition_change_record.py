@@ -83,6 +83,23 @@ class PartitionChangeRecord(Message):
 _C_PartitionChangeRecord = PartitionChangeRecord
 
 
+def _default_PartitionChangeRecord():
+    self = _new(_C_PartitionChangeRecord)
+    self.partition_id = -1
+    self.topic_id = ZERO_UUID
+    self.isr = None
+    self.leader = -2
+    self.replicas = None
+    self.removing_replicas = None
+    self.adding_replicas = None
+    self.leader_recovery_state = -1
+    self.directories = None
+    self.eligible_leader_replicas = None
+    self.last_known_elr = None
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_PartitionChangeRecord(buf, pos, version):
     self = _new(_C_PartitionChangeRecord)
     if version >= 2:

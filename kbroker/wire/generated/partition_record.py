@@ -92,6 +92,25 @@ class PartitionRecord(Message):
 _C_PartitionRecord = PartitionRecord
 
 
+def _default_PartitionRecord():
+    self = _new(_C_PartitionRecord)
+    self.partition_id = -1
+    self.topic_id = ZERO_UUID
+    self.replicas = []
+    self.isr = []
+    self.removing_replicas = []
+    self.adding_replicas = []
+    self.leader = -1
+    self.leader_recovery_state = 0
+    self.leader_epoch = -1
+    self.partition_epoch = -1
+    self.directories = []
+    self.eligible_leader_replicas = None
+    self.last_known_elr = None
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_PartitionRecord(buf, pos, version):
     self = _new(_C_PartitionRecord)
     if version >= 2:

@@ -103,6 +103,16 @@ _C_ProduceRequest_TopicProduceData = ProduceRequest.TopicProduceData
 _C_ProduceRequest_TopicProduceData_PartitionProduceData = ProduceRequest.TopicProduceData.PartitionProduceData
 
 
+def _default_ProduceRequest():
+    self = _new(_C_ProduceRequest)
+    self.transactional_id = None
+    self.acks = 0
+    self.timeout_ms = 0
+    self.topic_data = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ProduceRequest(buf, pos, version):
     self = _new(_C_ProduceRequest)
     if version >= 9:
@@ -199,6 +209,14 @@ def _write_ProduceRequest(self, w, version):
             raise CodecError('ProduceRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_ProduceRequest_TopicProduceData():
+    self = _new(_C_ProduceRequest_TopicProduceData)
+    self.name = ''
+    self.partition_data = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ProduceRequest_TopicProduceData(buf, pos, version):
     self = _new(_C_ProduceRequest_TopicProduceData)
     if version >= 9:
@@ -259,6 +277,14 @@ def _write_ProduceRequest_TopicProduceData(self, w, version):
                 _write_ProduceRequest_TopicProduceData_PartitionProduceData(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('TopicProduceData: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_ProduceRequest_TopicProduceData_PartitionProduceData():
+    self = _new(_C_ProduceRequest_TopicProduceData_PartitionProduceData)
+    self.index = 0
+    self.records = None
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ProduceRequest_TopicProduceData_PartitionProduceData(buf, pos, version):

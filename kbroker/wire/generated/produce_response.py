@@ -124,7 +124,7 @@ class ProduceResponse(Message):
                 self.log_start_offset = log_start_offset
                 self.record_errors = [] if record_errors is _MISSING else record_errors
                 self.error_message = error_message
-                self.current_leader = _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch() if current_leader is _MISSING else current_leader
+                self.current_leader = _default_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch() if current_leader is _MISSING else current_leader
                 self.unknown_tagged_fields = unknown_tagged_fields
 
             def _is_default(self):
@@ -194,6 +194,15 @@ _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse = ProduceRespon
 _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_BatchIndexAndErrorMessage = ProduceResponse.TopicProduceResponse.PartitionProduceResponse.BatchIndexAndErrorMessage
 _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch = ProduceResponse.TopicProduceResponse.PartitionProduceResponse.LeaderIdAndEpoch
 _C_ProduceResponse_NodeEndpoint = ProduceResponse.NodeEndpoint
+
+
+def _default_ProduceResponse():
+    self = _new(_C_ProduceResponse)
+    self.responses = []
+    self.throttle_time_ms = 0
+    self.node_endpoints = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ProduceResponse(buf, pos, version):
@@ -368,6 +377,14 @@ def _write_ProduceResponse(self, w, version):
             raise CodecError('ProduceResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_ProduceResponse_TopicProduceResponse():
+    self = _new(_C_ProduceResponse_TopicProduceResponse)
+    self.name = ''
+    self.partition_responses = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ProduceResponse_TopicProduceResponse(buf, pos, version):
     self = _new(_C_ProduceResponse_TopicProduceResponse)
     if version >= 9:
@@ -430,6 +447,20 @@ def _write_ProduceResponse_TopicProduceResponse(self, w, version):
             raise CodecError('TopicProduceResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_ProduceResponse_TopicProduceResponse_PartitionProduceResponse():
+    self = _new(_C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse)
+    self.index = 0
+    self.error_code = 0
+    self.base_offset = 0
+    self.log_append_time_ms = -1
+    self.log_start_offset = -1
+    self.record_errors = []
+    self.error_message = None
+    self.current_leader = _default_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch()
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ProduceResponse_TopicProduceResponse_PartitionProduceResponse(buf, pos, version):
     self = _new(_C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse)
     if version >= 10:
@@ -446,7 +477,7 @@ def _read_ProduceResponse_TopicProduceResponse_PartitionProduceResponse(buf, pos
                 _a(_o)
             self.record_errors = _l
         self.error_message, pos = rd_cnstring(buf, pos)
-        self.current_leader = _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch()
+        self.current_leader = _default_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch()
         self.unknown_tagged_fields = None
         if buf[pos]:
             pos = _tags_ProduceResponse_TopicProduceResponse_PartitionProduceResponse(self, buf, pos, version)
@@ -466,7 +497,7 @@ def _read_ProduceResponse_TopicProduceResponse_PartitionProduceResponse(buf, pos
                 _a(_o)
             self.record_errors = _l
         self.error_message, pos = rd_cnstring(buf, pos)
-        self.current_leader = _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch()
+        self.current_leader = _default_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch()
         self.unknown_tagged_fields = None
         if buf[pos]:
             pos = _tags_ProduceResponse_TopicProduceResponse_PartitionProduceResponse(self, buf, pos, version)
@@ -486,14 +517,14 @@ def _read_ProduceResponse_TopicProduceResponse_PartitionProduceResponse(buf, pos
                 _a(_o)
             self.record_errors = _l
         self.error_message, pos = rd_nstring(buf, pos)
-        self.current_leader = _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch()
+        self.current_leader = _default_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch()
         self.unknown_tagged_fields = None
     elif version >= 5:
         self.index, self.error_code, self.base_offset, self.log_append_time_ms, self.log_start_offset = _u_ihqqq(buf, pos)
         pos += 30
         self.record_errors = []
         self.error_message = None
-        self.current_leader = _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch()
+        self.current_leader = _default_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch()
         self.unknown_tagged_fields = None
     elif version >= 2:
         self.index, self.error_code, self.base_offset, self.log_append_time_ms = _u_ihqq(buf, pos)
@@ -501,7 +532,7 @@ def _read_ProduceResponse_TopicProduceResponse_PartitionProduceResponse(buf, pos
         self.log_start_offset = -1
         self.record_errors = []
         self.error_message = None
-        self.current_leader = _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch()
+        self.current_leader = _default_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch()
         self.unknown_tagged_fields = None
     else:
         self.index, self.error_code, self.base_offset = _u_ihq(buf, pos)
@@ -510,7 +541,7 @@ def _read_ProduceResponse_TopicProduceResponse_PartitionProduceResponse(buf, pos
         self.log_start_offset = -1
         self.record_errors = []
         self.error_message = None
-        self.current_leader = _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch()
+        self.current_leader = _default_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch()
         self.unknown_tagged_fields = None
     return self, pos
 
@@ -613,6 +644,14 @@ def _write_ProduceResponse_TopicProduceResponse_PartitionProduceResponse(self, w
             raise CodecError('PartitionProduceResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_BatchIndexAndErrorMessage():
+    self = _new(_C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_BatchIndexAndErrorMessage)
+    self.batch_index = 0
+    self.batch_index_error_message = None
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_BatchIndexAndErrorMessage(buf, pos, version):
     self = _new(_C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_BatchIndexAndErrorMessage)
     if version >= 9:
@@ -647,6 +686,14 @@ def _write_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_BatchIn
             raise CodecError('BatchIndexAndErrorMessage: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch():
+    self = _new(_C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch)
+    self.leader_id = -1
+    self.leader_epoch = -1
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch(buf, pos, version):
     self = _new(_C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch)
     self.leader_id, self.leader_epoch = _u_ii(buf, pos)
@@ -665,6 +712,16 @@ def _write_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderI
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ProduceResponse_NodeEndpoint():
+    self = _new(_C_ProduceResponse_NodeEndpoint)
+    self.node_id = 0
+    self.host = ''
+    self.port = 0
+    self.rack = None
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ProduceResponse_NodeEndpoint(buf, pos, version):

@@ -56,6 +56,15 @@ class ProducerIdsRecord(Message):
 _C_ProducerIdsRecord = ProducerIdsRecord
 
 
+def _default_ProducerIdsRecord():
+    self = _new(_C_ProducerIdsRecord)
+    self.broker_id = 0
+    self.broker_epoch = -1
+    self.next_producer_id = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ProducerIdsRecord(buf, pos, version):
     self = _new(_C_ProducerIdsRecord)
     self.broker_id, self.broker_epoch, self.next_producer_id = _u_iqq(buf, pos)

@@ -61,6 +61,17 @@ class PushTelemetryRequest(Message):
 _C_PushTelemetryRequest = PushTelemetryRequest
 
 
+def _default_PushTelemetryRequest():
+    self = _new(_C_PushTelemetryRequest)
+    self.client_instance_id = ZERO_UUID
+    self.subscription_id = 0
+    self.terminating = False
+    self.compression_type = 0
+    self.metrics = b''
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_PushTelemetryRequest(buf, pos, version):
     self = _new(_C_PushTelemetryRequest)
     self.client_instance_id, pos = rd_uuid(buf, pos)

@@ -52,6 +52,14 @@ class PushTelemetryResponse(Message):
 _C_PushTelemetryResponse = PushTelemetryResponse
 
 
+def _default_PushTelemetryResponse():
+    self = _new(_C_PushTelemetryResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_PushTelemetryResponse(buf, pos, version):
     self = _new(_C_PushTelemetryResponse)
     self.throttle_time_ms, self.error_code = _u_ih(buf, pos)

@@ -91,6 +91,19 @@ _C_QuorumStateData = QuorumStateData
 _C_QuorumStateData_Voter = QuorumStateData.Voter
 
 
+def _default_QuorumStateData():
+    self = _new(_C_QuorumStateData)
+    self.cluster_id = ''
+    self.leader_id = -1
+    self.leader_epoch = -1
+    self.voted_id = -1
+    self.voted_directory_id = ZERO_UUID
+    self.applied_offset = 0
+    self.current_voters = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_QuorumStateData(buf, pos, version):
     self = _new(_C_QuorumStateData)
     if version >= 1:
@@ -161,6 +174,13 @@ def _write_QuorumStateData(self, w, version):
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+
+
+def _default_QuorumStateData_Voter():
+    self = _new(_C_QuorumStateData_Voter)
+    self.voter_id = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_QuorumStateData_Voter(buf, pos, version):

@@ -94,6 +94,14 @@ _C_ReadShareGroupStateRequest_ReadStateData = ReadShareGroupStateRequest.ReadSta
 _C_ReadShareGroupStateRequest_ReadStateData_PartitionData = ReadShareGroupStateRequest.ReadStateData.PartitionData
 
 
+def _default_ReadShareGroupStateRequest():
+    self = _new(_C_ReadShareGroupStateRequest)
+    self.group_id = ''
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ReadShareGroupStateRequest(buf, pos, version):
     self = _new(_C_ReadShareGroupStateRequest)
     self.group_id, pos = rd_cstring(buf, pos)
@@ -130,6 +138,14 @@ def _write_ReadShareGroupStateRequest(self, w, version):
         w.append(0)
 
 
+def _default_ReadShareGroupStateRequest_ReadStateData():
+    self = _new(_C_ReadShareGroupStateRequest_ReadStateData)
+    self.topic_id = ZERO_UUID
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ReadShareGroupStateRequest_ReadStateData(buf, pos, version):
     self = _new(_C_ReadShareGroupStateRequest_ReadStateData)
     self.topic_id, pos = rd_uuid(buf, pos)
@@ -164,6 +180,14 @@ def _write_ReadShareGroupStateRequest_ReadStateData(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ReadShareGroupStateRequest_ReadStateData_PartitionData():
+    self = _new(_C_ReadShareGroupStateRequest_ReadStateData_PartitionData)
+    self.partition = 0
+    self.leader_epoch = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ReadShareGroupStateRequest_ReadStateData_PartitionData(buf, pos, version):

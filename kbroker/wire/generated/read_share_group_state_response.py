@@ -136,6 +136,13 @@ _C_ReadShareGroupStateResponse_ReadStateResult_PartitionResult = ReadShareGroupS
 _C_ReadShareGroupStateResponse_ReadStateResult_PartitionResult_StateBatch = ReadShareGroupStateResponse.ReadStateResult.PartitionResult.StateBatch
 
 
+def _default_ReadShareGroupStateResponse():
+    self = _new(_C_ReadShareGroupStateResponse)
+    self.results = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ReadShareGroupStateResponse(buf, pos, version):
     self = _new(_C_ReadShareGroupStateResponse)
     _n, pos = rd_calen(buf, pos)
@@ -168,6 +175,14 @@ def _write_ReadShareGroupStateResponse(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ReadShareGroupStateResponse_ReadStateResult():
+    self = _new(_C_ReadShareGroupStateResponse_ReadStateResult)
+    self.topic_id = ZERO_UUID
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ReadShareGroupStateResponse_ReadStateResult(buf, pos, version):
@@ -204,6 +219,18 @@ def _write_ReadShareGroupStateResponse_ReadStateResult(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ReadShareGroupStateResponse_ReadStateResult_PartitionResult():
+    self = _new(_C_ReadShareGroupStateResponse_ReadStateResult_PartitionResult)
+    self.partition = 0
+    self.error_code = 0
+    self.error_message = None
+    self.state_epoch = 0
+    self.start_offset = 0
+    self.state_batches = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ReadShareGroupStateResponse_ReadStateResult_PartitionResult(buf, pos, version):
@@ -246,6 +273,16 @@ def _write_ReadShareGroupStateResponse_ReadStateResult_PartitionResult(self, w, 
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ReadShareGroupStateResponse_ReadStateResult_PartitionResult_StateBatch():
+    self = _new(_C_ReadShareGroupStateResponse_ReadStateResult_PartitionResult_StateBatch)
+    self.first_offset = 0
+    self.last_offset = 0
+    self.delivery_state = 0
+    self.delivery_count = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ReadShareGroupStateResponse_ReadStateResult_PartitionResult_StateBatch(buf, pos, version):

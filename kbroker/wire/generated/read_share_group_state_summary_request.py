@@ -94,6 +94,14 @@ _C_ReadShareGroupStateSummaryRequest_ReadStateSummaryData = ReadShareGroupStateS
 _C_ReadShareGroupStateSummaryRequest_ReadStateSummaryData_PartitionData = ReadShareGroupStateSummaryRequest.ReadStateSummaryData.PartitionData
 
 
+def _default_ReadShareGroupStateSummaryRequest():
+    self = _new(_C_ReadShareGroupStateSummaryRequest)
+    self.group_id = ''
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ReadShareGroupStateSummaryRequest(buf, pos, version):
     self = _new(_C_ReadShareGroupStateSummaryRequest)
     self.group_id, pos = rd_cstring(buf, pos)
@@ -130,6 +138,14 @@ def _write_ReadShareGroupStateSummaryRequest(self, w, version):
         w.append(0)
 
 
+def _default_ReadShareGroupStateSummaryRequest_ReadStateSummaryData():
+    self = _new(_C_ReadShareGroupStateSummaryRequest_ReadStateSummaryData)
+    self.topic_id = ZERO_UUID
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ReadShareGroupStateSummaryRequest_ReadStateSummaryData(buf, pos, version):
     self = _new(_C_ReadShareGroupStateSummaryRequest_ReadStateSummaryData)
     self.topic_id, pos = rd_uuid(buf, pos)
@@ -164,6 +180,14 @@ def _write_ReadShareGroupStateSummaryRequest_ReadStateSummaryData(self, w, versi
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ReadShareGroupStateSummaryRequest_ReadStateSummaryData_PartitionData():
+    self = _new(_C_ReadShareGroupStateSummaryRequest_ReadStateSummaryData_PartitionData)
+    self.partition = 0
+    self.leader_epoch = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ReadShareGroupStateSummaryRequest_ReadStateSummaryData_PartitionData(buf, pos, version):

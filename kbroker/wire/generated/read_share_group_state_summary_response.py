@@ -103,6 +103,13 @@ _C_ReadShareGroupStateSummaryResponse_ReadStateSummaryResult = ReadShareGroupSta
 _C_ReadShareGroupStateSummaryResponse_ReadStateSummaryResult_PartitionResult = ReadShareGroupStateSummaryResponse.ReadStateSummaryResult.PartitionResult
 
 
+def _default_ReadShareGroupStateSummaryResponse():
+    self = _new(_C_ReadShareGroupStateSummaryResponse)
+    self.results = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ReadShareGroupStateSummaryResponse(buf, pos, version):
     self = _new(_C_ReadShareGroupStateSummaryResponse)
     _n, pos = rd_calen(buf, pos)
@@ -135,6 +142,14 @@ def _write_ReadShareGroupStateSummaryResponse(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ReadShareGroupStateSummaryResponse_ReadStateSummaryResult():
+    self = _new(_C_ReadShareGroupStateSummaryResponse_ReadStateSummaryResult)
+    self.topic_id = ZERO_UUID
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ReadShareGroupStateSummaryResponse_ReadStateSummaryResult(buf, pos, version):
@@ -171,6 +186,17 @@ def _write_ReadShareGroupStateSummaryResponse_ReadStateSummaryResult(self, w, ve
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ReadShareGroupStateSummaryResponse_ReadStateSummaryResult_PartitionResult():
+    self = _new(_C_ReadShareGroupStateSummaryResponse_ReadStateSummaryResult_PartitionResult)
+    self.partition = 0
+    self.error_code = 0
+    self.error_message = None
+    self.state_epoch = 0
+    self.start_offset = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ReadShareGroupStateSummaryResponse_ReadStateSummaryResult_PartitionResult(buf, pos, version):

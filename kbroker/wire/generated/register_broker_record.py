@@ -146,6 +146,22 @@ _C_RegisterBrokerRecord_BrokerEndpoint = RegisterBrokerRecord.BrokerEndpoint
 _C_RegisterBrokerRecord_BrokerFeature = RegisterBrokerRecord.BrokerFeature
 
 
+def _default_RegisterBrokerRecord():
+    self = _new(_C_RegisterBrokerRecord)
+    self.broker_id = 0
+    self.is_migrating_zk_broker = False
+    self.incarnation_id = ZERO_UUID
+    self.broker_epoch = 0
+    self.end_points = []
+    self.features = []
+    self.rack = ''
+    self.fenced = True
+    self.in_controlled_shutdown = False
+    self.log_dirs = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_RegisterBrokerRecord(buf, pos, version):
     self = _new(_C_RegisterBrokerRecord)
     if version >= 3:
@@ -451,6 +467,16 @@ def _write_RegisterBrokerRecord(self, w, version):
             wr_tags(w, _t, self.unknown_tagged_fields)
 
 
+def _default_RegisterBrokerRecord_BrokerEndpoint():
+    self = _new(_C_RegisterBrokerRecord_BrokerEndpoint)
+    self.name = ''
+    self.host = ''
+    self.port = 0
+    self.security_protocol = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_RegisterBrokerRecord_BrokerEndpoint(buf, pos, version):
     self = _new(_C_RegisterBrokerRecord_BrokerEndpoint)
     self.name, pos = rd_cstring(buf, pos)
@@ -473,6 +499,15 @@ def _write_RegisterBrokerRecord_BrokerEndpoint(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_RegisterBrokerRecord_BrokerFeature():
+    self = _new(_C_RegisterBrokerRecord_BrokerFeature)
+    self.name = ''
+    self.min_supported_version = 0
+    self.max_supported_version = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_RegisterBrokerRecord_BrokerFeature(buf, pos, version):

@@ -122,6 +122,17 @@ _C_RegisterControllerRecord_ControllerEndpoint = RegisterControllerRecord.Contro
 _C_RegisterControllerRecord_ControllerFeature = RegisterControllerRecord.ControllerFeature
 
 
+def _default_RegisterControllerRecord():
+    self = _new(_C_RegisterControllerRecord)
+    self.controller_id = 0
+    self.incarnation_id = ZERO_UUID
+    self.zk_migration_ready = False
+    self.end_points = []
+    self.features = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_RegisterControllerRecord(buf, pos, version):
     self = _new(_C_RegisterControllerRecord)
     self.controller_id, = _u_i(buf, pos)
@@ -181,6 +192,16 @@ def _write_RegisterControllerRecord(self, w, version):
         w.append(0)
 
 
+def _default_RegisterControllerRecord_ControllerEndpoint():
+    self = _new(_C_RegisterControllerRecord_ControllerEndpoint)
+    self.name = ''
+    self.host = ''
+    self.port = 0
+    self.security_protocol = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_RegisterControllerRecord_ControllerEndpoint(buf, pos, version):
     self = _new(_C_RegisterControllerRecord_ControllerEndpoint)
     self.name, pos = rd_cstring(buf, pos)
@@ -203,6 +224,15 @@ def _write_RegisterControllerRecord_ControllerEndpoint(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_RegisterControllerRecord_ControllerFeature():
+    self = _new(_C_RegisterControllerRecord_ControllerFeature)
+    self.name = ''
+    self.min_supported_version = 0
+    self.max_supported_version = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_RegisterControllerRecord_ControllerFeature(buf, pos, version):

@@ -47,6 +47,13 @@ class RemoveAccessControlEntryRecord(Message):
 _C_RemoveAccessControlEntryRecord = RemoveAccessControlEntryRecord
 
 
+def _default_RemoveAccessControlEntryRecord():
+    self = _new(_C_RemoveAccessControlEntryRecord)
+    self.id = ZERO_UUID
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_RemoveAccessControlEntryRecord(buf, pos, version):
     self = _new(_C_RemoveAccessControlEntryRecord)
     self.id, pos = rd_uuid(buf, pos)

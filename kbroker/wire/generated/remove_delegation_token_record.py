@@ -47,6 +47,13 @@ class RemoveDelegationTokenRecord(Message):
 _C_RemoveDelegationTokenRecord = RemoveDelegationTokenRecord
 
 
+def _default_RemoveDelegationTokenRecord():
+    self = _new(_C_RemoveDelegationTokenRecord)
+    self.token_id = ''
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_RemoveDelegationTokenRecord(buf, pos, version):
     self = _new(_C_RemoveDelegationTokenRecord)
     self.token_id, pos = rd_cstring(buf, pos)

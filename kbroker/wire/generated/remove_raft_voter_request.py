@@ -55,6 +55,15 @@ class RemoveRaftVoterRequest(Message):
 _C_RemoveRaftVoterRequest = RemoveRaftVoterRequest
 
 
+def _default_RemoveRaftVoterRequest():
+    self = _new(_C_RemoveRaftVoterRequest)
+    self.cluster_id = ''
+    self.voter_id = 0
+    self.voter_directory_id = ZERO_UUID
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_RemoveRaftVoterRequest(buf, pos, version):
     self = _new(_C_RemoveRaftVoterRequest)
     self.cluster_id, pos = rd_cnstring(buf, pos)

@@ -55,6 +55,15 @@ class RemoveRaftVoterResponse(Message):
 _C_RemoveRaftVoterResponse = RemoveRaftVoterResponse
 
 
+def _default_RemoveRaftVoterResponse():
+    self = _new(_C_RemoveRaftVoterResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.error_message = ''
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_RemoveRaftVoterResponse(buf, pos, version):
     self = _new(_C_RemoveRaftVoterResponse)
     self.throttle_time_ms, self.error_code = _u_ih(buf, pos)

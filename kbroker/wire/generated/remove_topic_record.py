@@ -47,6 +47,13 @@ class RemoveTopicRecord(Message):
 _C_RemoveTopicRecord = RemoveTopicRecord
 
 
+def _default_RemoveTopicRecord():
+    self = _new(_C_RemoveTopicRecord)
+    self.topic_id = ZERO_UUID
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_RemoveTopicRecord(buf, pos, version):
     self = _new(_C_RemoveTopicRecord)
     self.topic_id, pos = rd_uuid(buf, pos)

@@ -53,6 +53,14 @@ class RemoveUserScramCredentialRecord(Message):
 _C_RemoveUserScramCredentialRecord = RemoveUserScramCredentialRecord
 
 
+def _default_RemoveUserScramCredentialRecord():
+    self = _new(_C_RemoveUserScramCredentialRecord)
+    self.name = ''
+    self.mechanism = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_RemoveUserScramCredentialRecord(buf, pos, version):
     self = _new(_C_RemoveUserScramCredentialRecord)
     self.name, pos = rd_cstring(buf, pos)

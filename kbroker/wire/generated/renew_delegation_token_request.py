@@ -52,6 +52,14 @@ class RenewDelegationTokenRequest(Message):
 _C_RenewDelegationTokenRequest = RenewDelegationTokenRequest
 
 
+def _default_RenewDelegationTokenRequest():
+    self = _new(_C_RenewDelegationTokenRequest)
+    self.hmac = b''
+    self.renew_period_ms = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_RenewDelegationTokenRequest(buf, pos, version):
     self = _new(_C_RenewDelegationTokenRequest)
     if version >= 2:

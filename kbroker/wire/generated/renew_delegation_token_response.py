@@ -55,6 +55,15 @@ class RenewDelegationTokenResponse(Message):
 _C_RenewDelegationTokenResponse = RenewDelegationTokenResponse
 
 
+def _default_RenewDelegationTokenResponse():
+    self = _new(_C_RenewDelegationTokenResponse)
+    self.error_code = 0
+    self.expiry_timestamp_ms = 0
+    self.throttle_time_ms = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_RenewDelegationTokenResponse(buf, pos, version):
     self = _new(_C_RenewDelegationTokenResponse)
     if version >= 2:

@@ -58,6 +58,16 @@ class RequestHeader(Message):
 _C_RequestHeader = RequestHeader
 
 
+def _default_RequestHeader():
+    self = _new(_C_RequestHeader)
+    self.request_api_key = 0
+    self.request_api_version = 0
+    self.correlation_id = 0
+    self.client_id = ''
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_RequestHeader(buf, pos, version):
     self = _new(_C_RequestHeader)
     if version >= 2:

@@ -49,6 +49,13 @@ class ResponseHeader(Message):
 _C_ResponseHeader = ResponseHeader
 
 
+def _default_ResponseHeader():
+    self = _new(_C_ResponseHeader)
+    self.correlation_id = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ResponseHeader(buf, pos, version):
     self = _new(_C_ResponseHeader)
     if version >= 1:

@@ -46,6 +46,13 @@ class SaslAuthenticateRequest(Message):
 _C_SaslAuthenticateRequest = SaslAuthenticateRequest
 
 
+def _default_SaslAuthenticateRequest():
+    self = _new(_C_SaslAuthenticateRequest)
+    self.auth_bytes = b''
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_SaslAuthenticateRequest(buf, pos, version):
     self = _new(_C_SaslAuthenticateRequest)
     if version >= 2:

@@ -61,6 +61,16 @@ class SaslAuthenticateResponse(Message):
 _C_SaslAuthenticateResponse = SaslAuthenticateResponse
 
 
+def _default_SaslAuthenticateResponse():
+    self = _new(_C_SaslAuthenticateResponse)
+    self.error_code = 0
+    self.error_message = ''
+    self.auth_bytes = b''
+    self.session_lifetime_ms = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_SaslAuthenticateResponse(buf, pos, version):
     self = _new(_C_SaslAuthenticateResponse)
     if version >= 2:

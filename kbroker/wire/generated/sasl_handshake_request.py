@@ -46,6 +46,13 @@ class SaslHandshakeRequest(Message):
 _C_SaslHandshakeRequest = SaslHandshakeRequest
 
 
+def _default_SaslHandshakeRequest():
+    self = _new(_C_SaslHandshakeRequest)
+    self.mechanism = ''
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_SaslHandshakeRequest(buf, pos, version):
     self = _new(_C_SaslHandshakeRequest)
     self.mechanism, pos = rd_string(buf, pos)

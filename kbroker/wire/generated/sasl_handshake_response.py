@@ -52,6 +52,14 @@ class SaslHandshakeResponse(Message):
 _C_SaslHandshakeResponse = SaslHandshakeResponse
 
 
+def _default_SaslHandshakeResponse():
+    self = _new(_C_SaslHandshakeResponse)
+    self.error_code = 0
+    self.mechanisms = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_SaslHandshakeResponse(buf, pos, version):
     self = _new(_C_SaslHandshakeResponse)
     self.error_code, = _u_h(buf, pos)

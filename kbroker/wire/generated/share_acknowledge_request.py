@@ -127,6 +127,16 @@ _C_ShareAcknowledgeRequest_AcknowledgeTopic_AcknowledgePartition = ShareAcknowle
 _C_ShareAcknowledgeRequest_AcknowledgeTopic_AcknowledgePartition_AcknowledgementBatch = ShareAcknowledgeRequest.AcknowledgeTopic.AcknowledgePartition.AcknowledgementBatch
 
 
+def _default_ShareAcknowledgeRequest():
+    self = _new(_C_ShareAcknowledgeRequest)
+    self.group_id = None
+    self.member_id = ''
+    self.share_session_epoch = 0
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareAcknowledgeRequest(buf, pos, version):
     self = _new(_C_ShareAcknowledgeRequest)
     self.group_id, pos = rd_cnstring(buf, pos)
@@ -168,6 +178,14 @@ def _write_ShareAcknowledgeRequest(self, w, version):
         w.append(0)
 
 
+def _default_ShareAcknowledgeRequest_AcknowledgeTopic():
+    self = _new(_C_ShareAcknowledgeRequest_AcknowledgeTopic)
+    self.topic_id = ZERO_UUID
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareAcknowledgeRequest_AcknowledgeTopic(buf, pos, version):
     self = _new(_C_ShareAcknowledgeRequest_AcknowledgeTopic)
     self.topic_id, pos = rd_uuid(buf, pos)
@@ -202,6 +220,14 @@ def _write_ShareAcknowledgeRequest_AcknowledgeTopic(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ShareAcknowledgeRequest_AcknowledgeTopic_AcknowledgePartition():
+    self = _new(_C_ShareAcknowledgeRequest_AcknowledgeTopic_AcknowledgePartition)
+    self.partition_index = 0
+    self.acknowledgement_batches = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ShareAcknowledgeRequest_AcknowledgeTopic_AcknowledgePartition(buf, pos, version):
@@ -239,6 +265,15 @@ def _write_ShareAcknowledgeRequest_AcknowledgeTopic_AcknowledgePartition(self, w
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ShareAcknowledgeRequest_AcknowledgeTopic_AcknowledgePartition_AcknowledgementBatch():
+    self = _new(_C_ShareAcknowledgeRequest_AcknowledgeTopic_AcknowledgePartition_AcknowledgementBatch)
+    self.first_offset = 0
+    self.last_offset = 0
+    self.acknowledge_types = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ShareAcknowledgeRequest_AcknowledgeTopic_AcknowledgePartition_AcknowledgementBatch(buf, pos, version):

@@ -92,7 +92,7 @@ class ShareAcknowledgeResponse(Message):
                 self.partition_index = partition_index
                 self.error_code = error_code
                 self.error_message = error_message
-                self.current_leader = _C_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_PartitionData_LeaderIdAndEpoch() if current_leader is _MISSING else current_leader
+                self.current_leader = _default_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_PartitionData_LeaderIdAndEpoch() if current_leader is _MISSING else current_leader
                 self.unknown_tagged_fields = unknown_tagged_fields
 
             def _is_default(self):
@@ -163,6 +163,17 @@ _C_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_PartitionData_LeaderId
 _C_ShareAcknowledgeResponse_NodeEndpoint = ShareAcknowledgeResponse.NodeEndpoint
 
 
+def _default_ShareAcknowledgeResponse():
+    self = _new(_C_ShareAcknowledgeResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.error_message = None
+    self.responses = []
+    self.node_endpoints = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareAcknowledgeResponse(buf, pos, version):
     self = _new(_C_ShareAcknowledgeResponse)
     self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
@@ -219,6 +230,14 @@ def _write_ShareAcknowledgeResponse(self, w, version):
         w.append(0)
 
 
+def _default_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse():
+    self = _new(_C_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse)
+    self.topic_id = ZERO_UUID
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse(buf, pos, version):
     self = _new(_C_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse)
     self.topic_id, pos = rd_uuid(buf, pos)
@@ -255,6 +274,16 @@ def _write_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse(self, w, versi
         w.append(0)
 
 
+def _default_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_PartitionData():
+    self = _new(_C_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_PartitionData)
+    self.partition_index = 0
+    self.error_code = 0
+    self.error_message = None
+    self.current_leader = _default_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_PartitionData_LeaderIdAndEpoch()
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_PartitionData(buf, pos, version):
     self = _new(_C_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_PartitionData)
     self.partition_index, self.error_code = _u_ih(buf, pos)
@@ -283,6 +312,14 @@ def _write_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_PartitionData(
         w.append(0)
 
 
+def _default_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_PartitionData_LeaderIdAndEpoch():
+    self = _new(_C_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_PartitionData_LeaderIdAndEpoch)
+    self.leader_id = 0
+    self.leader_epoch = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_PartitionData_LeaderIdAndEpoch(buf, pos, version):
     self = _new(_C_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_PartitionData_LeaderIdAndEpoch)
     self.leader_id, self.leader_epoch = _u_ii(buf, pos)
@@ -301,6 +338,16 @@ def _write_ShareAcknowledgeResponse_ShareAcknowledgeTopicResponse_PartitionData_
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ShareAcknowledgeResponse_NodeEndpoint():
+    self = _new(_C_ShareAcknowledgeResponse_NodeEndpoint)
+    self.node_id = 0
+    self.host = ''
+    self.port = 0
+    self.rack = None
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ShareAcknowledgeResponse_NodeEndpoint(buf, pos, version):

@@ -166,6 +166,20 @@ _C_ShareFetchRequest_FetchTopic_FetchPartition_AcknowledgementBatch = ShareFetch
 _C_ShareFetchRequest_ForgottenTopic = ShareFetchRequest.ForgottenTopic
 
 
+def _default_ShareFetchRequest():
+    self = _new(_C_ShareFetchRequest)
+    self.group_id = None
+    self.member_id = ''
+    self.share_session_epoch = 0
+    self.max_wait_ms = 0
+    self.min_bytes = 0
+    self.max_bytes = 2147483647
+    self.topics = []
+    self.forgotten_topics_data = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareFetchRequest(buf, pos, version):
     self = _new(_C_ShareFetchRequest)
     self.group_id, pos = rd_cnstring(buf, pos)
@@ -224,6 +238,14 @@ def _write_ShareFetchRequest(self, w, version):
         w.append(0)
 
 
+def _default_ShareFetchRequest_FetchTopic():
+    self = _new(_C_ShareFetchRequest_FetchTopic)
+    self.topic_id = ZERO_UUID
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareFetchRequest_FetchTopic(buf, pos, version):
     self = _new(_C_ShareFetchRequest_FetchTopic)
     self.topic_id, pos = rd_uuid(buf, pos)
@@ -258,6 +280,15 @@ def _write_ShareFetchRequest_FetchTopic(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ShareFetchRequest_FetchTopic_FetchPartition():
+    self = _new(_C_ShareFetchRequest_FetchTopic_FetchPartition)
+    self.partition_index = 0
+    self.partition_max_bytes = 0
+    self.acknowledgement_batches = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ShareFetchRequest_FetchTopic_FetchPartition(buf, pos, version):
@@ -297,6 +328,15 @@ def _write_ShareFetchRequest_FetchTopic_FetchPartition(self, w, version):
         w.append(0)
 
 
+def _default_ShareFetchRequest_FetchTopic_FetchPartition_AcknowledgementBatch():
+    self = _new(_C_ShareFetchRequest_FetchTopic_FetchPartition_AcknowledgementBatch)
+    self.first_offset = 0
+    self.last_offset = 0
+    self.acknowledge_types = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareFetchRequest_FetchTopic_FetchPartition_AcknowledgementBatch(buf, pos, version):
     self = _new(_C_ShareFetchRequest_FetchTopic_FetchPartition_AcknowledgementBatch)
     self.first_offset, self.last_offset = _u_qq(buf, pos)
@@ -323,6 +363,14 @@ def _write_ShareFetchRequest_FetchTopic_FetchPartition_AcknowledgementBatch(self
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ShareFetchRequest_ForgottenTopic():
+    self = _new(_C_ShareFetchRequest_ForgottenTopic)
+    self.topic_id = ZERO_UUID
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ShareFetchRequest_ForgottenTopic(buf, pos, version):

@@ -127,7 +127,7 @@ class ShareFetchResponse(Message):
                 self.error_message = error_message
                 self.acknowledge_error_code = acknowledge_error_code
                 self.acknowledge_error_message = acknowledge_error_message
-                self.current_leader = _C_ShareFetchResponse_ShareFetchableTopicResponse_PartitionData_LeaderIdAndEpoch() if current_leader is _MISSING else current_leader
+                self.current_leader = _default_ShareFetchResponse_ShareFetchableTopicResponse_PartitionData_LeaderIdAndEpoch() if current_leader is _MISSING else current_leader
                 self.records = records
                 self.acquired_records = [] if acquired_records is _MISSING else acquired_records
                 self.unknown_tagged_fields = unknown_tagged_fields
@@ -205,6 +205,17 @@ _C_ShareFetchResponse_ShareFetchableTopicResponse_PartitionData_AcquiredRecords 
 _C_ShareFetchResponse_NodeEndpoint = ShareFetchResponse.NodeEndpoint
 
 
+def _default_ShareFetchResponse():
+    self = _new(_C_ShareFetchResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.error_message = None
+    self.responses = []
+    self.node_endpoints = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareFetchResponse(buf, pos, version):
     self = _new(_C_ShareFetchResponse)
     self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
@@ -261,6 +272,14 @@ def _write_ShareFetchResponse(self, w, version):
         w.append(0)
 
 
+def _default_ShareFetchResponse_ShareFetchableTopicResponse():
+    self = _new(_C_ShareFetchResponse_ShareFetchableTopicResponse)
+    self.topic_id = ZERO_UUID
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareFetchResponse_ShareFetchableTopicResponse(buf, pos, version):
     self = _new(_C_ShareFetchResponse_ShareFetchableTopicResponse)
     self.topic_id, pos = rd_uuid(buf, pos)
@@ -295,6 +314,20 @@ def _write_ShareFetchResponse_ShareFetchableTopicResponse(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ShareFetchResponse_ShareFetchableTopicResponse_PartitionData():
+    self = _new(_C_ShareFetchResponse_ShareFetchableTopicResponse_PartitionData)
+    self.partition_index = 0
+    self.error_code = 0
+    self.error_message = None
+    self.acknowledge_error_code = 0
+    self.acknowledge_error_message = None
+    self.current_leader = _default_ShareFetchResponse_ShareFetchableTopicResponse_PartitionData_LeaderIdAndEpoch()
+    self.records = None
+    self.acquired_records = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ShareFetchResponse_ShareFetchableTopicResponse_PartitionData(buf, pos, version):
@@ -349,6 +382,14 @@ def _write_ShareFetchResponse_ShareFetchableTopicResponse_PartitionData(self, w,
         w.append(0)
 
 
+def _default_ShareFetchResponse_ShareFetchableTopicResponse_PartitionData_LeaderIdAndEpoch():
+    self = _new(_C_ShareFetchResponse_ShareFetchableTopicResponse_PartitionData_LeaderIdAndEpoch)
+    self.leader_id = 0
+    self.leader_epoch = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareFetchResponse_ShareFetchableTopicResponse_PartitionData_LeaderIdAndEpoch(buf, pos, version):
     self = _new(_C_ShareFetchResponse_ShareFetchableTopicResponse_PartitionData_LeaderIdAndEpoch)
     self.leader_id, self.leader_epoch = _u_ii(buf, pos)
@@ -369,6 +410,15 @@ def _write_ShareFetchResponse_ShareFetchableTopicResponse_PartitionData_LeaderId
         w.append(0)
 
 
+def _default_ShareFetchResponse_ShareFetchableTopicResponse_PartitionData_AcquiredRecords():
+    self = _new(_C_ShareFetchResponse_ShareFetchableTopicResponse_PartitionData_AcquiredRecords)
+    self.first_offset = 0
+    self.last_offset = 0
+    self.delivery_count = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareFetchResponse_ShareFetchableTopicResponse_PartitionData_AcquiredRecords(buf, pos, version):
     self = _new(_C_ShareFetchResponse_ShareFetchableTopicResponse_PartitionData_AcquiredRecords)
     self.first_offset, self.last_offset, self.delivery_count = _u_qqh(buf, pos)
@@ -387,6 +437,16 @@ def _write_ShareFetchResponse_ShareFetchableTopicResponse_PartitionData_Acquired
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ShareFetchResponse_NodeEndpoint():
+    self = _new(_C_ShareFetchResponse_NodeEndpoint)
+    self.node_id = 0
+    self.host = ''
+    self.port = 0
+    self.rack = None
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ShareFetchResponse_NodeEndpoint(buf, pos, version):

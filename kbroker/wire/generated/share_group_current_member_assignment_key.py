@@ -49,6 +49,14 @@ class ShareGroupCurrentMemberAssignmentKey(Message):
 _C_ShareGroupCurrentMemberAssignmentKey = ShareGroupCurrentMemberAssignmentKey
 
 
+def _default_ShareGroupCurrentMemberAssignmentKey():
+    self = _new(_C_ShareGroupCurrentMemberAssignmentKey)
+    self.group_id = ''
+    self.member_id = ''
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareGroupCurrentMemberAssignmentKey(buf, pos, version):
     self = _new(_C_ShareGroupCurrentMemberAssignmentKey)
     self.group_id, pos = rd_string(buf, pos)

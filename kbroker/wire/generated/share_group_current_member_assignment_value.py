@@ -79,6 +79,16 @@ _C_ShareGroupCurrentMemberAssignmentValue = ShareGroupCurrentMemberAssignmentVal
 _C_ShareGroupCurrentMemberAssignmentValue_TopicPartitions = ShareGroupCurrentMemberAssignmentValue.TopicPartitions
 
 
+def _default_ShareGroupCurrentMemberAssignmentValue():
+    self = _new(_C_ShareGroupCurrentMemberAssignmentValue)
+    self.member_epoch = 0
+    self.previous_member_epoch = 0
+    self.state = 0
+    self.assigned_partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareGroupCurrentMemberAssignmentValue(buf, pos, version):
     self = _new(_C_ShareGroupCurrentMemberAssignmentValue)
     self.member_epoch, self.previous_member_epoch, self.state = _u_iib(buf, pos)
@@ -114,6 +124,14 @@ def _write_ShareGroupCurrentMemberAssignmentValue(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ShareGroupCurrentMemberAssignmentValue_TopicPartitions():
+    self = _new(_C_ShareGroupCurrentMemberAssignmentValue_TopicPartitions)
+    self.topic_id = ZERO_UUID
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ShareGroupCurrentMemberAssignmentValue_TopicPartitions(buf, pos, version):

@@ -52,6 +52,14 @@ class ShareGroupDescribeRequest(Message):
 _C_ShareGroupDescribeRequest = ShareGroupDescribeRequest
 
 
+def _default_ShareGroupDescribeRequest():
+    self = _new(_C_ShareGroupDescribeRequest)
+    self.group_ids = []
+    self.include_authorized_operations = False
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareGroupDescribeRequest(buf, pos, version):
     self = _new(_C_ShareGroupDescribeRequest)
     _n, pos = rd_calen(buf, pos)

@@ -122,7 +122,7 @@ class ShareGroupDescribeResponse(Message):
                 self.client_id = client_id
                 self.client_host = client_host
                 self.subscribed_topic_names = [] if subscribed_topic_names is _MISSING else subscribed_topic_names
-                self.assignment = _C_ShareGroupDescribeResponse_Assignment() if assignment is _MISSING else assignment
+                self.assignment = _default_ShareGroupDescribeResponse_Assignment() if assignment is _MISSING else assignment
                 self.unknown_tagged_fields = unknown_tagged_fields
 
             def _is_default(self):
@@ -178,6 +178,14 @@ _C_ShareGroupDescribeResponse_DescribedGroup = ShareGroupDescribeResponse.Descri
 _C_ShareGroupDescribeResponse_DescribedGroup_Member = ShareGroupDescribeResponse.DescribedGroup.Member
 
 
+def _default_ShareGroupDescribeResponse():
+    self = _new(_C_ShareGroupDescribeResponse)
+    self.throttle_time_ms = 0
+    self.groups = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareGroupDescribeResponse(buf, pos, version):
     self = _new(_C_ShareGroupDescribeResponse)
     self.throttle_time_ms, = _u_i(buf, pos)
@@ -215,6 +223,15 @@ def _write_ShareGroupDescribeResponse(self, w, version):
         w.append(0)
 
 
+def _default_ShareGroupDescribeResponse_TopicPartitions():
+    self = _new(_C_ShareGroupDescribeResponse_TopicPartitions)
+    self.topic_id = ZERO_UUID
+    self.topic_name = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareGroupDescribeResponse_TopicPartitions(buf, pos, version):
     self = _new(_C_ShareGroupDescribeResponse_TopicPartitions)
     self.topic_id, pos = rd_uuid(buf, pos)
@@ -242,6 +259,13 @@ def _write_ShareGroupDescribeResponse_TopicPartitions(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ShareGroupDescribeResponse_Assignment():
+    self = _new(_C_ShareGroupDescribeResponse_Assignment)
+    self.topic_partitions = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ShareGroupDescribeResponse_Assignment(buf, pos, version):
@@ -276,6 +300,21 @@ def _write_ShareGroupDescribeResponse_Assignment(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ShareGroupDescribeResponse_DescribedGroup():
+    self = _new(_C_ShareGroupDescribeResponse_DescribedGroup)
+    self.error_code = 0
+    self.error_message = None
+    self.group_id = ''
+    self.group_state = ''
+    self.group_epoch = 0
+    self.assignment_epoch = 0
+    self.assignor_name = ''
+    self.members = []
+    self.authorized_operations = -2147483648
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ShareGroupDescribeResponse_DescribedGroup(buf, pos, version):
@@ -327,6 +366,19 @@ def _write_ShareGroupDescribeResponse_DescribedGroup(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ShareGroupDescribeResponse_DescribedGroup_Member():
+    self = _new(_C_ShareGroupDescribeResponse_DescribedGroup_Member)
+    self.member_id = ''
+    self.rack_id = None
+    self.member_epoch = 0
+    self.client_id = ''
+    self.client_host = ''
+    self.subscribed_topic_names = []
+    self.assignment = _default_ShareGroupDescribeResponse_Assignment()
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ShareGroupDescribeResponse_DescribedGroup_Member(buf, pos, version):

@@ -61,6 +61,17 @@ class ShareGroupHeartbeatRequest(Message):
 _C_ShareGroupHeartbeatRequest = ShareGroupHeartbeatRequest
 
 
+def _default_ShareGroupHeartbeatRequest():
+    self = _new(_C_ShareGroupHeartbeatRequest)
+    self.group_id = ''
+    self.member_id = ''
+    self.member_epoch = 0
+    self.rack_id = None
+    self.subscribed_topic_names = None
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareGroupHeartbeatRequest(buf, pos, version):
     self = _new(_C_ShareGroupHeartbeatRequest)
     self.group_id, pos = rd_cstring(buf, pos)

@@ -112,6 +112,19 @@ _C_ShareGroupHeartbeatResponse_TopicPartitions = ShareGroupHeartbeatResponse.Top
 _C_ShareGroupHeartbeatResponse_Assignment = ShareGroupHeartbeatResponse.Assignment
 
 
+def _default_ShareGroupHeartbeatResponse():
+    self = _new(_C_ShareGroupHeartbeatResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.error_message = None
+    self.member_id = None
+    self.member_epoch = 0
+    self.heartbeat_interval_ms = 0
+    self.assignment = None
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareGroupHeartbeatResponse(buf, pos, version):
     self = _new(_C_ShareGroupHeartbeatResponse)
     self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
@@ -151,6 +164,14 @@ def _write_ShareGroupHeartbeatResponse(self, w, version):
         w.append(0)
 
 
+def _default_ShareGroupHeartbeatResponse_TopicPartitions():
+    self = _new(_C_ShareGroupHeartbeatResponse_TopicPartitions)
+    self.topic_id = ZERO_UUID
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareGroupHeartbeatResponse_TopicPartitions(buf, pos, version):
     self = _new(_C_ShareGroupHeartbeatResponse_TopicPartitions)
     self.topic_id, pos = rd_uuid(buf, pos)
@@ -176,6 +197,13 @@ def _write_ShareGroupHeartbeatResponse_TopicPartitions(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ShareGroupHeartbeatResponse_Assignment():
+    self = _new(_C_ShareGroupHeartbeatResponse_Assignment)
+    self.topic_partitions = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ShareGroupHeartbeatResponse_Assignment(buf, pos, version):

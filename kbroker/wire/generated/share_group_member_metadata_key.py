@@ -49,6 +49,14 @@ class ShareGroupMemberMetadataKey(Message):
 _C_ShareGroupMemberMetadataKey = ShareGroupMemberMetadataKey
 
 
+def _default_ShareGroupMemberMetadataKey():
+    self = _new(_C_ShareGroupMemberMetadataKey)
+    self.group_id = ''
+    self.member_id = ''
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareGroupMemberMetadataKey(buf, pos, version):
     self = _new(_C_ShareGroupMemberMetadataKey)
     self.group_id, pos = rd_string(buf, pos)

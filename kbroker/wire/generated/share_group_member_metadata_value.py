@@ -55,6 +55,16 @@ class ShareGroupMemberMetadataValue(Message):
 _C_ShareGroupMemberMetadataValue = ShareGroupMemberMetadataValue
 
 
+def _default_ShareGroupMemberMetadataValue():
+    self = _new(_C_ShareGroupMemberMetadataValue)
+    self.rack_id = ''
+    self.client_id = ''
+    self.client_host = ''
+    self.subscribed_topic_names = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareGroupMemberMetadataValue(buf, pos, version):
     self = _new(_C_ShareGroupMemberMetadataValue)
     self.rack_id, pos = rd_cnstring(buf, pos)

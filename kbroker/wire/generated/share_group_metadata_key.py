@@ -46,6 +46,13 @@ class ShareGroupMetadataKey(Message):
 _C_ShareGroupMetadataKey = ShareGroupMetadataKey
 
 
+def _default_ShareGroupMetadataKey():
+    self = _new(_C_ShareGroupMetadataKey)
+    self.group_id = ''
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareGroupMetadataKey(buf, pos, version):
     self = _new(_C_ShareGroupMetadataKey)
     self.group_id, pos = rd_string(buf, pos)

@@ -49,6 +49,13 @@ class ShareGroupMetadataValue(Message):
 _C_ShareGroupMetadataValue = ShareGroupMetadataValue
 
 
+def _default_ShareGroupMetadataValue():
+    self = _new(_C_ShareGroupMetadataValue)
+    self.epoch = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareGroupMetadataValue(buf, pos, version):
     self = _new(_C_ShareGroupMetadataValue)
     self.epoch, = _u_i(buf, pos)

@@ -46,6 +46,13 @@ class ShareGroupPartitionMetadataKey(Message):
 _C_ShareGroupPartitionMetadataKey = ShareGroupPartitionMetadataKey
 
 
+def _default_ShareGroupPartitionMetadataKey():
+    self = _new(_C_ShareGroupPartitionMetadataKey)
+    self.group_id = ''
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareGroupPartitionMetadataKey(buf, pos, version):
     self = _new(_C_ShareGroupPartitionMetadataKey)
     self.group_id, pos = rd_string(buf, pos)

@@ -97,6 +97,13 @@ _C_ShareGroupPartitionMetadataValue_TopicMetadata = ShareGroupPartitionMetadataV
 _C_ShareGroupPartitionMetadataValue_TopicMetadata_PartitionMetadata = ShareGroupPartitionMetadataValue.TopicMetadata.PartitionMetadata
 
 
+def _default_ShareGroupPartitionMetadataValue():
+    self = _new(_C_ShareGroupPartitionMetadataValue)
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareGroupPartitionMetadataValue(buf, pos, version):
     self = _new(_C_ShareGroupPartitionMetadataValue)
     _n, pos = rd_calen(buf, pos)
@@ -129,6 +136,16 @@ def _write_ShareGroupPartitionMetadataValue(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ShareGroupPartitionMetadataValue_TopicMetadata():
+    self = _new(_C_ShareGroupPartitionMetadataValue_TopicMetadata)
+    self.topic_id = ZERO_UUID
+    self.topic_name = ''
+    self.num_partitions = 0
+    self.partition_metadata = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ShareGroupPartitionMetadataValue_TopicMetadata(buf, pos, version):
@@ -170,6 +187,14 @@ def _write_ShareGroupPartitionMetadataValue_TopicMetadata(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ShareGroupPartitionMetadataValue_TopicMetadata_PartitionMetadata():
+    self = _new(_C_ShareGroupPartitionMetadataValue_TopicMetadata_PartitionMetadata)
+    self.partition = 0
+    self.racks = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ShareGroupPartitionMetadataValue_TopicMetadata_PartitionMetadata(buf, pos, version):

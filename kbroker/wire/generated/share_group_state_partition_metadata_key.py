@@ -46,6 +46,13 @@ class ShareGroupStatePartitionMetadataKey(Message):
 _C_ShareGroupStatePartitionMetadataKey = ShareGroupStatePartitionMetadataKey
 
 
+def _default_ShareGroupStatePartitionMetadataKey():
+    self = _new(_C_ShareGroupStatePartitionMetadataKey)
+    self.group_id = ''
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareGroupStatePartitionMetadataKey(buf, pos, version):
     self = _new(_C_ShareGroupStatePartitionMetadataKey)
     self.group_id, pos = rd_string(buf, pos)

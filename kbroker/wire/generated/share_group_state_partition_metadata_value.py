@@ -94,6 +94,14 @@ _C_ShareGroupStatePartitionMetadataValue_TopicPartitionsInfo = ShareGroupStatePa
 _C_ShareGroupStatePartitionMetadataValue_TopicInfo = ShareGroupStatePartitionMetadataValue.TopicInfo
 
 
+def _default_ShareGroupStatePartitionMetadataValue():
+    self = _new(_C_ShareGroupStatePartitionMetadataValue)
+    self.initialized_topics = []
+    self.deleting_topics = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareGroupStatePartitionMetadataValue(buf, pos, version):
     self = _new(_C_ShareGroupStatePartitionMetadataValue)
     _n, pos = rd_calen(buf, pos)
@@ -145,6 +153,15 @@ def _write_ShareGroupStatePartitionMetadataValue(self, w, version):
         w.append(0)
 
 
+def _default_ShareGroupStatePartitionMetadataValue_TopicPartitionsInfo():
+    self = _new(_C_ShareGroupStatePartitionMetadataValue_TopicPartitionsInfo)
+    self.topic_id = ZERO_UUID
+    self.topic_name = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareGroupStatePartitionMetadataValue_TopicPartitionsInfo(buf, pos, version):
     self = _new(_C_ShareGroupStatePartitionMetadataValue_TopicPartitionsInfo)
     self.topic_id, pos = rd_uuid(buf, pos)
@@ -172,6 +189,14 @@ def _write_ShareGroupStatePartitionMetadataValue_TopicPartitionsInfo(self, w, ve
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ShareGroupStatePartitionMetadataValue_TopicInfo():
+    self = _new(_C_ShareGroupStatePartitionMetadataValue_TopicInfo)
+    self.topic_id = ZERO_UUID
+    self.topic_name = ''
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ShareGroupStatePartitionMetadataValue_TopicInfo(buf, pos, version):

@@ -49,6 +49,14 @@ class ShareGroupTargetAssignmentMemberKey(Message):
 _C_ShareGroupTargetAssignmentMemberKey = ShareGroupTargetAssignmentMemberKey
 
 
+def _default_ShareGroupTargetAssignmentMemberKey():
+    self = _new(_C_ShareGroupTargetAssignmentMemberKey)
+    self.group_id = ''
+    self.member_id = ''
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareGroupTargetAssignmentMemberKey(buf, pos, version):
     self = _new(_C_ShareGroupTargetAssignmentMemberKey)
     self.group_id, pos = rd_string(buf, pos)

@@ -67,6 +67,13 @@ _C_ShareGroupTargetAssignmentMemberValue = ShareGroupTargetAssignmentMemberValue
 _C_ShareGroupTargetAssignmentMemberValue_TopicPartition = ShareGroupTargetAssignmentMemberValue.TopicPartition
 
 
+def _default_ShareGroupTargetAssignmentMemberValue():
+    self = _new(_C_ShareGroupTargetAssignmentMemberValue)
+    self.topic_partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareGroupTargetAssignmentMemberValue(buf, pos, version):
     self = _new(_C_ShareGroupTargetAssignmentMemberValue)
     _n, pos = rd_calen(buf, pos)
@@ -99,6 +106,14 @@ def _write_ShareGroupTargetAssignmentMemberValue(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ShareGroupTargetAssignmentMemberValue_TopicPartition():
+    self = _new(_C_ShareGroupTargetAssignmentMemberValue_TopicPartition)
+    self.topic_id = ZERO_UUID
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ShareGroupTargetAssignmentMemberValue_TopicPartition(buf, pos, version):

@@ -46,6 +46,13 @@ class ShareGroupTargetAssignmentMetadataKey(Message):
 _C_ShareGroupTargetAssignmentMetadataKey = ShareGroupTargetAssignmentMetadataKey
 
 
+def _default_ShareGroupTargetAssignmentMetadataKey():
+    self = _new(_C_ShareGroupTargetAssignmentMetadataKey)
+    self.group_id = ''
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareGroupTargetAssignmentMetadataKey(buf, pos, version):
     self = _new(_C_ShareGroupTargetAssignmentMetadataKey)
     self.group_id, pos = rd_string(buf, pos)

@@ -49,6 +49,13 @@ class ShareGroupTargetAssignmentMetadataValue(Message):
 _C_ShareGroupTargetAssignmentMetadataValue = ShareGroupTargetAssignmentMetadataValue
 
 
+def _default_ShareGroupTargetAssignmentMetadataValue():
+    self = _new(_C_ShareGroupTargetAssignmentMetadataValue)
+    self.assignment_epoch = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareGroupTargetAssignmentMetadataValue(buf, pos, version):
     self = _new(_C_ShareGroupTargetAssignmentMetadataValue)
     self.assignment_epoch, = _u_i(buf, pos)

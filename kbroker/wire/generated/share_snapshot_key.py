@@ -55,6 +55,15 @@ class ShareSnapshotKey(Message):
 _C_ShareSnapshotKey = ShareSnapshotKey
 
 
+def _default_ShareSnapshotKey():
+    self = _new(_C_ShareSnapshotKey)
+    self.group_id = ''
+    self.topic_id = ZERO_UUID
+    self.partition = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareSnapshotKey(buf, pos, version):
     self = _new(_C_ShareSnapshotKey)
     self.group_id, pos = rd_string(buf, pos)

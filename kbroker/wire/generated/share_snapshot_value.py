@@ -91,6 +91,17 @@ _C_ShareSnapshotValue = ShareSnapshotValue
 _C_ShareSnapshotValue_StateBatch = ShareSnapshotValue.StateBatch
 
 
+def _default_ShareSnapshotValue():
+    self = _new(_C_ShareSnapshotValue)
+    self.snapshot_epoch = 0
+    self.state_epoch = 0
+    self.leader_epoch = 0
+    self.start_offset = 0
+    self.state_batches = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareSnapshotValue(buf, pos, version):
     self = _new(_C_ShareSnapshotValue)
     self.snapshot_epoch, self.state_epoch, self.leader_epoch, self.start_offset = _u_Hiiq(buf, pos)
@@ -126,6 +137,16 @@ def _write_ShareSnapshotValue(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ShareSnapshotValue_StateBatch():
+    self = _new(_C_ShareSnapshotValue_StateBatch)
+    self.first_offset = 0
+    self.last_offset = 0
+    self.delivery_state = 0
+    self.delivery_count = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ShareSnapshotValue_StateBatch(buf, pos, version):

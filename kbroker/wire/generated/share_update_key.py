@@ -55,6 +55,15 @@ class ShareUpdateKey(Message):
 _C_ShareUpdateKey = ShareUpdateKey
 
 
+def _default_ShareUpdateKey():
+    self = _new(_C_ShareUpdateKey)
+    self.group_id = ''
+    self.topic_id = ZERO_UUID
+    self.partition = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareUpdateKey(buf, pos, version):
     self = _new(_C_ShareUpdateKey)
     self.group_id, pos = rd_string(buf, pos)

@@ -88,6 +88,16 @@ _C_ShareUpdateValue = ShareUpdateValue
 _C_ShareUpdateValue_StateBatch = ShareUpdateValue.StateBatch
 
 
+def _default_ShareUpdateValue():
+    self = _new(_C_ShareUpdateValue)
+    self.snapshot_epoch = 0
+    self.leader_epoch = 0
+    self.start_offset = 0
+    self.state_batches = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ShareUpdateValue(buf, pos, version):
     self = _new(_C_ShareUpdateValue)
     self.snapshot_epoch, self.leader_epoch, self.start_offset = _u_Hiq(buf, pos)
@@ -123,6 +133,16 @@ def _write_ShareUpdateValue(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_ShareUpdateValue_StateBatch():
+    self = _new(_C_ShareUpdateValue_StateBatch)
+    self.first_offset = 0
+    self.last_offset = 0
+    self.delivery_state = 0
+    self.delivery_count = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_ShareUpdateValue_StateBatch(buf, pos, version):

@@ -49,6 +49,13 @@ class SnapshotFooterRecord(Message):
 _C_SnapshotFooterRecord = SnapshotFooterRecord
 
 
+def _default_SnapshotFooterRecord():
+    self = _new(_C_SnapshotFooterRecord)
+    self.version = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_SnapshotFooterRecord(buf, pos, version):
     self = _new(_C_SnapshotFooterRecord)
     self.version, = _u_h(buf, pos)

@@ -52,6 +52,14 @@ class SnapshotHeaderRecord(Message):
 _C_SnapshotHeaderRecord = SnapshotHeaderRecord
 
 
+def _default_SnapshotHeaderRecord():
+    self = _new(_C_SnapshotHeaderRecord)
+    self.version = 0
+    self.last_contained_log_timestamp = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_SnapshotHeaderRecord(buf, pos, version):
     self = _new(_C_SnapshotHeaderRecord)
     self.version, self.last_contained_log_timestamp = _u_hq(buf, pos)

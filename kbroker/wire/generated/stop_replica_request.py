@@ -172,6 +172,20 @@ _C_StopReplicaRequest_StopReplicaTopicState = StopReplicaRequest.StopReplicaTopi
 _C_StopReplicaRequest_StopReplicaTopicState_StopReplicaPartitionState = StopReplicaRequest.StopReplicaTopicState.StopReplicaPartitionState
 
 
+def _default_StopReplicaRequest():
+    self = _new(_C_StopReplicaRequest)
+    self.controller_id = 0
+    self.is_k_raft_controller = False
+    self.controller_epoch = 0
+    self.broker_epoch = -1
+    self.delete_partitions = False
+    self.ungrouped_partitions = []
+    self.topics = []
+    self.topic_states = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_StopReplicaRequest(buf, pos, version):
     self = _new(_C_StopReplicaRequest)
     if version >= 4:
@@ -387,6 +401,14 @@ def _write_StopReplicaRequest(self, w, version):
             raise CodecError('StopReplicaRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_StopReplicaRequest_StopReplicaPartitionV0():
+    self = _new(_C_StopReplicaRequest_StopReplicaPartitionV0)
+    self.topic_name = ''
+    self.partition_index = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_StopReplicaRequest_StopReplicaPartitionV0(buf, pos, version):
     self = _new(_C_StopReplicaRequest_StopReplicaPartitionV0)
     self.topic_name, pos = rd_string(buf, pos)
@@ -401,6 +423,14 @@ def _write_StopReplicaRequest_StopReplicaPartitionV0(self, w, version):
     w += _p_i(self.partition_index)
     if self.unknown_tagged_fields:
         raise CodecError('StopReplicaPartitionV0: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_StopReplicaRequest_StopReplicaTopicV1():
+    self = _new(_C_StopReplicaRequest_StopReplicaTopicV1)
+    self.name = ''
+    self.partition_indexes = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_StopReplicaRequest_StopReplicaTopicV1(buf, pos, version):
@@ -447,6 +477,14 @@ def _write_StopReplicaRequest_StopReplicaTopicV1(self, w, version):
             raise CodecError('StopReplicaTopicV1: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_StopReplicaRequest_StopReplicaTopicState():
+    self = _new(_C_StopReplicaRequest_StopReplicaTopicState)
+    self.topic_name = ''
+    self.partition_states = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_StopReplicaRequest_StopReplicaTopicState(buf, pos, version):
     self = _new(_C_StopReplicaRequest_StopReplicaTopicState)
     self.topic_name, pos = rd_cstring(buf, pos)
@@ -481,6 +519,15 @@ def _write_StopReplicaRequest_StopReplicaTopicState(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_StopReplicaRequest_StopReplicaTopicState_StopReplicaPartitionState():
+    self = _new(_C_StopReplicaRequest_StopReplicaTopicState_StopReplicaPartitionState)
+    self.partition_index = 0
+    self.leader_epoch = -1
+    self.delete_partition = False
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_StopReplicaRequest_StopReplicaTopicState_StopReplicaPartitionState(buf, pos, version):

@@ -79,6 +79,14 @@ _C_StopReplicaResponse = StopReplicaResponse
 _C_StopReplicaResponse_StopReplicaPartitionError = StopReplicaResponse.StopReplicaPartitionError
 
 
+def _default_StopReplicaResponse():
+    self = _new(_C_StopReplicaResponse)
+    self.error_code = 0
+    self.partition_errors = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_StopReplicaResponse(buf, pos, version):
     self = _new(_C_StopReplicaResponse)
     if version >= 2:
@@ -141,6 +149,15 @@ def _write_StopReplicaResponse(self, w, version):
                 _write_StopReplicaResponse_StopReplicaPartitionError(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('StopReplicaResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_StopReplicaResponse_StopReplicaPartitionError():
+    self = _new(_C_StopReplicaResponse_StopReplicaPartitionError)
+    self.topic_name = ''
+    self.partition_index = 0
+    self.error_code = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_StopReplicaResponse_StopReplicaPartitionError(buf, pos, version):

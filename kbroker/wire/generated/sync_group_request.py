@@ -88,6 +88,19 @@ _C_SyncGroupRequest = SyncGroupRequest
 _C_SyncGroupRequest_SyncGroupRequestAssignment = SyncGroupRequest.SyncGroupRequestAssignment
 
 
+def _default_SyncGroupRequest():
+    self = _new(_C_SyncGroupRequest)
+    self.group_id = ''
+    self.generation_id = 0
+    self.member_id = ''
+    self.group_instance_id = None
+    self.protocol_type = None
+    self.protocol_name = None
+    self.assignments = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_SyncGroupRequest(buf, pos, version):
     self = _new(_C_SyncGroupRequest)
     if version >= 5:
@@ -241,6 +254,14 @@ def _write_SyncGroupRequest(self, w, version):
                 _write_SyncGroupRequest_SyncGroupRequestAssignment(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('SyncGroupRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_SyncGroupRequest_SyncGroupRequestAssignment():
+    self = _new(_C_SyncGroupRequest_SyncGroupRequestAssignment)
+    self.member_id = ''
+    self.assignment = b''
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_SyncGroupRequest_SyncGroupRequestAssignment(buf, pos, version):

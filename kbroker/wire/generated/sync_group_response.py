@@ -64,6 +64,17 @@ class SyncGroupResponse(Message):
 _C_SyncGroupResponse = SyncGroupResponse
 
 
+def _default_SyncGroupResponse():
+    self = _new(_C_SyncGroupResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.protocol_type = None
+    self.protocol_name = None
+    self.assignment = b''
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_SyncGroupResponse(buf, pos, version):
     self = _new(_C_SyncGroupResponse)
     if version >= 5:

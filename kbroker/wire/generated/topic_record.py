@@ -50,6 +50,14 @@ class TopicRecord(Message):
 _C_TopicRecord = TopicRecord
 
 
+def _default_TopicRecord():
+    self = _new(_C_TopicRecord)
+    self.name = ''
+    self.topic_id = ZERO_UUID
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_TopicRecord(buf, pos, version):
     self = _new(_C_TopicRecord)
     self.name, pos = rd_cstring(buf, pos)

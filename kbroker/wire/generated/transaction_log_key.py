@@ -46,6 +46,13 @@ class TransactionLogKey(Message):
 _C_TransactionLogKey = TransactionLogKey
 
 
+def _default_TransactionLogKey():
+    self = _new(_C_TransactionLogKey)
+    self.transactional_id = ''
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_TransactionLogKey(buf, pos, version):
     self = _new(_C_TransactionLogKey)
     self.transactional_id, pos = rd_string(buf, pos)

@@ -106,6 +106,22 @@ _C_TransactionLogValue = TransactionLogValue
 _C_TransactionLogValue_PartitionsSchema = TransactionLogValue.PartitionsSchema
 
 
+def _default_TransactionLogValue():
+    self = _new(_C_TransactionLogValue)
+    self.producer_id = 0
+    self.previous_producer_id = -1
+    self.next_producer_id = -1
+    self.producer_epoch = 0
+    self.transaction_timeout_ms = 0
+    self.transaction_status = 0
+    self.transaction_partitions = []
+    self.transaction_last_update_timestamp_ms = 0
+    self.transaction_start_timestamp_ms = 0
+    self.client_transaction_version = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_TransactionLogValue(buf, pos, version):
     self = _new(_C_TransactionLogValue)
     if version >= 1:
@@ -239,6 +255,14 @@ def _write_TransactionLogValue(self, w, version):
         w += _p_qq(self.transaction_last_update_timestamp_ms, self.transaction_start_timestamp_ms)
         if self.unknown_tagged_fields:
             raise CodecError('TransactionLogValue: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_TransactionLogValue_PartitionsSchema():
+    self = _new(_C_TransactionLogValue_PartitionsSchema)
+    self.topic = ''
+    self.partition_ids = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_TransactionLogValue_PartitionsSchema(buf, pos, version):

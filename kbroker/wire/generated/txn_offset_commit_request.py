@@ -127,6 +127,20 @@ _C_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic = TxnOffsetCommitRequest.T
 _C_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.TxnOffsetCommitRequestPartition
 
 
+def _default_TxnOffsetCommitRequest():
+    self = _new(_C_TxnOffsetCommitRequest)
+    self.transactional_id = ''
+    self.group_id = ''
+    self.producer_id = 0
+    self.producer_epoch = 0
+    self.generation_id = -1
+    self.member_id = ''
+    self.group_instance_id = None
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_TxnOffsetCommitRequest(buf, pos, version):
     self = _new(_C_TxnOffsetCommitRequest)
     if version >= 3:
@@ -212,6 +226,14 @@ def _write_TxnOffsetCommitRequest(self, w, version):
             raise CodecError('TxnOffsetCommitRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic():
+    self = _new(_C_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic)
+    self.name = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic(buf, pos, version):
     self = _new(_C_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic)
     if version >= 3:
@@ -272,6 +294,16 @@ def _write_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic(self, w, version):
                 _write_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('TxnOffsetCommitRequestTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition():
+    self = _new(_C_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition)
+    self.partition_index = 0
+    self.committed_offset = 0
+    self.committed_leader_epoch = -1
+    self.committed_metadata = ''
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition(buf, pos, version):

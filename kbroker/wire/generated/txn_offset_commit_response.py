@@ -97,6 +97,14 @@ _C_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic = TxnOffsetCommitRespons
 _C_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_TxnOffsetCommitResponsePartition = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.TxnOffsetCommitResponsePartition
 
 
+def _default_TxnOffsetCommitResponse():
+    self = _new(_C_TxnOffsetCommitResponse)
+    self.throttle_time_ms = 0
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_TxnOffsetCommitResponse(buf, pos, version):
     self = _new(_C_TxnOffsetCommitResponse)
     if version >= 3:
@@ -161,6 +169,14 @@ def _write_TxnOffsetCommitResponse(self, w, version):
             raise CodecError('TxnOffsetCommitResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic():
+    self = _new(_C_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic)
+    self.name = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic(buf, pos, version):
     self = _new(_C_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic)
     if version >= 3:
@@ -221,6 +237,14 @@ def _write_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic(self, w, version
                 _write_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_TxnOffsetCommitResponsePartition(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('TxnOffsetCommitResponseTopic: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_TxnOffsetCommitResponsePartition():
+    self = _new(_C_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_TxnOffsetCommitResponsePartition)
+    self.partition_index = 0
+    self.error_code = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_TxnOffsetCommitResponsePartition(buf, pos, version):

@@ -53,6 +53,14 @@ class UnfenceBrokerRecord(Message):
 _C_UnfenceBrokerRecord = UnfenceBrokerRecord
 
 
+def _default_UnfenceBrokerRecord():
+    self = _new(_C_UnfenceBrokerRecord)
+    self.id = 0
+    self.epoch = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_UnfenceBrokerRecord(buf, pos, version):
     self = _new(_C_UnfenceBrokerRecord)
     self.id, self.epoch = _u_iq(buf, pos)

@@ -53,6 +53,14 @@ class UnregisterBrokerRecord(Message):
 _C_UnregisterBrokerRecord = UnregisterBrokerRecord
 
 
+def _default_UnregisterBrokerRecord():
+    self = _new(_C_UnregisterBrokerRecord)
+    self.broker_id = 0
+    self.broker_epoch = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_UnregisterBrokerRecord(buf, pos, version):
     self = _new(_C_UnregisterBrokerRecord)
     self.broker_id, self.broker_epoch = _u_iq(buf, pos)

@@ -49,6 +49,13 @@ class UnregisterBrokerRequest(Message):
 _C_UnregisterBrokerRequest = UnregisterBrokerRequest
 
 
+def _default_UnregisterBrokerRequest():
+    self = _new(_C_UnregisterBrokerRequest)
+    self.broker_id = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_UnregisterBrokerRequest(buf, pos, version):
     self = _new(_C_UnregisterBrokerRequest)
     self.broker_id, = _u_i(buf, pos)

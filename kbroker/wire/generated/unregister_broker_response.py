@@ -55,6 +55,15 @@ class UnregisterBrokerResponse(Message):
 _C_UnregisterBrokerResponse = UnregisterBrokerResponse
 
 
+def _default_UnregisterBrokerResponse():
+    self = _new(_C_UnregisterBrokerResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.error_message = ''
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_UnregisterBrokerResponse(buf, pos, version):
     self = _new(_C_UnregisterBrokerResponse)
     self.throttle_time_ms, self.error_code = _u_ih(buf, pos)

@@ -94,6 +94,15 @@ _C_UpdateFeaturesRequest = UpdateFeaturesRequest
 _C_UpdateFeaturesRequest_FeatureUpdateKey = UpdateFeaturesRequest.FeatureUpdateKey
 
 
+def _default_UpdateFeaturesRequest():
+    self = _new(_C_UpdateFeaturesRequest)
+    self.timeout_ms = 60000
+    self.feature_updates = []
+    self.validate_only = False
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_UpdateFeaturesRequest(buf, pos, version):
     self = _new(_C_UpdateFeaturesRequest)
     if version >= 1:
@@ -168,6 +177,16 @@ def _write_UpdateFeaturesRequest(self, w, version):
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+
+
+def _default_UpdateFeaturesRequest_FeatureUpdateKey():
+    self = _new(_C_UpdateFeaturesRequest_FeatureUpdateKey)
+    self.feature = ''
+    self.max_version_level = 0
+    self.allow_downgrade = False
+    self.upgrade_type = 1
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_UpdateFeaturesRequest_FeatureUpdateKey(buf, pos, version):

@@ -85,6 +85,16 @@ _C_UpdateFeaturesResponse = UpdateFeaturesResponse
 _C_UpdateFeaturesResponse_UpdatableFeatureResult = UpdateFeaturesResponse.UpdatableFeatureResult
 
 
+def _default_UpdateFeaturesResponse():
+    self = _new(_C_UpdateFeaturesResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.error_message = ''
+    self.results = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_UpdateFeaturesResponse(buf, pos, version):
     self = _new(_C_UpdateFeaturesResponse)
     if version >= 2:
@@ -141,6 +151,15 @@ def _write_UpdateFeaturesResponse(self, w, version):
             wr_tags(w, None, self.unknown_tagged_fields)
         else:
             w.append(0)
+
+
+def _default_UpdateFeaturesResponse_UpdatableFeatureResult():
+    self = _new(_C_UpdateFeaturesResponse_UpdatableFeatureResult)
+    self.feature = ''
+    self.error_code = 0
+    self.error_message = ''
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_UpdateFeaturesResponse_UpdatableFeatureResult(buf, pos, version):

@@ -208,6 +208,20 @@ _C_UpdateMetadataRequest_UpdateMetadataBroker = UpdateMetadataRequest.UpdateMeta
 _C_UpdateMetadataRequest_UpdateMetadataBroker_UpdateMetadataEndpoint = UpdateMetadataRequest.UpdateMetadataBroker.UpdateMetadataEndpoint
 
 
+def _default_UpdateMetadataRequest():
+    self = _new(_C_UpdateMetadataRequest)
+    self.controller_id = 0
+    self.is_k_raft_controller = False
+    self.type = 0
+    self.controller_epoch = 0
+    self.broker_epoch = -1
+    self.ungrouped_partition_states = []
+    self.topic_states = []
+    self.live_brokers = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_UpdateMetadataRequest(buf, pos, version):
     self = _new(_C_UpdateMetadataRequest)
     if version >= 8:
@@ -470,6 +484,21 @@ def _write_UpdateMetadataRequest(self, w, version):
             raise CodecError('UpdateMetadataRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_UpdateMetadataRequest_UpdateMetadataPartitionState():
+    self = _new(_C_UpdateMetadataRequest_UpdateMetadataPartitionState)
+    self.topic_name = ''
+    self.partition_index = 0
+    self.controller_epoch = 0
+    self.leader = 0
+    self.leader_epoch = 0
+    self.isr = []
+    self.zk_version = 0
+    self.replicas = []
+    self.offline_replicas = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_UpdateMetadataRequest_UpdateMetadataPartitionState(buf, pos, version):
     self = _new(_C_UpdateMetadataRequest_UpdateMetadataPartitionState)
     if version >= 6:
@@ -623,6 +652,15 @@ def _write_UpdateMetadataRequest_UpdateMetadataPartitionState(self, w, version):
             raise CodecError('UpdateMetadataPartitionState: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_UpdateMetadataRequest_UpdateMetadataTopicState():
+    self = _new(_C_UpdateMetadataRequest_UpdateMetadataTopicState)
+    self.topic_name = ''
+    self.topic_id = ZERO_UUID
+    self.partition_states = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_UpdateMetadataRequest_UpdateMetadataTopicState(buf, pos, version):
     self = _new(_C_UpdateMetadataRequest_UpdateMetadataTopicState)
     if version >= 7:
@@ -717,6 +755,17 @@ def _write_UpdateMetadataRequest_UpdateMetadataTopicState(self, w, version):
                 _write_UpdateMetadataRequest_UpdateMetadataPartitionState(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('UpdateMetadataTopicState: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_UpdateMetadataRequest_UpdateMetadataBroker():
+    self = _new(_C_UpdateMetadataRequest_UpdateMetadataBroker)
+    self.id = 0
+    self.v0_host = ''
+    self.v0_port = 0
+    self.endpoints = []
+    self.rack = ''
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_UpdateMetadataRequest_UpdateMetadataBroker(buf, pos, version):
@@ -832,6 +881,16 @@ def _write_UpdateMetadataRequest_UpdateMetadataBroker(self, w, version):
         w += _p_i(self.v0_port)
         if self.unknown_tagged_fields:
             raise CodecError('UpdateMetadataBroker: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_UpdateMetadataRequest_UpdateMetadataBroker_UpdateMetadataEndpoint():
+    self = _new(_C_UpdateMetadataRequest_UpdateMetadataBroker_UpdateMetadataEndpoint)
+    self.port = 0
+    self.host = ''
+    self.listener = ''
+    self.security_protocol = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_UpdateMetadataRequest_UpdateMetadataBroker_UpdateMetadataEndpoint(buf, pos, version):

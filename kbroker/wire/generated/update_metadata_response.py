@@ -49,6 +49,13 @@ class UpdateMetadataResponse(Message):
 _C_UpdateMetadataResponse = UpdateMetadataResponse
 
 
+def _default_UpdateMetadataResponse():
+    self = _new(_C_UpdateMetadataResponse)
+    self.error_code = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_UpdateMetadataResponse(buf, pos, version):
     self = _new(_C_UpdateMetadataResponse)
     if version >= 6:

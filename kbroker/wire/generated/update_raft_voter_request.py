@@ -96,7 +96,7 @@ class UpdateRaftVoterRequest(Message):
         self.voter_id = voter_id
         self.voter_directory_id = voter_directory_id
         self.listeners = [] if listeners is _MISSING else listeners
-        self.k_raft_version_feature = _C_UpdateRaftVoterRequest_KRaftVersionFeature() if k_raft_version_feature is _MISSING else k_raft_version_feature
+        self.k_raft_version_feature = _default_UpdateRaftVoterRequest_KRaftVersionFeature() if k_raft_version_feature is _MISSING else k_raft_version_feature
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _is_default(self):
@@ -113,6 +113,18 @@ class UpdateRaftVoterRequest(Message):
 _C_UpdateRaftVoterRequest = UpdateRaftVoterRequest
 _C_UpdateRaftVoterRequest_Listener = UpdateRaftVoterRequest.Listener
 _C_UpdateRaftVoterRequest_KRaftVersionFeature = UpdateRaftVoterRequest.KRaftVersionFeature
+
+
+def _default_UpdateRaftVoterRequest():
+    self = _new(_C_UpdateRaftVoterRequest)
+    self.cluster_id = ''
+    self.current_leader_epoch = 0
+    self.voter_id = 0
+    self.voter_directory_id = ZERO_UUID
+    self.listeners = []
+    self.k_raft_version_feature = _default_UpdateRaftVoterRequest_KRaftVersionFeature()
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_UpdateRaftVoterRequest(buf, pos, version):
@@ -162,6 +174,15 @@ def _write_UpdateRaftVoterRequest(self, w, version):
         w.append(0)
 
 
+def _default_UpdateRaftVoterRequest_Listener():
+    self = _new(_C_UpdateRaftVoterRequest_Listener)
+    self.name = ''
+    self.host = ''
+    self.port = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_UpdateRaftVoterRequest_Listener(buf, pos, version):
     self = _new(_C_UpdateRaftVoterRequest_Listener)
     self.name, pos = rd_cstring(buf, pos)
@@ -184,6 +205,14 @@ def _write_UpdateRaftVoterRequest_Listener(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_UpdateRaftVoterRequest_KRaftVersionFeature():
+    self = _new(_C_UpdateRaftVoterRequest_KRaftVersionFeature)
+    self.min_supported_version = 0
+    self.max_supported_version = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_UpdateRaftVoterRequest_KRaftVersionFeature(buf, pos, version):

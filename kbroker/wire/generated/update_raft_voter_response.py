@@ -73,7 +73,7 @@ class UpdateRaftVoterResponse(Message):
     def __init__(self, *, throttle_time_ms=0, error_code=0, current_leader=_MISSING, unknown_tagged_fields=None):
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
-        self.current_leader = _C_UpdateRaftVoterResponse_CurrentLeader() if current_leader is _MISSING else current_leader
+        self.current_leader = _default_UpdateRaftVoterResponse_CurrentLeader() if current_leader is _MISSING else current_leader
         self.unknown_tagged_fields = unknown_tagged_fields
 
     def _is_default(self):
@@ -88,11 +88,20 @@ _C_UpdateRaftVoterResponse = UpdateRaftVoterResponse
 _C_UpdateRaftVoterResponse_CurrentLeader = UpdateRaftVoterResponse.CurrentLeader
 
 
+def _default_UpdateRaftVoterResponse():
+    self = _new(_C_UpdateRaftVoterResponse)
+    self.throttle_time_ms = 0
+    self.error_code = 0
+    self.current_leader = _default_UpdateRaftVoterResponse_CurrentLeader()
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_UpdateRaftVoterResponse(buf, pos, version):
     self = _new(_C_UpdateRaftVoterResponse)
     self.throttle_time_ms, self.error_code = _u_ih(buf, pos)
     pos += 6
-    self.current_leader = _C_UpdateRaftVoterResponse_CurrentLeader()
+    self.current_leader = _default_UpdateRaftVoterResponse_CurrentLeader()
     self.unknown_tagged_fields = None
     if buf[pos]:
         pos = _tags_UpdateRaftVoterResponse(self, buf, pos, version)
@@ -137,6 +146,16 @@ def _write_UpdateRaftVoterResponse(self, w, version):
         w.append(0)
     else:
         wr_tags(w, _t, self.unknown_tagged_fields)
+
+
+def _default_UpdateRaftVoterResponse_CurrentLeader():
+    self = _new(_C_UpdateRaftVoterResponse_CurrentLeader)
+    self.leader_id = -1
+    self.leader_epoch = -1
+    self.host = ''
+    self.port = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_UpdateRaftVoterResponse_CurrentLeader(buf, pos, version):

@@ -68,6 +68,18 @@ class UserScramCredentialRecord(Message):
 _C_UserScramCredentialRecord = UserScramCredentialRecord
 
 
+def _default_UserScramCredentialRecord():
+    self = _new(_C_UserScramCredentialRecord)
+    self.name = ''
+    self.mechanism = 0
+    self.salt = b''
+    self.stored_key = b''
+    self.server_key = b''
+    self.iterations = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_UserScramCredentialRecord(buf, pos, version):
     self = _new(_C_UserScramCredentialRecord)
     self.name, pos = rd_cstring(buf, pos)

@@ -118,6 +118,15 @@ _C_VoteRequest_TopicData = VoteRequest.TopicData
 _C_VoteRequest_TopicData_PartitionData = VoteRequest.TopicData.PartitionData
 
 
+def _default_VoteRequest():
+    self = _new(_C_VoteRequest)
+    self.cluster_id = None
+    self.voter_id = -1
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_VoteRequest(buf, pos, version):
     self = _new(_C_VoteRequest)
     if version >= 1:
@@ -190,6 +199,14 @@ def _write_VoteRequest(self, w, version):
             w.append(0)
 
 
+def _default_VoteRequest_TopicData():
+    self = _new(_C_VoteRequest_TopicData)
+    self.topic_name = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_VoteRequest_TopicData(buf, pos, version):
     self = _new(_C_VoteRequest_TopicData)
     self.topic_name, pos = rd_cstring(buf, pos)
@@ -224,6 +241,19 @@ def _write_VoteRequest_TopicData(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_VoteRequest_TopicData_PartitionData():
+    self = _new(_C_VoteRequest_TopicData_PartitionData)
+    self.partition_index = 0
+    self.candidate_epoch = 0
+    self.candidate_id = 0
+    self.candidate_directory_id = ZERO_UUID
+    self.voter_directory_id = ZERO_UUID
+    self.last_offset_epoch = 0
+    self.last_offset = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_VoteRequest_TopicData_PartitionData(buf, pos, version):

@@ -139,6 +139,15 @@ _C_VoteResponse_TopicData_PartitionData = VoteResponse.TopicData.PartitionData
 _C_VoteResponse_NodeEndpoint = VoteResponse.NodeEndpoint
 
 
+def _default_VoteResponse():
+    self = _new(_C_VoteResponse)
+    self.error_code = 0
+    self.topics = []
+    self.node_endpoints = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_VoteResponse(buf, pos, version):
     self = _new(_C_VoteResponse)
     if version >= 1:
@@ -257,6 +266,14 @@ def _write_VoteResponse(self, w, version):
             wr_tags(w, _t, self.unknown_tagged_fields)
 
 
+def _default_VoteResponse_TopicData():
+    self = _new(_C_VoteResponse_TopicData)
+    self.topic_name = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_VoteResponse_TopicData(buf, pos, version):
     self = _new(_C_VoteResponse_TopicData)
     self.topic_name, pos = rd_cstring(buf, pos)
@@ -293,6 +310,17 @@ def _write_VoteResponse_TopicData(self, w, version):
         w.append(0)
 
 
+def _default_VoteResponse_TopicData_PartitionData():
+    self = _new(_C_VoteResponse_TopicData_PartitionData)
+    self.partition_index = 0
+    self.error_code = 0
+    self.leader_id = 0
+    self.leader_epoch = 0
+    self.vote_granted = False
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_VoteResponse_TopicData_PartitionData(buf, pos, version):
     self = _new(_C_VoteResponse_TopicData_PartitionData)
     self.partition_index, self.error_code, self.leader_id, self.leader_epoch, self.vote_granted = _u_ihiiz(buf, pos)
@@ -311,6 +339,15 @@ def _write_VoteResponse_TopicData_PartitionData(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_VoteResponse_NodeEndpoint():
+    self = _new(_C_VoteResponse_NodeEndpoint)
+    self.node_id = 0
+    self.host = ''
+    self.port = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_VoteResponse_NodeEndpoint(buf, pos, version):

@@ -105,7 +105,7 @@ class VotersRecord(Message):
             self.voter_id = voter_id
             self.voter_directory_id = voter_directory_id
             self.endpoints = [] if endpoints is _MISSING else endpoints
-            self.k_raft_version_feature = _C_VotersRecord_Voter_KRaftVersionFeature() if k_raft_version_feature is _MISSING else k_raft_version_feature
+            self.k_raft_version_feature = _default_VotersRecord_Voter_KRaftVersionFeature() if k_raft_version_feature is _MISSING else k_raft_version_feature
             self.unknown_tagged_fields = unknown_tagged_fields
 
         def _is_default(self):
@@ -131,6 +131,14 @@ _C_VotersRecord = VotersRecord
 _C_VotersRecord_Voter = VotersRecord.Voter
 _C_VotersRecord_Voter_Endpoint = VotersRecord.Voter.Endpoint
 _C_VotersRecord_Voter_KRaftVersionFeature = VotersRecord.Voter.KRaftVersionFeature
+
+
+def _default_VotersRecord():
+    self = _new(_C_VotersRecord)
+    self.version = 0
+    self.voters = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_VotersRecord(buf, pos, version):
@@ -168,6 +176,16 @@ def _write_VotersRecord(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_VotersRecord_Voter():
+    self = _new(_C_VotersRecord_Voter)
+    self.voter_id = 0
+    self.voter_directory_id = ZERO_UUID
+    self.endpoints = []
+    self.k_raft_version_feature = _default_VotersRecord_Voter_KRaftVersionFeature()
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_VotersRecord_Voter(buf, pos, version):
@@ -215,6 +233,15 @@ def _write_VotersRecord_Voter(self, w, version):
         w.append(0)
 
 
+def _default_VotersRecord_Voter_Endpoint():
+    self = _new(_C_VotersRecord_Voter_Endpoint)
+    self.name = ''
+    self.host = ''
+    self.port = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_VotersRecord_Voter_Endpoint(buf, pos, version):
     self = _new(_C_VotersRecord_Voter_Endpoint)
     self.name, pos = rd_cstring(buf, pos)
@@ -237,6 +264,14 @@ def _write_VotersRecord_Voter_Endpoint(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_VotersRecord_Voter_KRaftVersionFeature():
+    self = _new(_C_VotersRecord_Voter_KRaftVersionFeature)
+    self.min_supported_version = 0
+    self.max_supported_version = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_VotersRecord_Voter_KRaftVersionFeature(buf, pos, version):

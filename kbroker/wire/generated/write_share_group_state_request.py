@@ -133,6 +133,14 @@ _C_WriteShareGroupStateRequest_WriteStateData_PartitionData = WriteShareGroupSta
 _C_WriteShareGroupStateRequest_WriteStateData_PartitionData_StateBatch = WriteShareGroupStateRequest.WriteStateData.PartitionData.StateBatch
 
 
+def _default_WriteShareGroupStateRequest():
+    self = _new(_C_WriteShareGroupStateRequest)
+    self.group_id = ''
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_WriteShareGroupStateRequest(buf, pos, version):
     self = _new(_C_WriteShareGroupStateRequest)
     self.group_id, pos = rd_cstring(buf, pos)
@@ -167,6 +175,14 @@ def _write_WriteShareGroupStateRequest(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_WriteShareGroupStateRequest_WriteStateData():
+    self = _new(_C_WriteShareGroupStateRequest_WriteStateData)
+    self.topic_id = ZERO_UUID
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_WriteShareGroupStateRequest_WriteStateData(buf, pos, version):
@@ -205,6 +221,17 @@ def _write_WriteShareGroupStateRequest_WriteStateData(self, w, version):
         w.append(0)
 
 
+def _default_WriteShareGroupStateRequest_WriteStateData_PartitionData():
+    self = _new(_C_WriteShareGroupStateRequest_WriteStateData_PartitionData)
+    self.partition = 0
+    self.state_epoch = 0
+    self.leader_epoch = 0
+    self.start_offset = 0
+    self.state_batches = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_WriteShareGroupStateRequest_WriteStateData_PartitionData(buf, pos, version):
     self = _new(_C_WriteShareGroupStateRequest_WriteStateData_PartitionData)
     self.partition, self.state_epoch, self.leader_epoch, self.start_offset = _u_iiiq(buf, pos)
@@ -240,6 +267,16 @@ def _write_WriteShareGroupStateRequest_WriteStateData_PartitionData(self, w, ver
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_WriteShareGroupStateRequest_WriteStateData_PartitionData_StateBatch():
+    self = _new(_C_WriteShareGroupStateRequest_WriteStateData_PartitionData_StateBatch)
+    self.first_offset = 0
+    self.last_offset = 0
+    self.delivery_state = 0
+    self.delivery_count = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_WriteShareGroupStateRequest_WriteStateData_PartitionData_StateBatch(buf, pos, version):

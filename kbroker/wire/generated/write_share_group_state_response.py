@@ -94,6 +94,13 @@ _C_WriteShareGroupStateResponse_WriteStateResult = WriteShareGroupStateResponse.
 _C_WriteShareGroupStateResponse_WriteStateResult_PartitionResult = WriteShareGroupStateResponse.WriteStateResult.PartitionResult
 
 
+def _default_WriteShareGroupStateResponse():
+    self = _new(_C_WriteShareGroupStateResponse)
+    self.results = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_WriteShareGroupStateResponse(buf, pos, version):
     self = _new(_C_WriteShareGroupStateResponse)
     _n, pos = rd_calen(buf, pos)
@@ -126,6 +133,14 @@ def _write_WriteShareGroupStateResponse(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_WriteShareGroupStateResponse_WriteStateResult():
+    self = _new(_C_WriteShareGroupStateResponse_WriteStateResult)
+    self.topic_id = ZERO_UUID
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_WriteShareGroupStateResponse_WriteStateResult(buf, pos, version):
@@ -162,6 +177,15 @@ def _write_WriteShareGroupStateResponse_WriteStateResult(self, w, version):
         wr_tags(w, None, self.unknown_tagged_fields)
     else:
         w.append(0)
+
+
+def _default_WriteShareGroupStateResponse_WriteStateResult_PartitionResult():
+    self = _new(_C_WriteShareGroupStateResponse_WriteStateResult_PartitionResult)
+    self.partition = 0
+    self.error_code = 0
+    self.error_message = None
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_WriteShareGroupStateResponse_WriteStateResult_PartitionResult(buf, pos, version):

@@ -103,6 +103,13 @@ _C_WriteTxnMarkersRequest_WritableTxnMarker = WriteTxnMarkersRequest.WritableTxn
 _C_WriteTxnMarkersRequest_WritableTxnMarker_WritableTxnMarkerTopic = WriteTxnMarkersRequest.WritableTxnMarker.WritableTxnMarkerTopic
 
 
+def _default_WriteTxnMarkersRequest():
+    self = _new(_C_WriteTxnMarkersRequest)
+    self.markers = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_WriteTxnMarkersRequest(buf, pos, version):
     self = _new(_C_WriteTxnMarkersRequest)
     if version >= 1:
@@ -159,6 +166,17 @@ def _write_WriteTxnMarkersRequest(self, w, version):
                 _write_WriteTxnMarkersRequest_WritableTxnMarker(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('WriteTxnMarkersRequest: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_WriteTxnMarkersRequest_WritableTxnMarker():
+    self = _new(_C_WriteTxnMarkersRequest_WritableTxnMarker)
+    self.producer_id = 0
+    self.producer_epoch = 0
+    self.transaction_result = False
+    self.topics = []
+    self.coordinator_epoch = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_WriteTxnMarkersRequest_WritableTxnMarker(buf, pos, version):
@@ -229,6 +247,14 @@ def _write_WriteTxnMarkersRequest_WritableTxnMarker(self, w, version):
         w += _p_i(self.coordinator_epoch)
         if self.unknown_tagged_fields:
             raise CodecError('WritableTxnMarker: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_WriteTxnMarkersRequest_WritableTxnMarker_WritableTxnMarkerTopic():
+    self = _new(_C_WriteTxnMarkersRequest_WritableTxnMarker_WritableTxnMarkerTopic)
+    self.name = ''
+    self.partition_indexes = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_WriteTxnMarkersRequest_WritableTxnMarker_WritableTxnMarkerTopic(buf, pos, version):

@@ -115,6 +115,13 @@ _C_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult 
 _C_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult_WritableTxnMarkerPartitionResult = WriteTxnMarkersResponse.WritableTxnMarkerResult.WritableTxnMarkerTopicResult.WritableTxnMarkerPartitionResult
 
 
+def _default_WriteTxnMarkersResponse():
+    self = _new(_C_WriteTxnMarkersResponse)
+    self.markers = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_WriteTxnMarkersResponse(buf, pos, version):
     self = _new(_C_WriteTxnMarkersResponse)
     if version >= 1:
@@ -171,6 +178,14 @@ def _write_WriteTxnMarkersResponse(self, w, version):
                 _write_WriteTxnMarkersResponse_WritableTxnMarkerResult(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('WriteTxnMarkersResponse: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_WriteTxnMarkersResponse_WritableTxnMarkerResult():
+    self = _new(_C_WriteTxnMarkersResponse_WritableTxnMarkerResult)
+    self.producer_id = 0
+    self.topics = []
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_WriteTxnMarkersResponse_WritableTxnMarkerResult(buf, pos, version):
@@ -237,6 +252,14 @@ def _write_WriteTxnMarkersResponse_WritableTxnMarkerResult(self, w, version):
             raise CodecError('WritableTxnMarkerResult: tagged fields set, but version ' + str(version) + ' is not flexible')
 
 
+def _default_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult():
+    self = _new(_C_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult)
+    self.name = ''
+    self.partitions = []
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult(buf, pos, version):
     self = _new(_C_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult)
     if version >= 1:
@@ -297,6 +320,14 @@ def _write_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopi
                 _write_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult_WritableTxnMarkerPartitionResult(_o, w, version)
         if self.unknown_tagged_fields:
             raise CodecError('WritableTxnMarkerTopicResult: tagged fields set, but version ' + str(version) + ' is not flexible')
+
+
+def _default_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult_WritableTxnMarkerPartitionResult():
+    self = _new(_C_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult_WritableTxnMarkerPartitionResult)
+    self.partition_index = 0
+    self.error_code = 0
+    self.unknown_tagged_fields = None
+    return self
 
 
 def _read_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult_WritableTxnMarkerPartitionResult(buf, pos, version):

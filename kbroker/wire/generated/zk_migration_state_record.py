@@ -50,6 +50,13 @@ class ZkMigrationStateRecord(Message):
 _C_ZkMigrationStateRecord = ZkMigrationStateRecord
 
 
+def _default_ZkMigrationStateRecord():
+    self = _new(_C_ZkMigrationStateRecord)
+    self.zk_migration_state = 0
+    self.unknown_tagged_fields = None
+    return self
+
+
 def _read_ZkMigrationStateRecord(buf, pos, version):
     self = _new(_C_ZkMigrationStateRecord)
     self.zk_migration_state, = _u_b(buf, pos)
