@@ -20,7 +20,7 @@ pytestmark = [
 ]
 
 MSGS = messages() if protocol_available() else ()
-SETTINGS = settings(max_examples=8, deadline=None, database=None,
+SETTINGS = settings(max_examples=6, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 

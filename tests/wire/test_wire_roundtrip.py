@@ -32,7 +32,7 @@ def test_random_roundtrip_every_version(msg):
     # one example covers every version, so every version is exercised on every example
     strategy = st.tuples(*(message_strategy(msg, v) for v in versions))
 
-    @settings(max_examples=8, deadline=None, database=None,
+    @settings(max_examples=6, deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(strategy)
     def check(objs):
