@@ -176,7 +176,12 @@ class LegacyBatch:
     def __iter__(self) -> Iterator[Record]:
         return self.records()
 
-    def _inner_records(self, codec: int, max_size: int) -> list:
+    def inner_messages(self, max_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE) -> list:
+        """A wrapper's inner messages as ``LegacyBatch`` views over the decompressed set,
+        framing checked only (not their CRCs, magic or attributes); [] when uncompressed."""
+        codec = self.compression
+        if codec == 0:
+            return []
         if codec not in _LEGACY_CODECS:
             raise CorruptRecordError(f"invalid legacy compression codec {codec}", self.position)
         if self._value is None:
@@ -197,12 +202,17 @@ class LegacyBatch:
                 raise CorruptRecordError(
                     f"bad inner message at {pos} of the wrapper: {e}", self.position
                 ) from None
+            msgs.append(m)
+            pos += m.size
+        return msgs
+
+    def _inner_records(self, codec: int, max_size: int) -> list:
+        msgs = self.inner_messages(max_size)
+        for m in msgs:
             if m.compression != 0:
                 raise CorruptRecordError("nested compression in a legacy wrapper", self.position)
             if not m.verify_crc():
                 raise CorruptRecordError("inner legacy message CRC mismatch", self.position)
-            msgs.append(m)
-            pos += m.size
         if not msgs:
             return []
         wrapper_offset = self.last_offset
