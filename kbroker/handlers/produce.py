@@ -1,4 +1,5 @@
-"""Produce (0), versions 3-11: one append per partition through ReplicaManager (producer
+"""Produce (0), versions 0-11 (v0-2 legacy message sets are up-converted first, see
+kbroker.broker.legacy_produce): one append per partition through ReplicaManager (producer
 state check, log validation of headers + CRC, offsets rewritten in place, one pwrite).
 
 acks=0 gets no response; if such a request fails, the connection is closed so the client
@@ -8,13 +9,15 @@ committed when it returns.
 
 from __future__ import annotations
 
+from kbroker.broker.legacy_produce import is_legacy, up_convert
+from kbroker.log.errors import LogError
 from kbroker.net.connection import CloseConnection
 from kbroker.txn.verification import verify_produce
 from kbroker.wire.errors import Errors
 from kbroker.wire.generated.produce_response import ProduceResponse
 
 API_KEY = 0
-MIN_VERSION = 3
+MIN_VERSION = 0
 MAX_VERSION = 11
 
 _Topic = ProduceResponse.TopicProduceResponse
@@ -50,6 +53,15 @@ def handle(ctx, req):
                                  error_message="produce request has no record batch"))
                 failed = True
                 continue
+            # Produce v0-2 carry legacy message sets (magic 0/1): up-convert to one v2 batch
+            if is_legacy(records):
+                try:
+                    records = up_convert(records, part.config, now, ctx.api_version)
+                except LogError as e:
+                    failed = True
+                    out.append(_Part(index=pd.index, error_code=e.error_code, base_offset=-1,
+                                     log_start_offset=part.log.log_start_offset, error_message=str(e)))
+                    continue
             # KIP-890: a transaction's first batch here must be in a partition it added
             txn_err = verify_produce(txn_rt, req.transactional_id, part, records)
             if txn_err:
