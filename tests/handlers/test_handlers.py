@@ -44,7 +44,7 @@ def fetch(h, topic, part, offset, version=12, max_wait=0, min_bytes=0, session_i
 def test_api_versions_from_registry(broker):
     r = broker.call(18, 3, ApiVersionsRequest(client_software_name="t", client_software_version="1"))
     keys = {k.api_key: (k.min_version, k.max_version) for k in r.api_keys}
-    assert keys[0] == (3, 11) and keys[1] == (4, 17) and keys[3] == (0, 12) and keys[18] == (0, 4)
+    assert keys[0] == (0, 11) and keys[1] == (4, 17) and keys[3] == (0, 12) and keys[18] == (0, 4)
     assert r.finalized_features[0].name == "metadata.version"
 
 
