@@ -25,7 +25,8 @@ How it measures, so that the numbers are about the brokers and not about Python:
   ``fetch.queue.backoff.ms`` is 5 ms instead of 1 s (see ``consume``).
 * Latency: a consumer thread blocks in ``poll()`` (woken by librdkafka when a message
   arrives), the producer thread paces 2,000 msg/s with sleeps, so neither client spins a
-  CPU that the brokers need; 200 warm-up messages go first (connections, first appends).
+  CPU that the brokers need; 200 warm-up messages make the round trip before the measured
+  ones are sent (connections, fetch session, group coordinator, first appends).
 * "broker CPU" is the broker process's user+system CPU time during the measurement
   (all threads), from /proc: the cost of the work, independent of the wall clock.
 """
@@ -128,46 +129,62 @@ def consume(bootstrap, topic, count):
 
 
 def latency(bootstrap, topic, rate=2000, seconds=5, warmup=200):
-    """Produce->consume latency samples (seconds) of ``rate * seconds`` messages."""
+    """Produce->consume latency samples (seconds) of ``rate * seconds`` messages, after
+    ``warmup`` messages have made the whole round trip (connections, fetch session, group
+    coordinator lookup, first appends to each partition are then behind us)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "lat", "enable.auto.commit": False,
                   "fetch.wait.max.ms": 100, "fetch.min.bytes": 1})
     c.list_topics(topic, timeout=10)
     c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
     p = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 0})
     p.list_topics(topic, timeout=10)
-    total = warmup + rate * seconds
+    total = rate * seconds
     samples = []
+    warm = threading.Event()
     done = threading.Event()
 
     def consumer():
-        seen = 0
+        seen_warm = seen = 0
         while seen < total and not done.is_set():
             m = c.poll(0.1)
             now = time.perf_counter()
             if m is None or m.error():
                 continue
+            v = m.value()
+            if v[:1] == b"w":
+                seen_warm += 1
+                if seen_warm == warmup:
+                    warm.set()
+                continue
             seen += 1
-            if seen > warmup:    # only measured messages; warm-up ones were sent first
-                samples.append(now - float(m.value()))
+            samples.append(now - float(v))
 
     th = threading.Thread(target=consumer, daemon=True)
     th.start()
-    t0 = time.perf_counter()
-    for i in range(total):
-        due = t0 + i / rate
-        wait = due - time.perf_counter()
-        if wait > 0:
-            time.sleep(wait)
-        p.produce(topic, repr(time.perf_counter()).encode())
-        if not i % 64:
-            p.poll(0)
+
+    def paced(n, prefix=b""):
+        t0 = time.perf_counter()
+        for i in range(n):
+            due = t0 + i / rate
+            wait = due - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+            p.produce(topic, prefix + repr(time.perf_counter()).encode())
+            if not i % 64:
+                p.poll(0)
+
+    paced(warmup, b"w")
+    p.flush(10)
+    if not warm.wait(30):
+        raise RuntimeError("latency: the warm-up messages did not come back")
+    paced(total)
     p.flush(10)
     th.join(seconds + 20)
     done.set()
     th.join()
     c.close()
-    if len(samples) < rate * seconds:
-        raise RuntimeError(f"latency: {len(samples)} of {rate * seconds} messages came back")
+    if len(samples) < total:
+        raise RuntimeError(f"latency: {len(samples)} of {total} messages came back")
     return samples
 
 
@@ -335,7 +352,7 @@ def main():
     if args.out:
         import confluent_kafka
         head = (f"Run {started:%Y-%m-%d %H:%M}, {os.cpu_count()} cores ({platform.machine()}), "
-                f"Python {platform.python_version()}, confluent-kafka {confluent_kafka.version()[0]} "
+                f"Python {platform.python_version()}, confluent-kafka {confluent_kafka.__version__} "
                 f"(librdkafka {confluent_kafka.libversion()[0]}), median of {args.repeat} runs per row"
                 f"{' (quick: a tenth of the records)' if args.quick else ''}.\n\n")
         Path(args.out).write_text(head + table + "\n\nRatios above 1.0 mean kbroker is better "
