@@ -10,6 +10,7 @@ if ! command -v kcat >/dev/null; then
   else sudo apt-get update -qq && sudo apt-get install -y -qq kcat >/dev/null; fi
 fi
 bash scripts/fetch-java-clients.sh
+bash scripts/install-librdkafka-suite-deps.sh   # librdkafka's own test suite (compat_tests/test_librdkafka_suite.py)
 
 python3 -m kbroker.wire.codegen --check
 python3 -m pytest -q -p no:cacheprovider tests compat_tests "$@"
