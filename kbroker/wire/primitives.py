@@ -148,33 +148,6 @@ def rd_uvarint(buf, pos):
             raise CodecError("unsigned varint longer than 5 bytes")
 
 
-def rd_uvarlong(buf, pos):
-    """Unsigned varint of at most 10 bytes."""
-    result = 0
-    shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise CodecError("varlong longer than 10 bytes")
-
-
-def rd_varint(buf, pos):
-    """Zigzag-encoded signed 32-bit varint."""
-    v, pos = rd_uvarint(buf, pos)
-    return (v >> 1) ^ -(v & 1), pos
-
-
-def rd_varlong(buf, pos):
-    """Zigzag-encoded signed 64-bit varint."""
-    v, pos = rd_uvarlong(buf, pos)
-    return (v >> 1) ^ -(v & 1), pos
-
-
 def _str(buf, pos, n):
     if n > MAX_STRING:
         raise CodecError(f"string length {n} exceeds {MAX_STRING}")
@@ -407,27 +380,6 @@ def wr_uvarint(w, n):
         w.append((n & 0x7F) | 0x80)
         n >>= 7
     w.append(n)
-
-
-def wr_uvarlong(w, n):
-    if n < 0 or n > 0xFFFFFFFFFFFFFFFF:
-        raise CodecError(f"unsigned varlong {n} out of range")
-    while n >= 0x80:
-        w.append((n & 0x7F) | 0x80)
-        n >>= 7
-    w.append(n)
-
-
-def wr_varint(w, n):
-    if not -0x80000000 <= n <= 0x7FFFFFFF:
-        raise CodecError(f"varint {n} out of range")
-    wr_uvarint(w, ((n << 1) ^ (n >> 31)) & 0xFFFFFFFF)
-
-
-def wr_varlong(w, n):
-    if not -0x8000000000000000 <= n <= 0x7FFFFFFFFFFFFFFF:
-        raise CodecError(f"varlong {n} out of range")
-    wr_uvarlong(w, ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF)
 
 
 def _utf8(s):

@@ -456,7 +456,9 @@ def validate_produce_records(buf, *, from_client: bool = True) -> list[RecordBat
 
 
 def _read_uvarint(data, pos):
-    """Unsigned varint at ``pos`` -> (value, new_pos); zigzag is left to the caller."""
+    """Unsigned varint of up to 10 bytes at ``pos`` -> (value, new_pos); zigzag is left to
+    the caller. The slow path of ``_decode_records``; the protocol's own varints (5 bytes
+    at most, CodecError) are ``primitives.rd_uvarint``."""
     shift = 0
     result = 0
     while True:
@@ -471,10 +473,14 @@ def _read_uvarint(data, pos):
 
 
 def _decode_records(data: bytes, count, base_offset, base_ts, log_append_ts, position):
-    """Generator over ``count`` records in ``data`` (bytes). Varints are decoded inline
-    with one- and two-byte fast paths
-    the record-length check at the end of each record
-    catches any field that overran it."""
+    """Generator over ``count`` records in ``data`` (bytes).
+
+    Each varint is decoded inline with a one-byte (and, for lengths, two-byte) fast path,
+    falling back to ``_read_uvarint``: calling a helper for every varint instead measured
+    1.8-2.4 us against 1.3-1.4 us per record (1000 records of 100 B, CPython 3.11), and
+    the cleaner, coordinator replay and ListOffsets-by-timestamp decode every record this
+    way. Field reads are not bounds-checked one by one: the record-length check at the end
+    of each record catches any field that overran it, and IndexError the end of the data."""
     end = len(data)
     pos = 0
     rec = Record
