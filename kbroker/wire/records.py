@@ -419,10 +419,7 @@ def validate_produce_records(buf, *, from_client: bool = True) -> list[RecordBat
     batches = []
     try:
         for b in iter_batches(buf):
-            if b.crc != b.compute_crc():
-                raise CorruptRecordError(
-                    f"record batch CRC mismatch (stored {b.crc:#010x})", b._off
-                )
+            b.ensure_valid()
             if from_client:
                 count = b.records_count
                 if count <= 0:
