@@ -18,12 +18,7 @@ import cramjam
 import lz4.frame
 import zstandard
 
-try:  # a colleague owns errors.py; fall back until it lands
-    from kbroker.wire.errors import CodecError
-except ImportError:  # pragma: no cover - depends on the state of the tree
-
-    class CodecError(ValueError):
-        """Any failure to decode Kafka wire data."""
+from kbroker.wire.errors import CodecError
 
 
 __all__ = [
@@ -44,18 +39,20 @@ __all__ = [
 ]
 
 
-class CorruptRecordError(CodecError):
-    """Malformed record data: bad lengths, CRC mismatch, bad magic, undecodable payload.
-
-    ``position`` is the byte position (in the buffer the caller passed) of the batch or
-    message at fault, or None when not known. Maps to Kafka's CORRUPT_MESSAGE (2).
-    """
-
-    error_code = 2  # CORRUPT_MESSAGE
+class _RecordError(CodecError):
+    """``position`` is the byte position (in the buffer the caller passed) of the batch or
+    message at fault, or None when not known."""
 
     def __init__(self, message: str, position: int | None = None):
         super().__init__(message if position is None else f"{message} (at position {position})")
         self.position = position
+
+
+class CorruptRecordError(_RecordError):
+    """Malformed record data: bad lengths, CRC mismatch, bad magic, undecodable payload.
+    Maps to Kafka's CORRUPT_MESSAGE (2)."""
+
+    error_code = 2  # CORRUPT_MESSAGE
 
 
 class TruncatedRecordError(CorruptRecordError):
@@ -70,14 +67,10 @@ class UnsupportedMagicError(CorruptRecordError):
         self.magic = magic
 
 
-class InvalidRecordError(CodecError):
+class InvalidRecordError(_RecordError):
     """Well-formed data that breaks a produce rule (Kafka's INVALID_RECORD, 87)."""
 
     error_code = 87  # INVALID_RECORD
-
-    def __init__(self, message: str, position: int | None = None):
-        super().__init__(message if position is None else f"{message} (at position {position})")
-        self.position = position
 
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
