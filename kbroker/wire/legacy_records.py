@@ -29,11 +29,10 @@ from .compression import (
     UnsupportedMagicError,
     decompress,
 )
-from .records import NO_TIMESTAMP, Record
+from .records import LOG_OVERHEAD, NO_TIMESTAMP, Record
 
 __all__ = ["LegacyBatch", "decode_legacy_message_set", "iter_legacy_messages"]
 
-LOG_OVERHEAD = 12
 _ENTRY_HEAD = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes
 _Q = struct.Struct(">q")
 _I = struct.Struct(">i")
