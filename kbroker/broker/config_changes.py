@@ -183,9 +183,7 @@ def apply_broker_defaults(broker) -> None:
     if replicas is None:
         return
     for p in replicas.all_partitions():
-        cfg = broker.log_config_for(p.topic)
-        p.config = cfg
-        p.log.update_config(cfg)
+        p.set_config(broker.log_config_for(p.topic))
 
 
 async def alter(broker, changes: list[Change], validate_only: bool) -> list[tuple[int, str | None]]:

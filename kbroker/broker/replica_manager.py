@@ -18,12 +18,16 @@ import logging
 import uuid
 from typing import Any, Iterable
 
+from kbroker.broker.storage import uuid_to_str
+from kbroker.kraft.image import TOPIC_RESOURCE
 from kbroker.log.errors import LogError
 from kbroker.txn.partition_txns import PartitionTxns
 from kbroker.txn.producer_state import ProducerStateManager
 from kbroker.wire.errors import Errors
 from kbroker.wire.records import CodecError as RecordsCodecError
 from kbroker.wire.records import iter_batches
+
+log = logging.getLogger("kbroker.replicas")
 
 _PID_OFFSET = 43
 
@@ -35,19 +39,10 @@ def _first_producer_id(buf) -> int:
         return -1
     return int.from_bytes(buf[_PID_OFFSET:_PID_OFFSET + 8], "big", signed=True)
 
-log = logging.getLogger("kbroker.replicas")
-
 
 def _resolve(fut: asyncio.Future) -> None:
     if not fut.done():
         fut.set_result(None)
-
-TOPIC_RESOURCE = 2
-
-
-def _kafka_uuid(u: uuid.UUID) -> str:
-    from kbroker.broker.storage import uuid_to_str
-    return uuid_to_str(u)
 
 
 class Partition:
@@ -77,6 +72,11 @@ class Partition:
         first = self.producer_state.first_undecided_offset()
         hw = self.log.high_watermark
         return hw if first is None else min(first, hw)
+
+    def set_config(self, config: Any) -> None:
+        """A new effective topic config (ConfigRecord, or broker defaults changed)."""
+        self.config = config
+        self.log.update_config(config)
 
     def __repr__(self) -> str:
         return f"{self.topic}-{self.index}"
@@ -140,9 +140,7 @@ class ReplicaManager:
             if parts:
                 cfg = self.log_config_for(rec.resource_name)
                 for p in parts.values():
-                    p.config = cfg
-                    if hasattr(p.log, "update_config"):
-                        p.log.update_config(cfg)
+                    p.set_config(cfg)
 
     def _open(self, topic: str, topic_id: uuid.UUID, index: int, leader_epoch: int) -> Partition:
         existing = self.get(topic, index)
@@ -151,7 +149,7 @@ class ReplicaManager:
             return existing
         cfg = self.log_config_for(topic)
         now = self.now_ms()
-        plog = self.log_manager.get_or_create(topic, index, cfg, now_ms=now, topic_id=_kafka_uuid(topic_id))
+        plog = self.log_manager.get_or_create(topic, index, cfg, now_ms=now, topic_id=uuid_to_str(topic_id))
         # Producer state lives beside the log (Kafka's .snapshot files): reload the latest
         # snapshot, then replay the batches after it.
         psm = ProducerStateManager(plog.dir, producer_id_expiration_ms=self.producer_id_expiration_ms,
