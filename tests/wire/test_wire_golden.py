@@ -11,6 +11,7 @@ import pytest
 
 from kbroker.wire.frame import decode_request, decode_request_header
 from kbroker.wire.primitives import Writer
+from kbroker.wire.records import iter_batches
 from kbroker.wire.registry import request_header_version
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -89,9 +90,7 @@ def test_golden_produce_carries_the_record_as_a_view_of_the_frame(path):
     assert topic.name == "golden-topic" and part.index == 0
     rec = part.records
     assert type(rec) is memoryview and rec.obj is frame          # zero copy
-    assert b"golden value" in bytes(rec) or rec.nbytes > 0          # (compressed batches hide it)
-    records = pytest.importorskip("kbroker.wire.records")
-    batches = list(records.iter_batches(rec))
+    batches = list(iter_batches(rec))
     assert batches and all(b.verify_crc() for b in batches)
     values = [r.value for b in batches for r in b.records()]
     assert values == [b"golden value"]
