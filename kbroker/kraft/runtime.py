@@ -35,11 +35,6 @@ QUORUM_STATE_FILE = "quorum-state"
 Publisher = Callable[[Any, Any, int], None]   # (record, change, offset)
 
 
-def read_region_bytes(result) -> bytes:
-    """The bytes of a ReadResult (its file regions read with pread). Start-up replay only."""
-    return b"".join(r.read() for r in result.regions)
-
-
 class MetadataLog:
     def __init__(self, plog) -> None:
         self.plog = plog
@@ -63,8 +58,7 @@ class MetadataLog:
         offset = self.plog.log_start_offset
         end = self.plog.log_end_offset
         while offset < end:
-            res = self.plog.read(offset, chunk)
-            data = read_region_bytes(res)
+            data = self.plog.read(offset, chunk).to_bytes()
             if not data:
                 break
             for batch in iter_batches(data):
@@ -75,7 +69,6 @@ class MetadataLog:
                         if rec.offset >= offset:
                             yield rec.offset, decode_record(rec.value)
                 offset = batch.next_offset
-
 
 
 class QuorumState:
