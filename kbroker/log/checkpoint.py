@@ -181,10 +181,6 @@ class LeaderEpochCache:
     def latest_epoch(self) -> int:
         return self._entries[-1].epoch if self._entries else UNDEFINED_EPOCH
 
-    @property
-    def earliest_entry(self) -> EpochEntry | None:
-        return self._entries[0] if self._entries else None
-
     def assign(self, epoch: int, start_offset: int) -> None:
         if epoch < 0:
             return
@@ -246,7 +242,3 @@ class LeaderEpochCache:
         if self._entries:
             self._entries = []
             self._flush()
-
-    def clear_and_flush(self) -> None:
-        self._entries = []
-        self._flush()

@@ -47,7 +47,6 @@ _SPEC: dict[str, tuple[str, str, Any]] = {
     "message.downconversion.enable": ("message_downconversion_enable", "bool", True),
 }
 
-_NAME_BY_ATTR = {attr: name for name, (attr, _t, _d) in _SPEC.items()}
 
 # server.properties key -> topic key. Where Kafka has several units the most precise wins.
 _BROKER_KEYS: list[tuple[str, str, int]] = [
@@ -268,15 +267,7 @@ class LogConfig:
         return self.segment_ms
 
     @property
-    def max_index_entries(self) -> int:
-        return self.segment_index_bytes // 8
-
-    @property
     def group_commit(self) -> bool:
         """flush.messages=1: every append must be fsynced before it is acknowledged.
         The log then groups the fsyncs of concurrent appends (see PartitionLog.sync)."""
         return self.flush_messages == 1
-
-
-def kafka_name(attr: str) -> str:
-    return _NAME_BY_ATTR[attr]

@@ -19,10 +19,6 @@ _OFF = struct.Struct(">ii")
 _TIME = struct.Struct(">qi")
 
 
-class CorruptIndexError(Exception):
-    pass
-
-
 class _Index:
     entry_size = 0
 
@@ -74,11 +70,6 @@ class _Index:
     def entries(self) -> int:
         self._load()
         return self._entries
-
-    @property
-    def max_entries(self) -> int:
-        self._load()
-        return self._capacity // self.entry_size
 
     def is_full(self) -> bool:
         if not self._loaded:
@@ -136,17 +127,6 @@ class _Index:
         self._entries = 0
         if self._mm is not None and self._capacity:
             self._mm[: self._capacity] = bytes(self._capacity)
-
-    def rename(self, new_path: str) -> None:
-        os.replace(self.path, new_path)
-        self.path = new_path
-
-    def delete_file(self) -> None:
-        self.close()
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
 
     # -- search ------------------------------------------------------------------------
     def _key(self, i: int) -> int:  # pragma: no cover - overridden

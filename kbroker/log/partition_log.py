@@ -54,9 +54,6 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
 
-_CONTROL_BIT = 0x20
-_CODEC_MASK = 0x07
-
 ORIGIN_CLIENT = "client"          # a producer: all of Kafka's client rules apply
 ORIGIN_COORDINATOR = "coordinator"  # group/txn coordinator: may write control batches
 ORIGIN_REPLICATION = "replication"  # follower: offsets kept as sent
