@@ -47,9 +47,6 @@ class OffsetStore:
     def group_offsets(self, group_id: str) -> dict[TopicPartition, OffsetValue]:
         return self.offsets.get(group_id, {})
 
-    def topics_of(self, group_id: str) -> set[str]:
-        return {t for t, _ in self.offsets.get(group_id, {})}
-
     def _is_pending(self, group_id: str, tp: TopicPartition) -> bool:
         return any(tp in offs for offs in self.pending_txn.get(group_id, {}).values())
 
@@ -149,7 +146,3 @@ class OffsetStore:
                     del self.offsets[record.group]
         else:
             self.offsets.setdefault(record.group, {})[tp] = record.value
-
-    def forget_group(self, group_id: str) -> None:
-        self.offsets.pop(group_id, None)
-        self.pending_txn.pop(group_id, None)

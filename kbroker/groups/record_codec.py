@@ -172,7 +172,3 @@ def decode(key: bytes | memoryview | None, value: bytes | memoryview | None):
             v.member_epoch, v.previous_member_epoch, v.state, _tp_dict(v.assigned_partitions),
             _tp_dict(v.partitions_pending_revocation)))
     return None
-
-
-def group_of(record) -> str:
-    return record.group

@@ -176,14 +176,6 @@ class GroupCoordinatorRuntime:
         await self._complete(shard, res)
         return await token
 
-    async def run_each_shard(self, op: Callable[[GroupShard, int], Result]) -> list:
-        out = []
-        for shard in list(self.shards.values()):
-            res = op(shard, self.now_ms())
-            await self._complete(shard, res)
-            out.append(res.response)
-        return out
-
     async def _complete(self, shard: GroupShard, res: Result) -> None:
         if res.records:
             self._append(shard, res.records)
