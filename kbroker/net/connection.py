@@ -80,14 +80,6 @@ class _Region:
         self.owner = region  # keeps the file object open while queued
 
 
-def chunk_size(chunk: Any) -> int:
-    if isinstance(chunk, (bytes, bytearray)):
-        return len(chunk)
-    if isinstance(chunk, memoryview):
-        return chunk.nbytes
-    return chunk.size
-
-
 class Connection:
     __slots__ = (
         "loop", "sock", "fd", "peer", "listener_name", "dispatcher", "_decoder", "_on_closed",
