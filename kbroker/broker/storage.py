@@ -37,13 +37,6 @@ def uuid_to_str(u: uuid.UUID | bytes) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def uuid_from_str(s: str) -> uuid.UUID:
-    raw = base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
-    if len(raw) != 16:
-        raise ValueError(f"invalid Kafka uuid {s!r}")
-    return uuid.UUID(bytes=raw)
-
-
 def random_uuid() -> uuid.UUID:
     """Kafka's ``Uuid.randomUuid()``: never zero, never the metadata topic id (1), and never
     one whose string form starts with '-' (it would look like a command-line flag)."""
