@@ -349,10 +349,6 @@ class Endpoint:
     port: int
     security_protocol: str
 
-    @property
-    def advertised_host(self) -> str:
-        return self.host or "localhost"
-
     def __str__(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{self.listener_name}://{host}:{self.port}"
@@ -585,7 +581,3 @@ class BrokerConfig:
         from kbroker.log.config import LogConfig
 
         return LogConfig.broker_defaults(self.originals)
-
-    def summary(self) -> str:
-        """The non-default settings, one ``key=value`` per entry (for the start-up log line)."""
-        return ", ".join(f"{k}={self.originals[k]}" for k in sorted(self.originals))
