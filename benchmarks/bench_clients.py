@@ -87,10 +87,14 @@ def produce(bootstrap, topic, count, size, acks, codec):
                   "queue.buffering.max.kbytes": 1_048_576, "delivery.report.only.error": True,
                   "on_delivery": on_delivery})
     p.list_topics(topic, timeout=10)            # connected, metadata known: not timed
-    value = (os.urandom(size // 2) * 2)[:size]   # half-compressible, like real payloads
+    # 1,024 distinct values, each half random and half repeated text: compressible about 2:1
+    # like real payloads. (One repeated value would let lz4 shrink a whole batch to nothing
+    # and leave the broker with no work to measure.)
+    pool = [(os.urandom(size // 2) + (b"%08d-payload " % i) * size)[:size] for i in range(1024)]
     send = p.produce
     t0 = time.perf_counter()
     for i in range(count):
+        value = pool[i & 1023]
         try:
             send(topic, value)
         except BufferError:
