@@ -509,9 +509,8 @@ class PartitionLog:
                           count, valid, self._unflushed_messages >= self.config.flush_messages,
                           rolled)
 
-    def _validate(self, buf, now_ms: int, origin: str) -> _Validated:
+    def _validate(self, mv: memoryview, now_ms: int, origin: str) -> _Validated:
         cfg = self.config
-        mv = _as_bytes_view(buf)
         total = len(mv)
         client = origin == ORIGIN_CLIENT
         try:
@@ -646,14 +645,11 @@ class PartitionLog:
             avail = end - pos
             if avail <= 0:
                 break
+            n = min(avail, remaining)
             if not regions:
                 first_batch = base
                 if min_one_message and bsize > remaining:
-                    n = min(bsize, avail)
-                else:
-                    n = min(avail, remaining)
-            else:
-                n = min(avail, remaining)
+                    n = min(bsize, avail)  # the first batch whole, even past max_bytes (KIP-74)
             if n <= 0:
                 break
             regions.append(FileRegion(seg.handle, pos, n))
