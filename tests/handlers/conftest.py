@@ -7,6 +7,7 @@ from kbroker.clock import FakeClock
 from kbroker.config import BrokerConfig
 from kbroker.handlers.context import RequestContext
 from kbroker.server import KafkaServer
+from kbroker.wire.primitives import Writer
 
 
 class Harness:
@@ -22,8 +23,7 @@ class Harness:
             out = self.loop.run_until_complete(out)
         if out is not None:
             # every response must encode at the request's version
-            w = __import__("kbroker.wire.primitives", fromlist=["Writer"]).Writer()
-            out.encode_into(w, version)
+            out.encode_into(Writer(), version)
         return out
 
 
