@@ -1,7 +1,9 @@
 """What the group handlers share: reaching the coordinator and describing the caller."""
 from __future__ import annotations
 
+from kbroker.clock import SYSTEM_CLOCK
 from kbroker.groups import errors
+from kbroker.groups.config import GroupConfig
 from kbroker.groups.runtime import CoordinatorError, GroupCoordinatorRuntime
 
 
@@ -19,10 +21,10 @@ def coordinator(ctx) -> GroupCoordinatorRuntime:
 
 def attach(broker) -> GroupCoordinatorRuntime:
     """Create and start the coordinator for ``broker`` (needs a running event loop)."""
-    from kbroker.groups.config import GroupConfig
     clock = getattr(broker, "clock", None)
-    now_ms = clock.now_ms if clock is not None else __import__("kbroker.clock").clock.SYSTEM_CLOCK.now_ms
-    rt = GroupCoordinatorRuntime(broker, GroupConfig.from_broker(broker.config), now_ms)
+    if clock is None:
+        clock = SYSTEM_CLOCK
+    rt = GroupCoordinatorRuntime(broker, GroupConfig.from_broker(broker.config), clock.now_ms)
     broker.groups = rt
     rt.start()
     return rt
