@@ -18,6 +18,7 @@ from kbroker.groups.config import GroupConfig
 from kbroker.groups.partitioning import OFFSETS_TOPIC, offsets_partition_for
 from kbroker.groups.result import Result
 from kbroker.groups.shard import GroupShard
+from kbroker.wire.records import BatchBuilder
 
 log = logging.getLogger("kbroker.groups.runtime")
 
@@ -186,7 +187,6 @@ class GroupCoordinatorRuntime:
         self._wake.set()
 
     def _append(self, shard: GroupShard, records: list) -> None:
-        from kbroker.wire.records import BatchBuilder
         part = self.broker.replicas.get(OFFSETS_TOPIC, shard.partition)
         if part is None:
             log.error("%s-%d is gone; %d records lost", OFFSETS_TOPIC, shard.partition, len(records))
