@@ -50,7 +50,7 @@ class ConfluentDriver:
             c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in md.partitions])
             out = []
             while len(out) < count:
-                msgs = c.consume(500, timeout=10)
+                msgs = c.consume(min(500, count - len(out)), timeout=10)
                 if not msgs:
                     break
                 for m in msgs:
