@@ -164,16 +164,20 @@ class ClassicProtocol:
             res.reply(old.sync_token, SyncResponse(errors.FENCED_INSTANCE_ID))
             old.sync_token = None
         self.timer.cancel(_hb_key(group.group_id, old_id))
-        same = old.same_protocols(req.protocols)
         member = group.replace_static_member(req.group_instance_id, old_id, new_id)
         member.session_timeout_ms, member.rebalance_timeout_ms = req.session_timeout_ms, req.rebalance_timeout_ms
         member.client_id, member.client_host = req.client_id, req.client_host
         self._reschedule_heartbeat(group, member, now_ms)
-        if group.is_in(S.STABLE) and same:
-            # Nothing changed but the id: persist it and skip the rebalance (KIP-345).
-            res.records.append(GroupMetadataRecord(group.group_id, group.to_record_value()))
-            res.reply(token, self._join_response(group, member, req.version, static_rejoin=True))
-            return res
+        if group.is_in(S.STABLE):
+            # KIP-345: a restarted static member takes its old place without a rebalance
+            # unless its protocols would change the group's protocol. Its metadata may
+            # differ (a new process owns no partitions yet): Kafka takes it and keeps the
+            # current assignment (GroupMetadataManager.updateStaticMemberThenRebalanceOrCompleteJoin).
+            member.protocols = [(n, bytes(m)) for n, m in req.protocols]
+            if group.select_protocol() == group.protocol_name:
+                res.records.append(GroupMetadataRecord(group.group_id, group.to_record_value()))
+                res.reply(token, self._join_response(group, member, req.version, static_rejoin=True))
+                return res
         self._update_member(member, req, token, res)
         if group.is_in(S.PREPARING_REBALANCE):
             return res.add(self._maybe_complete_join(group, now_ms))
