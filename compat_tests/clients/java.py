@@ -93,3 +93,27 @@ class JavaDriver:
 
     def alter_config(self, topic, name, value):
         self.run("alter-config", topic, f"{name}={value}")
+
+    # ---- transactions (KafkaTool txn-copy / txn-fence) --------------------------------------
+
+    def txn_copy(self, src, dst, group, txn_id, count, abort_every=0, timeout=120, **conf):
+        """Consume-transform-produce COUNT records of ``src`` into ``dst`` (see KafkaTool
+        txn-copy). Returns {"committed": [(txn, records)], "aborted": [(txn, records)],
+        "done": total committed}."""
+        text = self.run("txn-copy", src, dst, group, txn_id, str(count), str(abort_every),
+                        *(f"{k}={v}" for k, v in conf.items()), timeout=timeout)
+        res = {"committed": [], "aborted": [], "done": None}
+        for line in text.splitlines():
+            kind, *f = line.split("\t")
+            if kind in ("committed", "aborted"):
+                res[kind].append((int(f[0]), int(f[1])))
+            elif kind == "done":
+                res["done"] = int(f[0])
+        return res
+
+    def txn_fence(self, topic, txn_id, timeout=120, **conf):
+        """Two producers with one transactional.id (see KafkaTool txn-fence):
+        {event: [fields]} for a-sent, b-init, a-commit, a-again, b-committed."""
+        text = self.run("txn-fence", topic, txn_id, *(f"{k}={v}" for k, v in conf.items()),
+                        timeout=timeout)
+        return {kind: f for kind, *f in (line.split("\t") for line in text.splitlines() if line)}

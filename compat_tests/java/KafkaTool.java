@@ -48,6 +48,8 @@ public class KafkaTool {
             case "latest-offsets" -> latestOffsets(bootstrap, rest);
             case "admin-suite" -> AdminSuite.run(bootstrap, rest[0]);
             case "group-member" -> GroupMember.run(bootstrap, rest);
+            case "txn-copy" -> TxnTool.copy(bootstrap, rest);
+            case "txn-fence" -> TxnTool.fence(bootstrap, rest);
             default -> throw new IllegalArgumentException("unknown command " + cmd);
         }
     }
@@ -346,5 +348,145 @@ class GroupMember {
             }
         }
         out("closed", System.currentTimeMillis());
+    }
+}
+
+// Transactions (issue 6), one JVM per scenario; one "key \t value..." line per event, flushed.
+//   txn-copy IN OUT GROUP TXID COUNT ABORT_EVERY [prop=value ...]
+//     consume-transform-produce: a read_committed group consumer of IN, a transactional producer
+//     writing each record's value to the same partition of OUT with header txn=<transaction no>
+//     (ASCII), sendOffsetsToTransaction(offsets, groupMetadata()) then commit; every
+//     ABORT_EVERY-th transaction (0: never) is flushed then aborted instead (so its records are in
+//     the log, visible to read_uncommitted readers), the consumer seeks back to the
+//     group's committed offsets and the records are redone. Stops after COUNT inputs committed.
+//     stdout: "committed|aborted \t txn \t records \t p:offset,..." then "done \t total \t txns"
+//     props: consumer.X=... / producer.X=... go to that client only, others to both
+//   txn-fence TOPIC TXID [prop=value ...]
+//     producer A: init, begin, send "a-1" and flush; producer B with the same transactional.id:
+//     init (fences A, aborts its transaction); A's commitTransaction must fail:
+//     "a-commit \t <exception simple name> \t <cause simple name>", then A's next beginTransaction/send:
+//     "a-again \t <exception or ok>"; B sends "b-1" and commits: "b-committed \t <offset>"
+class TxnTool {
+    static synchronized void out(Object... f) {
+        StringBuilder b = new StringBuilder();
+        for (Object x : f) { if (b.length() > 0) b.append('\t'); b.append(x); }
+        System.out.println(b);
+        System.out.flush();
+    }
+
+    static Properties clientProps(String bootstrap, String[] extra, String role) {
+        Properties p = new Properties();
+        p.put("bootstrap.servers", bootstrap);
+        for (String kv : extra) {
+            int i = kv.indexOf('=');
+            String k = kv.substring(0, i), v = kv.substring(i + 1);
+            if (k.startsWith("consumer.") || k.startsWith("producer.")) {
+                if (!k.startsWith(role + ".")) continue;
+                k = k.substring(role.length() + 1);
+            }
+            p.put(k, v);
+        }
+        return p;
+    }
+
+    static String offsets(Map<TopicPartition, OffsetAndMetadata> m) {
+        List<String> l = new ArrayList<>();
+        for (var e : m.entrySet()) l.add(e.getKey().partition() + ":" + e.getValue().offset());
+        Collections.sort(l);
+        return String.join(",", l);
+    }
+
+    static void rewind(Consumer<byte[], byte[]> c) {
+        Set<TopicPartition> parts = c.assignment();
+        Map<TopicPartition, OffsetAndMetadata> committed = c.committed(parts, Duration.ofSeconds(30));
+        for (TopicPartition tp : parts) {
+            OffsetAndMetadata om = committed.get(tp);
+            if (om != null) c.seek(tp, om.offset());
+            else c.seekToBeginning(List.of(tp));
+        }
+    }
+
+    static void copy(String bootstrap, String[] a) throws Exception {
+        String in = a[0], outTopic = a[1], group = a[2], txid = a[3];
+        long count = Long.parseLong(a[4]);
+        int abortEvery = Integer.parseInt(a[5]);
+        String[] extra = Arrays.copyOfRange(a, 6, a.length);
+        Properties cp = clientProps(bootstrap, extra, "consumer");
+        cp.put("group.id", group);
+        cp.put("isolation.level", "read_committed");
+        cp.put("enable.auto.commit", "false");
+        cp.putIfAbsent("auto.offset.reset", "earliest");
+        Properties pp = clientProps(bootstrap, extra, "producer");
+        pp.put("transactional.id", txid);
+        pp.putIfAbsent("linger.ms", "5");
+        try (Consumer<byte[], byte[]> c = new KafkaConsumer<>(cp, new ByteArrayDeserializer(), new ByteArrayDeserializer());
+             Producer<byte[], byte[]> p = new KafkaProducer<>(pp, new ByteArraySerializer(), new ByteArraySerializer())) {
+            p.initTransactions();
+            c.subscribe(List.of(in));
+            long done = 0, deadline = System.currentTimeMillis() + 75_000;
+            int txn = 0;
+            while (done < count && System.currentTimeMillis() < deadline) {
+                ConsumerRecords<byte[], byte[]> rs = c.poll(Duration.ofMillis(200));
+                if (rs.isEmpty()) continue;
+                txn++;
+                byte[] tag = Integer.toString(txn).getBytes(StandardCharsets.US_ASCII);
+                Map<TopicPartition, OffsetAndMetadata> next = new HashMap<>();
+                p.beginTransaction();
+                for (ConsumerRecord<byte[], byte[]> r : rs) {
+                    p.send(new ProducerRecord<>(outTopic, r.partition(), null, r.key(), r.value(),
+                        List.of(new RecordHeader("txn", tag))));
+                    next.put(new TopicPartition(r.topic(), r.partition()), new OffsetAndMetadata(r.offset() + 1));
+                }
+                p.sendOffsetsToTransaction(next, c.groupMetadata());
+                if (abortEvery > 0 && txn % abortEvery == 0) {
+                    p.flush();   // abortTransaction drops unsent records: get them into the log first
+                    p.abortTransaction();
+                    out("aborted", txn, rs.count(), offsets(next));
+                    rewind(c);
+                } else {
+                    p.commitTransaction();
+                    done += rs.count();
+                    out("committed", txn, rs.count(), offsets(next));
+                }
+            }
+            out("done", done, txn);
+        }
+    }
+
+    static String name(Throwable t) { return t == null ? "-" : t.getClass().getSimpleName(); }
+
+    static void fence(String bootstrap, String[] a) throws Exception {
+        String topic = a[0], txid = a[1];
+        Properties pp = clientProps(bootstrap, Arrays.copyOfRange(a, 2, a.length), "producer");
+        pp.put("transactional.id", txid);
+        Producer<byte[], byte[]> pa = new KafkaProducer<>(pp, new ByteArraySerializer(), new ByteArraySerializer());
+        try (Producer<byte[], byte[]> pb = new KafkaProducer<>(pp, new ByteArraySerializer(), new ByteArraySerializer())) {
+            pa.initTransactions();
+            pa.beginTransaction();
+            pa.send(new ProducerRecord<>(topic, 0, null, "a-1".getBytes())).get(30, TimeUnit.SECONDS);
+            out("a-sent");
+            pb.initTransactions();
+            out("b-init");
+            try {
+                pa.commitTransaction();
+                out("a-commit", "ok", "-");
+            } catch (KafkaException e) {
+                out("a-commit", name(e), name(e.getCause()));
+            }
+            try {
+                pa.beginTransaction();
+                pa.send(new ProducerRecord<>(topic, 0, null, "a-2".getBytes())).get(30, TimeUnit.SECONDS);
+                out("a-again", "ok");
+            } catch (Exception e) {
+                Throwable t = e instanceof ExecutionException ? e.getCause() : e;
+                out("a-again", name(t));
+            }
+            pb.beginTransaction();
+            RecordMetadata m = pb.send(new ProducerRecord<>(topic, 0, null, "b-1".getBytes())).get(30, TimeUnit.SECONDS);
+            pb.commitTransaction();
+            out("b-committed", m.offset());
+        } finally {
+            pa.close(Duration.ofSeconds(5));
+        }
     }
 }
