@@ -4,6 +4,7 @@ from __future__ import annotations
 from kbroker.clock import SYSTEM_CLOCK
 from kbroker.groups import errors
 from kbroker.groups.config import GroupConfig
+from kbroker.groups.offsets import CommitPartition
 from kbroker.groups.runtime import CoordinatorError, GroupCoordinatorRuntime
 
 
@@ -41,3 +42,41 @@ def known_partitions(ctx, topic: str) -> set[int] | None:
     """Partitions of ``topic`` in the metadata image, or None if it does not exist."""
     t = ctx.broker.image.topic(topic)
     return None if t is None else set(t.partitions)
+
+
+class CommitAnswers:
+    """The per-partition answers of an offset commit (OffsetCommit and TxnOffsetCommit).
+
+    Partitions of unknown topics are answered UNKNOWN_TOPIC_OR_PARTITION at once; the rest
+    are in ``valid`` as [(topic, [CommitPartition])] for the coordinator."""
+
+    def __init__(self, ctx, topics, with_leader_epoch: bool):
+        self.codes: dict[str, dict[int, int]] = {}
+        self.valid: list[tuple[str, list[CommitPartition]]] = []
+        for t in topics:
+            known = known_partitions(ctx, t.name)
+            rows = []
+            for p in t.partitions:
+                if known is None or p.partition_index not in known:
+                    self.set(t.name, p.partition_index, errors.UNKNOWN_TOPIC_OR_PARTITION)
+                else:
+                    rows.append(CommitPartition(
+                        p.partition_index, p.committed_offset,
+                        p.committed_leader_epoch if with_leader_epoch else -1, p.committed_metadata))
+            if rows:
+                self.valid.append((t.name, rows))
+
+    def set(self, topic: str, partition: int, code: int) -> None:
+        self.codes.setdefault(topic, {})[partition] = code
+
+    def fail_valid(self, code: int) -> None:
+        """Answer every partition that reached the coordinator with ``code``."""
+        for name, rows in self.valid:
+            for cp in rows:
+                self.set(name, cp.partition, code)
+
+    def set_all(self, result) -> None:
+        """Take the coordinator's [(topic, [(partition, code)])]."""
+        for name, parts in result:
+            for p, code in parts:
+                self.set(name, p, code)
