@@ -156,6 +156,9 @@ class KafkaServer:
             meta_lm = LogManager([mdir], meta_cfg, now_ms=now, config_for=config_for)
             self._log_managers.append(meta_lm)
         self._report_recovery()
+        # fsyncs of rolled segments, new partition dirs and checkpoints off the event loop
+        for lm in self._log_managers:
+            lm.start_background_io()
         mplog = meta_lm.get_or_create(METADATA_TOPIC, 0, meta_cfg, now_ms=now)
         mlog = MetadataLog(mplog)
         quorum = QuorumState(os.path.join(mplog.dir, "quorum-state"), self.node_id)
@@ -252,7 +255,7 @@ class KafkaServer:
             now = self.clock.now_ms()
             try:
                 for lm in self._log_managers:
-                    lm.run_flush(now)
+                    await lm.run_flush_async(now)
                 if due("retention"):
                     for lm in self._log_managers:
                         lm.run_retention(now)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import uuid
 from typing import Any, Iterable
 
@@ -83,15 +84,18 @@ class Partition:
 
 
 class AppendResult:
-    __slots__ = ("error", "message", "base_offset", "log_append_time", "log_start_offset")
+    __slots__ = ("error", "message", "base_offset", "log_append_time", "log_start_offset",
+                 "record_errors")
 
     def __init__(self, error: int, base_offset: int = -1, log_append_time: int = -1,
-                 log_start_offset: int = -1, message: str | None = None) -> None:
+                 log_start_offset: int = -1, message: str | None = None,
+                 record_errors: list | None = None) -> None:
         self.error = error
         self.base_offset = base_offset
         self.log_append_time = log_append_time
         self.log_start_offset = log_start_offset
         self.message = message
+        self.record_errors = record_errors  # [(record index, message | None)] (Produce v8+)
 
 
 class ReplicaManager:
@@ -199,9 +203,19 @@ class ReplicaManager:
         try:
             info = plog.append(buf, now_ms, leader_epoch=part.leader_epoch, origin=origin)
         except LogError as e:
-            return AppendResult(e.error_code, message=str(e), log_start_offset=plog.log_start_offset)
+            return AppendResult(e.error_code, message=str(e), log_start_offset=plog.log_start_offset,
+                                record_errors=getattr(e, "record_errors", None))
         if info.rolled:
-            psm.take_snapshot(info.first_offset)
+            io = plog.io
+            if io is None:
+                psm.take_snapshot(info.first_offset)
+            else:
+                # Kafka: takeSnapshot(sync=false) at roll, the fsync from its scheduler. The IO
+                # thread runs it before the rolled segment's fsync (FIFO), so the recovery
+                # point never passes a snapshot that is not on disk.
+                path = psm.take_snapshot(info.first_offset, sync=False)
+                if path is not None:
+                    io.fsync_file(plog.dir, os.path.basename(path))
         if check is not None:
             psm.commit(check.pending, info.first_offset,
                        log_append_time_ms=info.log_append_time if info.log_append_time >= 0 else None)

@@ -22,6 +22,7 @@ MAX_VERSION = 11
 
 _Topic = ProduceResponse.TopicProduceResponse
 _Part = _Topic.PartitionProduceResponse
+_RecordError = _Part.BatchIndexAndErrorMessage
 
 
 def handle(ctx, req):
@@ -79,7 +80,9 @@ def handle(ctx, req):
             if r.error:
                 failed = True
                 out.append(_Part(index=pd.index, error_code=r.error, base_offset=-1,
-                                 log_start_offset=r.log_start_offset, error_message=r.message))
+                                 log_start_offset=r.log_start_offset, error_message=r.message,
+                                 record_errors=[_RecordError(batch_index=i, batch_index_error_message=m)
+                                                for i, m in r.record_errors or ()]))
             else:
                 out.append(_Part(index=pd.index, error_code=0, base_offset=r.base_offset,
                                  log_append_time_ms=r.log_append_time, log_start_offset=r.log_start_offset))

@@ -52,9 +52,17 @@ def write_atomic(path: str, text: str, sync: bool = True) -> None:
         fsync_dir(os.path.dirname(path) or ".")
 
 
-def _write_versioned(path: str, lines: Iterable[str], sync: bool = True) -> None:
+def versioned_text(lines: Iterable[str]) -> str:
     lines = list(lines)
-    write_atomic(path, "0\n%d\n%s" % (len(lines), "".join(line + "\n" for line in lines)), sync)
+    return "0\n%d\n%s" % (len(lines), "".join(line + "\n" for line in lines))
+
+
+def offsets_text(offsets: dict[tuple[str, int], int]) -> str:
+    return versioned_text(f"{t} {p} {o}" for (t, p), o in sorted(offsets.items()))
+
+
+def _write_versioned(path: str, lines: Iterable[str], sync: bool = True) -> None:
+    write_atomic(path, versioned_text(lines), sync)
 
 
 def _read_versioned(path: str) -> list[list[str]] | None:
@@ -134,8 +142,12 @@ class PartitionMetadataFile:
     def __init__(self, path: str) -> None:
         self.path = path
 
+    @staticmethod
+    def text(topic_id: str) -> str:
+        return f"version: 0\ntopic_id: {topic_id}\n"
+
     def write(self, topic_id: str, sync: bool = True) -> None:
-        write_atomic(self.path, f"version: 0\ntopic_id: {topic_id}\n", sync)
+        write_atomic(self.path, self.text(topic_id), sync)
 
     def read(self) -> str | None:
         try:
@@ -160,6 +172,10 @@ class LeaderEpochCache:
     def __init__(self, path: str | None, entries: Iterable[EpochEntry] = ()) -> None:
         self._file = LeaderEpochCheckpointFile(path) if path else None
         self._entries: list[EpochEntry] = list(entries)
+        # kbroker.log.background.BackgroundIO: when set, the checkpoint is written (with
+        # fsync) by its thread; ``pending`` is the last queued write
+        self.io = None
+        self.pending = None
 
     @classmethod
     def load(cls, path: str) -> "LeaderEpochCache":
@@ -170,8 +186,21 @@ class LeaderEpochCache:
         return cls(path, entries)
 
     def _flush(self) -> None:
-        if self._file is not None:
+        if self._file is None:
+            return
+        if self.io is not None:
+            text = versioned_text(f"{e.epoch} {e.start_offset}" for e in self._entries)
+            path = self._file.path
+            self.pending = self.io.write_file(os.path.dirname(path), os.path.basename(path), text)
+        else:
             self._file.write(self._entries)
+
+    def wait_flushed(self) -> None:
+        """Block until the last checkpoint write queued on ``io`` is on disk (before a
+        recovery point moves past the entries)."""
+        fut, self.pending = self.pending, None
+        if fut is not None:
+            fut.result()
 
     @property
     def entries(self) -> list[EpochEntry]:

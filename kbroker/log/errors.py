@@ -30,9 +30,15 @@ class CorruptRecordError(LogError):
 
 
 class InvalidRecordError(LogError):
-    """A batch is well formed but not acceptable (INVALID_RECORD)."""
+    """A batch is well formed but not acceptable (INVALID_RECORD). ``record_errors`` lists
+    ``(record index, message or None)`` of the records that made the append fail (Kafka's
+    RecordValidationException: Produce v8+ answers them in ``record_errors``)."""
 
     error = "INVALID_RECORD"
+
+    def __init__(self, message: str = "", record_errors: list[tuple[int, str | None]] | None = None) -> None:
+        super().__init__(message)
+        self.record_errors = record_errors or []
 
 
 class UnsupportedMessageFormatError(LogError):

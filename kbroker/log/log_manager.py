@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import logging
 import os
@@ -29,6 +30,8 @@ from .checkpoint import (
     CheckpointError,
     OffsetCheckpointFile,
     fsync_dir,
+    offsets_text,
+    write_atomic,
 )
 from .config import LogConfig
 from .errors import KafkaStorageError
@@ -83,7 +86,34 @@ class LogManager:
         self.cleaner_dedupe_buffer_size = cleaner_dedupe_buffer_size
         self._cleaner = None
         self.closed = False
+        self.io = None  # BackgroundIO once start_background_io() ran
         self.load_report = self._startup(now_ms)
+
+    def start_background_io(self) -> None:
+        """From now on fsyncs of rolled segments, new directories and checkpoint files run
+        in one worker thread (kbroker.log.background), not on the caller's (event loop)
+        thread. ``shutdown`` drains it and finishes synchronously."""
+        from .background import BackgroundIO
+
+        if self.io is None and not self.closed:
+            self.io = BackgroundIO()
+            for plog in self._logs.values():
+                plog.set_io(self.io)
+
+    def _stop_background_io(self, wait: bool = True) -> None:
+        io, self.io = self.io, None
+        if io is None:
+            return
+        if wait:
+            io.close()
+        else:
+            io._ex.shutdown(wait=False, cancel_futures=True)
+            io.closed = True
+        for plog in self._logs.values():
+            if wait:
+                plog.set_io(None)
+            else:
+                plog.io = plog.leader_epoch_cache.io = None
 
     # ------------------------------------------------------------------ start-up
     def _startup(self, now_ms: int) -> LoadReport:
@@ -186,8 +216,13 @@ class LogManager:
         path = os.path.join(d, f"{topic}-{partition}")
         plog = PartitionLog.open(path, self._effective_config(topic), now_ms,
                                  had_clean_shutdown=True, topic=topic, partition=partition,
-                                 topic_id=topic_id)
-        fsync_dir(d)
+                                 topic_id=topic_id, io=self.io)
+        if self.io is not None:
+            # queued before any recovery-point checkpoint naming the partition (FIFO);
+            # partitions created together share one fsync of the log dir
+            self.io.fsync_dir(d)
+        else:
+            fsync_dir(d)
         self._logs[key] = plog
         self._dir_of[key] = d
         log.info("created log for %s-%d in %s", topic, partition, d)
@@ -211,7 +246,10 @@ class LogManager:
         plog.close()
         new = os.path.join(d, f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
         os.replace(plog.dir, new)
-        fsync_dir(d)
+        if self.io is not None:
+            self.io.fsync_dir(d)
+        else:
+            fsync_dir(d)
         self._pending_dir_deletes.append((new, now_ms + delay))
         if delay == 0:
             self._remove_deleted_dirs(now_ms)
@@ -277,7 +315,48 @@ class LogManager:
             self.checkpoint_recovery_points()
         return n
 
+    async def run_flush_async(self, now_ms: int) -> int:
+        """``run_flush`` with the fsyncs of rolled segments in the IO thread (when started):
+        each log's recovery point moves only after its fsync completed, then the
+        recovery-point checkpoint is written by the IO thread too."""
+        if self.io is None:
+            return self.run_flush(now_ms)
+        started = []
+        for plog in list(self._logs.values()):
+            try:
+                job = plog.start_flush_rolled()
+            except OSError as e:  # pragma: no cover - disk trouble
+                log.error("flushing %r failed: %s", plog, e)
+                continue
+            if job is not None:
+                started.append((plog, job))
+        n = 0
+        for plog, (segs, fut) in started:
+            ok = True
+            try:
+                await asyncio.wrap_future(fut)
+            except OSError as e:  # pragma: no cover - disk trouble
+                ok = False
+                log.error("fsync of rolled segments of %r failed: %s", plog, e)
+            plog.finish_flush_rolled(segs, ok)
+            n += ok
+        if self.closed:
+            return n
+        for plog in list(self._logs.values()):
+            n += plog.maybe_flush(now_ms)  # flush.ms / flush.messages (off by default)
+        if n:
+            self.checkpoint_recovery_points()
+        return n
+
     # ------------------------------------------------------------------ checkpoints
+    def _write_offsets(self, d: str, name: str, offsets: dict, sync: bool) -> None:
+        """Write one offsets checkpoint: contents taken now; with the IO thread running, the
+        (fsynced, atomic) write happens there, one writer per file at a time."""
+        if sync and self.io is not None:
+            self.io.write_file(d, name, offsets_text(offsets))
+        else:
+            write_atomic(os.path.join(d, name), offsets_text(offsets), sync)
+
     def _by_dir(self) -> dict[str, dict[tuple[str, int], PartitionLog]]:
         out: dict[str, dict[tuple[str, int], PartitionLog]] = {d: {} for d in self.log_dirs}
         for key, plog in self._logs.items():
@@ -286,13 +365,13 @@ class LogManager:
 
     def checkpoint_recovery_points(self, sync: bool = True) -> None:
         for d, logs in self._by_dir().items():
-            OffsetCheckpointFile(os.path.join(d, RECOVERY_POINT_CHECKPOINT)).write(
-                {k: p.recovery_point for k, p in logs.items()}, sync)
+            self._write_offsets(d, RECOVERY_POINT_CHECKPOINT,
+                                {k: p.recovery_point for k, p in logs.items()}, sync)
 
     def checkpoint_log_start_offsets(self, sync: bool = True) -> None:
         for d, logs in self._by_dir().items():
-            OffsetCheckpointFile(os.path.join(d, LOG_START_OFFSET_CHECKPOINT)).write(
-                {k: p.log_start_offset for k, p in logs.items()}, sync)
+            self._write_offsets(d, LOG_START_OFFSET_CHECKPOINT,
+                                {k: p.log_start_offset for k, p in logs.items()}, sync)
 
     def _write_cleaner_checkpoints(self) -> None:
         for d, logs in self._by_dir().items():
@@ -300,7 +379,7 @@ class LogManager:
                     if p.first_dirty_offset is not None}
             path = os.path.join(d, CLEANER_OFFSET_CHECKPOINT)
             if offs or os.path.exists(path):
-                OffsetCheckpointFile(path).write(offs)
+                self._write_offsets(d, CLEANER_OFFSET_CHECKPOINT, offs, True)
 
     def checkpoint(self, sync: bool = True) -> None:
         """Write the recovery-point and log-start-offset checkpoints of every dir."""
@@ -312,6 +391,7 @@ class LogManager:
         """Clean shutdown: flush every log, checkpoint, close, write .kafka_cleanshutdown."""
         if self.closed:
             return
+        self._stop_background_io()  # run what is queued; the rest is synchronous
         failed = False
         for plog in list(self._logs.values()):
             try:
@@ -335,6 +415,7 @@ class LogManager:
 
     def abandon(self) -> None:
         """Stop without a clean shutdown (tests: as if the process died)."""
+        self._stop_background_io(wait=False)
         for plog in list(self._logs.values()):
             plog.close_without_trim()
         self._unlock()

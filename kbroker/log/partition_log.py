@@ -169,6 +169,9 @@ class PartitionLog:
         self._unflushed_messages = 0
         self.last_flush_ms = 0
         self._roll_flush_pending: list[LogSegment] = []
+        self._roll_flush_in_flight: list[LogSegment] = []  # fsync running in the IO thread
+        self._rolled_flushed: list[LogSegment] = []  # closed segments fsynced above the recovery point
+        self.io = None  # kbroker.log.background.BackgroundIO (LogManager sets it), or None
         self._sync_waiters: list[tuple[int, asyncio.Future]] = []
         self._sync_task: asyncio.Task | None = None
         self.sync_rounds = 0  # fsync batches run by sync() (group commit)
@@ -190,7 +193,7 @@ class PartitionLog:
              recovery_point: int = 0, log_start_offset: int | None = None,
              had_clean_shutdown: bool = False, high_watermark: int | None = None,
              topic: str | None = None, partition: int | None = None,
-             topic_id: str | None = None) -> "PartitionLog":
+             topic_id: str | None = None, io=None) -> "PartitionLog":
         """Open (creating if needed) the partition directory ``dir_path``.
 
         Without ``had_clean_shutdown``, every segment from the one holding
@@ -204,9 +207,11 @@ class PartitionLog:
             partition = p if partition is None else partition
         os.makedirs(dir_path, exist_ok=True)
         self = cls(dir_path, config, topic, partition)
+        self.io = io
         self.last_flush_ms = now_ms
         self._load(now_ms, recovery_point, log_start_offset, had_clean_shutdown)
         self.leader_epoch_cache = LeaderEpochCache.load(os.path.join(dir_path, LEADER_EPOCH_CHECKPOINT))
+        self.leader_epoch_cache.io = io
         self.leader_epoch_cache.truncate_from_end(self._leo)
         self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
         md = PartitionMetadataFile(os.path.join(dir_path, PARTITION_METADATA))
@@ -221,8 +226,20 @@ class PartitionLog:
         return self
 
     def set_topic_id(self, topic_id: str) -> None:
-        PartitionMetadataFile(os.path.join(self.dir, PARTITION_METADATA)).write(topic_id)
+        md = PartitionMetadataFile(os.path.join(self.dir, PARTITION_METADATA))
+        if self.io is not None:
+            # Kafka records the id and flushes the file from its scheduler (maybeFlush)
+            self.io.write_file(self.dir, PARTITION_METADATA, md.text(topic_id))
+        else:
+            md.write(topic_id)
         self.topic_id = topic_id
+
+    def set_io(self, io) -> None:
+        """Use ``io`` (a BackgroundIO, or None: synchronous) for checkpoint writes."""
+        if io is None:
+            self.leader_epoch_cache.wait_flushed()
+        self.io = io
+        self.leader_epoch_cache.io = io
 
     def _load(self, now_ms: int, recovery_point: int, log_start_offset: int | None,
               clean: bool) -> None:
@@ -534,12 +551,40 @@ class PartitionLog:
             if check_ts:
                 self._check_timestamps(b, now_ms)
             count += n
+        if cfg.compact:
+            self._check_keys(batches)
         if total > cfg.segment_bytes:
             raise RecordBatchTooLargeError(
                 f"Message batch size is {total} bytes in append to partition "
                 f"{self.topic}-{self.partition} which exceeds the maximum configured segment "
                 f"size of {cfg.segment_bytes}.")
         return _Validated(batches, count)
+
+    def _check_keys(self, batches: list) -> None:
+        """Compacted topics: every record needs a key (Kafka's LogValidator.validateKey).
+        The only per-record pass of a leader append, and only on compacted topics."""
+        bad: list[int] = []
+        i = 0
+        for b in batches:
+            if b.is_control:
+                continue
+            try:
+                for r in b.records():
+                    if r.key is None:
+                        bad.append(i)
+                    i += 1
+            except _records.CorruptRecordError as e:
+                raise CorruptRecordError(str(e)) from None
+            except _records.CodecError as e:
+                raise CorruptRecordError(f"invalid records in batch: {e}") from None
+        if bad:
+            msg = (f"Compacted topic cannot accept message without key in topic partition "
+                   f"{self.topic}-{self.partition}.")
+            raise InvalidRecordError(
+                f"One or more records have been rejected due to {len(bad)} record errors in "
+                f"total, and only showing the first three errors at most: "
+                f"{[(j, msg) for j in bad[:3]]}",
+                [(j, msg) for j in bad])
 
     def _check_timestamps(self, b: RecordBatch, now_ms: int) -> None:
         """Kafka checks every record's timestamp; we check the batch's first (base) and
@@ -761,6 +806,7 @@ class PartitionLog:
         if self.first_dirty_offset is not None:
             self.first_dirty_offset = min(self.first_dirty_offset, self._leo)
         self._roll_flush_pending = [s for s in self._roll_flush_pending if s in self._segments]
+        self._rolled_flushed = []  # the last segment may be written again: no stale marks
 
     def truncate_fully_and_start_at(self, offset: int, now_ms: int = 0) -> None:
         """Delete every segment; the log restarts empty at ``offset``."""
@@ -778,6 +824,7 @@ class PartitionLog:
         self.leader_epoch_cache.clear()
         self.first_dirty_offset = None
         self._roll_flush_pending = []
+        self._rolled_flushed = []
         self._unflushed_messages = 0
 
     # ====================================================================== retention
@@ -918,6 +965,7 @@ class PartitionLog:
             if s.base_offset >= upto:
                 break
             s.flush()
+        self.leader_epoch_cache.wait_flushed()
         self._mark_flushed(upto, now_ms)
 
     def _mark_flushed(self, upto: int, now_ms: int | None) -> None:
@@ -944,11 +992,61 @@ class PartitionLog:
         for s in pending:
             s.flush()
         if pending:
-            rp = self._recovery_point
-            unflushed = [s for s in self._segments[:-1] if self._upper(s) > rp]
-            if all(s in pending for s in unflushed):
-                self._mark_flushed(self._segments[-1].base_offset, None)
+            self.leader_epoch_cache.wait_flushed()
+            self._advance_after_rolled_flush(pending)
         return len(pending)
+
+    def start_flush_rolled(self):
+        """``flush_rolled`` off the event loop: queue the fsync of the segments rolled since
+        the last call on ``self.io`` (through duplicated descriptors: retention may close a
+        segment meanwhile). Returns (segments, concurrent future) or None; once the future
+        is done, ``finish_flush_rolled(segments, ok)`` moves the recovery point."""
+        pending, self._roll_flush_pending = self._roll_flush_pending, []
+        pending = [s for s in pending if s in self._segments]
+        if not pending:
+            return None
+        fds = [fd for s in pending for fd in s.sync_fds(with_indexes=True)]
+        try:
+            fut = self.io.fsync_fds(fds)
+        except OSError:
+            self._roll_flush_pending = pending + self._roll_flush_pending
+            raise
+        self._roll_flush_in_flight += pending
+        return pending, fut
+
+    def finish_flush_rolled(self, segments: list, ok: bool) -> None:
+        self._roll_flush_in_flight = [s for s in self._roll_flush_in_flight if s not in segments]
+        if self.closed:
+            return
+        if not ok:  # try again next time
+            self._roll_flush_pending = [s for s in segments if s in self._segments] + self._roll_flush_pending
+            return
+        # The IO thread ran every earlier job first: a queued leader-epoch checkpoint is on
+        # disk too (FIFO), so the recovery point may pass its entries.
+        fut = self.leader_epoch_cache.pending
+        if fut is not None and fut.done():
+            self.leader_epoch_cache.pending = None
+        self._advance_after_rolled_flush(segments)
+
+    def _advance_after_rolled_flush(self, flushed: list) -> None:
+        """Move the recovery point over the closed segments above it that are fsynced:
+        up to the first one that is not (or the active segment)."""
+        self._rolled_flushed += flushed
+        rp = self._recovery_point
+        done = self._rolled_flushed
+        upto = None
+        for s in self._segments[:-1]:
+            upper = self._upper(s)
+            if upper <= rp:
+                continue
+            if not any(s is f for f in done):
+                break
+            upto = upper
+        if upto is not None:
+            self._mark_flushed(upto, None)
+        rp = self._recovery_point
+        self._rolled_flushed = [f for f in self._rolled_flushed
+                                if any(f is x for x in self._segments) and self._upper(f) > rp]
 
     def maybe_flush(self, now_ms: int) -> bool:
         """flush.ms / flush.messages policy (defaults: never; the OS writes back)."""
@@ -979,6 +1077,15 @@ class PartitionLog:
 
     async def _sync_loop(self) -> None:
         while self._sync_waiters:
+            epoch_write = self.leader_epoch_cache.pending
+            if epoch_write is not None:
+                # the leader-epoch checkpoint is durable before the data it describes
+                try:
+                    await asyncio.wrap_future(epoch_write)
+                except Exception:  # pragma: no cover - reported by the IO thread
+                    pass
+                if self.leader_epoch_cache.pending is epoch_write:
+                    self.leader_epoch_cache.pending = None
             upto = self._leo
             active = self._segments[-1]
             segs = [s for s in self._segments_from(self._recovery_point) if s.base_offset < upto]

@@ -184,3 +184,18 @@ def test_fetch_by_topic_id(broker):
     import uuid
     f = fetch(broker, None, 0, 0, version=13, topic_id=uuid.UUID(int=77))
     assert f.responses[0].partitions[0].error_code == Errors.UNKNOWN_TOPIC_ID
+
+
+def test_produce_without_key_to_compacted_topic_reports_record_errors(broker):
+    create(broker, "compacted", configs={"cleanup.policy": "compact"})
+    b = BatchBuilder()
+    for i, k in enumerate([b"k0", None, b"k2"]):
+        b.append(key=k, value=b"v", timestamp=1_700_000_000_000 + i)
+    for version in (8, 9):
+        part = produce(broker, "compacted", 0, b.build(), version=version).responses[0].partition_responses[0]
+        assert part.error_code == Errors.INVALID_RECORD
+        assert [e.batch_index for e in part.record_errors] == [1]
+        assert "without key" in part.record_errors[0].batch_index_error_message
+        assert "without key" in part.error_message
+    ok = produce(broker, "compacted", 0, batch(3)).responses[0].partition_responses[0]
+    assert (ok.error_code, ok.base_offset) == (0, 0)

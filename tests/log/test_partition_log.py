@@ -635,3 +635,44 @@ def test_index_classes(tmp_path):
     assert ti.lookup_below(1000) == (60, 105)
     ti.truncate_to(105)
     assert ti.entries == 1
+
+
+# ---------------------------------------------------------------------------- compacted keys
+
+
+@pytest.mark.parametrize("compression", [0, 1, 3])
+def test_compacted_topic_rejects_records_without_key(tmp_path, compression):
+    log = open_log(tmp_path, cfg(cleanup_policy="compact"))
+    keys = [b"a", None, b"c", None]
+    with pytest.raises(errors.InvalidRecordError) as ei:
+        log.append(make_batch(4, keys=keys, compression=compression), 0)
+    assert ei.value.error == "INVALID_RECORD"
+    assert [i for i, _m in ei.value.record_errors] == [1, 3]
+    assert all("Compacted topic cannot accept message without key" in m
+               for _i, m in ei.value.record_errors)
+    assert log.log_end_offset == 0 and log.active_segment.size == 0
+    # every record keyed: accepted
+    assert log.append(make_batch(4, compression=compression), 0).last_offset == 3
+
+
+def test_compacted_key_check_indexes_records_across_batches(tmp_path):
+    log = open_log(tmp_path, cfg(cleanup_policy="compact,delete"))
+    buf = concat(make_batch(2), make_batch(2, keys=[b"x", None]))
+    with pytest.raises(errors.InvalidRecordError) as ei:
+        log.append(buf, 0)
+    assert [i for i, _m in ei.value.record_errors] == [3]
+
+
+def test_non_compacted_topic_accepts_records_without_key(tmp_path, monkeypatch):
+    log = open_log(tmp_path, cfg(cleanup_policy="delete"))
+    # the delete-policy hot path never decodes records
+    monkeypatch.setattr(PartitionLog, "_check_keys", lambda *a: pytest.fail("per-record check"))
+    assert log.append(make_batch(3, key_prefix=None), 0).last_offset == 2
+
+
+def test_compacted_topic_follower_append_is_not_key_checked(tmp_path):
+    leader = open_log(tmp_path)
+    leader.append(make_batch(2, key_prefix=None), 0)
+    data = bytearray(read_all(leader))
+    follower = PartitionLog.open(str(tmp_path / "f-0"), cfg(cleanup_policy="compact"), 0)
+    assert follower.append_as_follower(data, 0).last_offset == 1

@@ -1,0 +1,185 @@
+"""BackgroundIO: one worker thread for the log layer's blocking fsyncs and checkpoint writes,
+so the event loop never waits on the disk for them (Kafka runs the same work on its
+scheduler threads: the flush of a rolled segment, ``PartitionMetadataFile.maybeFlush``,
+checkpoint files).
+
+Rules that keep the durability guarantees:
+
+- One thread, jobs run in submission order. A caller that advances a recovery point after
+  awaiting its own job knows every earlier job (a new partition directory's fsync, a
+  leader-epoch checkpoint, a producer-state snapshot's fsync) has completed too.
+- Checkpoint contents are snapshotted on the event loop; the thread writes them atomically
+  (tmp, fsync, rename, dir fsync). Pending writes of one file coalesce: a queued job writes
+  the newest text, so each file has at most one writer at a time.
+- Files are addressed through a directory descriptor opened on the loop when the job is
+  queued: if the partition directory is renamed for deletion (or removed) meanwhile, a late
+  write lands in the renamed directory (or fails), never in a new directory of the same name.
+- Segment data is fsynced through ``os.dup`` copies of the descriptors, so retention closing
+  the segment meanwhile cannot pull the descriptor from under the fsync.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+import threading
+from typing import Callable
+
+log = logging.getLogger(__name__)
+
+
+class BackgroundIO:
+    def __init__(self, name: str = "log-io") -> None:
+        self._ex = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._lock = threading.Lock()
+        self._texts: dict[tuple, str] = {}   # (dir, name, dir inode) -> newest text
+        self._queued: dict[tuple, concurrent.futures.Future] = {}
+        self._dir_syncs: dict[str, concurrent.futures.Future] = {}
+        self.jobs_run = 0
+        self.closed = False
+
+    # ------------------------------------------------------------------ generic
+    def submit(self, fn: Callable, *args) -> concurrent.futures.Future:
+        return self._ex.submit(self._run, fn, *args)
+
+    def _run(self, fn, *args):
+        self.jobs_run += 1
+        return fn(*args)
+
+    def drain(self) -> None:
+        """Block until every job queued so far has run (shutdown, tests)."""
+        if not self.closed:
+            self._ex.submit(lambda: None).result()
+
+    def close(self) -> None:
+        """Run what is queued, then stop the thread."""
+        if not self.closed:
+            self.closed = True
+            self._ex.shutdown(wait=True)
+
+    # ------------------------------------------------------------------ segments
+    def fsync_fds(self, fds: list[int]) -> concurrent.futures.Future:
+        """fsync duplicates of ``fds`` (taken now, on the caller's thread)."""
+        dups = []
+        try:
+            for fd in fds:
+                dups.append(os.dup(fd))
+        except OSError:
+            for d in dups:
+                os.close(d)
+            raise
+        return self.submit(_fsync_and_close, dups)
+
+    # ------------------------------------------------------------------ files
+    def write_file(self, directory: str, name: str, text: str) -> concurrent.futures.Future | None:
+        """Atomically replace ``directory/name`` with ``text`` (fsynced) in the thread.
+        None if the directory is gone already."""
+        try:  # the inode tells a re-created directory of the same name from the old one
+            key = (directory, name, os.stat(directory).st_ino)
+        except FileNotFoundError:
+            return None
+        with self._lock:
+            fut = self._queued.get(key)
+            if fut is not None and not fut.running() and not fut.done():
+                self._texts[key] = text   # the queued job writes the newest text
+                return fut
+            try:
+                dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+            except FileNotFoundError:
+                return None
+            self._texts[key] = text
+            fut = self.submit(self._write_job, key, dfd)
+            self._queued[key] = fut
+            return fut
+
+    def _write_job(self, key, dfd: int) -> None:
+        try:
+            with self._lock:
+                text = self._texts.pop(key, None)
+                if self._queued.get(key) is not None and self._queued[key].running():
+                    del self._queued[key]
+            if text is not None:
+                write_atomic_at(dfd, key[1], text)
+        except FileNotFoundError:
+            pass  # the directory was deleted meanwhile
+        except OSError as e:  # pragma: no cover - disk trouble
+            log.error("writing %s/%s failed: %s", key[0], key[1], e)
+            raise
+        finally:
+            os.close(dfd)
+
+    def fsync_file(self, directory: str, name: str) -> concurrent.futures.Future | None:
+        """fsync ``directory/name`` and the directory (a file written without fsync)."""
+        try:
+            dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        except FileNotFoundError:
+            return None
+        return self.submit(_fsync_file_at, dfd, name)
+
+    def fsync_dir(self, directory: str) -> concurrent.futures.Future | None:
+        """fsync a directory (new entries in it); requests queued together share one fsync."""
+        with self._lock:
+            fut = self._dir_syncs.get(directory)
+            if fut is not None and not fut.running() and not fut.done():
+                return fut
+            try:
+                dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+            except FileNotFoundError:
+                return None
+            fut = self.submit(self._dir_job, directory, dfd)
+            self._dir_syncs[directory] = fut
+            return fut
+
+    def _dir_job(self, directory: str, dfd: int) -> None:
+        with self._lock:
+            if self._dir_syncs.get(directory) is not None and self._dir_syncs[directory].running():
+                del self._dir_syncs[directory]
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def _fsync_and_close(fds: list[int]) -> None:
+    err = None
+    for fd in fds:
+        try:
+            os.fsync(fd)
+        except OSError as e:  # pragma: no cover - disk trouble
+            err = err or e
+        finally:
+            os.close(fd)
+    if err is not None:  # pragma: no cover
+        raise err
+
+
+def _fsync_file_at(dfd: int, name: str) -> None:
+    try:
+        try:
+            fd = os.open(name, os.O_RDONLY, dir_fd=dfd)
+        except FileNotFoundError:
+            return  # deleted meanwhile (a snapshot below the log start, a deleted partition)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def write_atomic_at(dfd: int, name: str, text: str) -> None:
+    """tmp + fsync + rename + dir fsync, relative to the directory descriptor ``dfd``."""
+    tmp = name + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=dfd)
+    try:
+        view = memoryview(text.encode("utf-8"))
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    os.fsync(dfd)

@@ -1,0 +1,118 @@
+"""Fsyncs and checkpoint writes in the log's IO thread (kbroker.log.background)."""
+import asyncio
+import os
+import threading
+
+from kbroker.log.background import BackgroundIO
+from kbroker.log.checkpoint import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, RECOVERY_POINT_CHECKPOINT
+from kbroker.log.config import LogConfig
+from kbroker.log.log_manager import LogManager
+
+from .helpers import make_batch
+
+
+def _count_loop_fsyncs(monkeypatch):
+    main = threading.get_ident()
+    calls = {"loop": 0, "io": 0}
+    real = os.fsync
+
+    def counting(fd):
+        calls["loop" if threading.get_ident() == main else "io"] += 1
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", counting)
+    return calls
+
+
+def test_partition_creation_does_not_fsync_on_the_calling_thread(tmp_path, monkeypatch):
+    lm = LogManager([str(tmp_path)])
+    lm.start_background_io()
+    calls = _count_loop_fsyncs(monkeypatch)
+    for p in range(50):
+        plog = lm.get_or_create("__consumer_offsets", p, topic_id="AAAAAAAAAAAAAAAAAAAAAA")
+        plog.append(make_batch(1), 0, leader_epoch=0)   # first append: leader-epoch checkpoint
+    assert calls["loop"] == 0
+    lm.io.drain()
+    assert calls["io"] > 0
+    d = tmp_path / "__consumer_offsets-7"
+    assert (d / PARTITION_METADATA).read_text() == "version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAA\n"
+    assert (d / LEADER_EPOCH_CHECKPOINT).read_text() == "0\n1\n0 0\n"
+    lm.shutdown()
+    lm2 = LogManager([str(tmp_path)])
+    assert lm2.get("__consumer_offsets", 7).leader_epoch_cache.entries == [(0, 0)]
+    lm2.shutdown()
+
+
+def test_rolled_segments_fsynced_in_the_io_thread_before_the_recovery_point_moves(tmp_path, monkeypatch):
+    cfg = LogConfig.from_props({"segment.bytes": "300", "file.delete.delay.ms": "0"})
+    lm = LogManager([str(tmp_path)], cfg)
+    lm.start_background_io()
+    plog = lm.get_or_create("t", 0)
+    for _ in range(6):
+        plog.append(make_batch(2, value=b"x" * 100), 0)
+    assert plog.num_segments > 2 and plog.recovery_point == 0
+    calls = _count_loop_fsyncs(monkeypatch)
+    started = plog.start_flush_rolled()
+    assert started is not None and plog.recovery_point == 0   # not before the fsync completed
+    segs, fut = started
+    fut.result()
+    plog.finish_flush_rolled(segs, True)
+    assert plog.recovery_point == plog.active_segment.base_offset
+    assert calls["loop"] == 0 and calls["io"] >= len(segs)
+    plog.append(make_batch(2, value=b"x" * 100), 0)
+    plog.append(make_batch(2, value=b"x" * 100), 0)
+    assert asyncio.run(lm.run_flush_async(0)) == 1
+    assert calls["loop"] == 0
+    lm.io.drain()
+    text = (tmp_path / RECOVERY_POINT_CHECKPOINT).read_text()
+    assert text == f"0\n1\nt 0 {plog.active_segment.base_offset}\n"
+    lm.shutdown()
+
+
+def test_rolled_segment_deleted_while_its_fsync_is_queued(tmp_path):
+    cfg = LogConfig.from_props({"segment.bytes": "300", "file.delete.delay.ms": "0",
+                                "retention.bytes": "1"})
+    lm = LogManager([str(tmp_path)], cfg)
+    lm.start_background_io()
+    plog = lm.get_or_create("t", 0)
+    for _ in range(4):
+        plog.append(make_batch(2, value=b"x" * 100), 0)
+    gate = threading.Event()
+    lm.io.submit(gate.wait)          # hold the IO thread
+    segs, fut = plog.start_flush_rolled()
+    plog.high_watermark = plog.log_end_offset
+    assert plog.delete_old_segments(0) > 0   # retention closes and removes them meanwhile
+    gate.set()
+    fut.result()                     # the duplicated descriptors kept the fsync valid
+    plog.finish_flush_rolled(segs, True)
+    lm.shutdown()
+
+
+def test_late_write_never_lands_in_a_recreated_directory(tmp_path):
+    io = BackgroundIO()
+    d = tmp_path / "t-0"
+    d.mkdir()
+    gate = threading.Event()
+    io.submit(gate.wait)
+    io.write_file(str(d), "leader-epoch-checkpoint", "old\n")
+    os.rename(d, tmp_path / "t-0.x-delete")   # the partition is deleted ...
+    d.mkdir()                                   # ... and created again
+    io.write_file(str(d), "leader-epoch-checkpoint", "new\n")
+    gate.set()
+    io.close()
+    assert (d / "leader-epoch-checkpoint").read_text() == "new\n"
+    assert (tmp_path / "t-0.x-delete" / "leader-epoch-checkpoint").read_text() == "old\n"
+
+
+def test_queued_writes_of_one_file_coalesce(tmp_path):
+    io = BackgroundIO()
+    gate = threading.Event()
+    io.submit(gate.wait)
+    f1 = io.write_file(str(tmp_path), "cp", "1\n")
+    f2 = io.write_file(str(tmp_path), "cp", "2\n")
+    assert f1 is f2
+    gate.set()
+    f2.result()
+    assert (tmp_path / "cp").read_text() == "2\n"
+    assert not (tmp_path / "cp.tmp").exists()
+    io.close()
