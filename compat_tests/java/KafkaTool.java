@@ -240,8 +240,11 @@ class AdminSuite {
 
             Properties pp = KafkaTool.props(bootstrap, new String[0]);
             try (Producer<byte[], byte[]> p = new KafkaProducer<>(pp, new ByteArraySerializer(), new ByteArraySerializer())) {
-                for (int i = 0; i < 10; i++) p.send(new ProducerRecord<>(topic, 0, null, ("v" + i).getBytes()));
-                p.flush();
+                // Keyed: the topic is compacted by now, and compacted topics refuse keyless records.
+                List<Future<RecordMetadata>> sent = new ArrayList<>();
+                for (int i = 0; i < 10; i++)
+                    sent.add(p.send(new ProducerRecord<>(topic, 0, ("k" + i).getBytes(), ("v" + i).getBytes())));
+                for (Future<RecordMetadata> f : sent) f.get(30, TimeUnit.SECONDS);
             }
             TopicPartition tp0 = new TopicPartition(topic, 0);
             long low = admin.deleteRecords(Map.of(tp0, RecordsToDelete.beforeOffset(4))).lowWatermarks().get(tp0)
