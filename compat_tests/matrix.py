@@ -26,6 +26,8 @@ FEATURES = ["produce + consume, 5 codecs, ListOffsets", "admin + configs", "clas
 # "{v}" is filled from the group "v" (a Java version).
 RULES = [
     (FEATURES[0], r"test_client_roundtrip\.py::\w+\[(?P<client>[^\]]+)\]", None),
+    (FEATURES[0], r"test_client_batches\.py::\w+\[(?P<client>[^\]]+)\]", None),
+    (FEATURES[0], r"test_legacy_produce\.py::", "kafka-python"),
     (FEATURES[1], r"test_client_roundtrip\.py::\w+\[(?P<client>(?!kcat)[^\]]+)\]", None),
     (FEATURES[1], r"test_admin\.py::test_confluent_", "confluent-kafka"),
     (FEATURES[1], r"test_admin\.py::test_kafka_python", "kafka-python"),
@@ -37,7 +39,7 @@ RULES = [
     (FEATURES[2], r"test_groups\w*\.py::\w+\[java-(?P<v>[\d.]+)-classic\]", "java-{v}"),
     (FEATURES[3], r"test_groups\w*\.py::\w+\[java-(?P<v>[\d.]+)-consumer\b", "java-{v}"),
     (FEATURES[3], r"test_groups_kip848\w*\.py::\w+\[(?:java-)?(?P<v>[\d.]+)", "java-{v}"),
-    (FEATURES[4], r"test_transactions(_crash)?\.py::test_(?!aiokafka)", "confluent-kafka"),
+    (FEATURES[4], r"test_transactions(_crash|_offsets)?\.py::test_(?!aiokafka)", "confluent-kafka"),
     (FEATURES[4], r"test_transactions\.py::test_aiokafka", "aiokafka"),
     (FEATURES[4], r"test_transactions_java\.py::\w+\[(?:java-)?(?P<v>[\d.]+)", "java-{v}"),
 ]
