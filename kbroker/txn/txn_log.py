@@ -14,6 +14,9 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from kbroker.wire.errors import CodecError
+from kbroker.wire.primitives import rd_uvarint, wr_uvarint
+
 from kbroker.txn.txn_state import NO_PRODUCER_ID, TxnState, TxnTransit
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
@@ -79,13 +82,10 @@ def _group_partitions(partitions) -> list[tuple[str, list[int]]]:
     return list(by_topic.items())
 
 
-def _uvarint(n: int) -> bytes:
+def _uvarint(n: int) -> bytearray:
     out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+    wr_uvarint(out, n)
+    return out
 
 
 def encode_value(t: TxnTransit, version: int = VALUE_VERSION) -> bytes:
@@ -140,16 +140,11 @@ class _Cursor:
         return v
 
     def uvarint(self) -> int:
-        shift = result = 0
-        while True:
-            if self.pos >= len(self.buf) or shift > 28:
-                raise TxnLogDecodeError("bad varint")
-            b = self.buf[self.pos]
-            self.pos += 1
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return result
-            shift += 7
+        try:
+            v, self.pos = rd_uvarint(self.buf, self.pos)
+        except (IndexError, CodecError):
+            raise TxnLogDecodeError("bad varint") from None
+        return v
 
     def raw(self, n: int) -> bytes:
         if n < 0 or self.pos + n > len(self.buf):
