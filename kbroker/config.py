@@ -163,6 +163,7 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("controller.quorum.fetch.timeout.ms", "int", 2000),
     ConfigDef("controller.quorum.election.backoff.max.ms", "int", 1000),
     ConfigDef("controller.quorum.request.timeout.ms", "int", 2000),
+    ConfigDef("controller.quorum.retry.backoff.ms", "int", 20),
     ConfigDef("controller.listener.names", "list", []),
     ConfigDef("broker.rack", "string", None),
     # Listeners
@@ -190,6 +191,7 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("metadata.max.retention.bytes", "long", 104857600),
     ConfigDef("metadata.max.retention.ms", "long", 604800000),
     ConfigDef("metadata.log.max.record.bytes.between.snapshots", "long", 20971520),
+    ConfigDef("metadata.log.max.snapshot.interval.ms", "long", 3600000),
     ConfigDef("num.partitions", "int", 1, at_least(1)),
     ConfigDef("default.replication.factor", "int", 1),
     ConfigDef("auto.create.topics.enable", "boolean", True),

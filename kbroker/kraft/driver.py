@@ -5,7 +5,12 @@
     offset = await driver.append([framed_record, ...])   # last offset, once committed (HW)
     response = await driver.handle_request(src_node_id, request_obj)   # the server side
     driver.add_listener(fn)    # fn(CommittedBatch | SnapshotLoaded), in log order, once each
+    driver.set_snapshot_source(fn, SnapshotPolicy(...))   # fn() -> framed records of the state
     await driver.close()       # a leader resigns (EndQuorumEpoch) before stopping
+
+``open_node_on_disk`` builds a RaftNode on a metadata log directory: the log is
+``<dir>/__cluster_metadata-0`` (PartitionLog), snapshots are ``<offset>-<epoch>.checkpoint``
+files in that directory, the election state is ``<dir>/quorum-state``.
 
 The node is only touched from the driver's task, so nothing else needs a lock. Inbound
 envelopes (from the transport's receiver or ``handle_request``) are queued and the task wakes
@@ -22,7 +27,13 @@ import itertools
 import logging
 from typing import Any, Callable
 
-from kbroker.kraft.raft import LEADER, NotLeaderError, RaftNode
+import os
+import random
+
+from kbroker.kraft.quorum_store import FileQuorumStore
+from kbroker.kraft.raft import LEADER, CommittedBatch, NotLeaderError, RaftConfig, RaftNode, SnapshotLoaded
+from kbroker.kraft.raft_log import METADATA_PARTITION_DIR, DiskRaftLog
+from kbroker.kraft.snapshots import DirSnapshotStore, SnapshotPolicy
 from kbroker.kraft.transport import Envelope, Transport, monotonic_ms
 
 log = logging.getLogger("kbroker.kraft.driver")
@@ -46,6 +57,12 @@ class RaftDriver:
         self._task: asyncio.Task | None = None
         self._closing = False
         self._polls = 0
+        self._snapshot_source: Callable[[], list[bytes]] | None = None
+        self._snapshot_policy = SnapshotPolicy()
+        self._bytes_since_snapshot = 0
+        self._last_snapshot_ms = clock()
+        self._delivered_end = 0
+        self.snapshots_taken = 0
         transport.set_receiver(self._receive)
 
     # -- public --------------------------------------------------------------------------------
@@ -56,6 +73,14 @@ class RaftDriver:
 
     def add_listener(self, fn: Listener) -> None:
         self._listeners.append(fn)
+
+    def set_snapshot_source(self, source: Callable[[], list[bytes]],
+                            policy: SnapshotPolicy | None = None) -> None:
+        """``source()`` returns the framed records of the state machine as of everything the
+        listeners have been given; called when ``policy`` says a snapshot is due."""
+        self._snapshot_source = source
+        if policy is not None:
+            self._snapshot_policy = policy
 
     async def append(self, records: list[bytes]) -> int:
         """Append as leader; returns the last offset once the high watermark passes it."""
@@ -141,6 +166,13 @@ class RaftDriver:
                     fn(item)
                 except Exception:
                     log.exception("raft listener failed")
+            if isinstance(item, CommittedBatch):
+                self._bytes_since_snapshot += sum(len(r) for r in item.records)
+                self._delivered_end = item.last_offset + 1
+            elif isinstance(item, SnapshotLoaded):
+                self._bytes_since_snapshot = 0
+                self._delivered_end = item.snapshot_id.end_offset
+        self._maybe_snapshot()
         hw = node.high_watermark
         keep = []
         for offset, epoch, fut in self._appends:
@@ -155,6 +187,20 @@ class RaftDriver:
                 keep.append((offset, epoch, fut))
         self._appends = keep
 
+    def _maybe_snapshot(self) -> None:
+        now = self.clock()
+        if self._snapshot_source is None or not self._snapshot_policy.due(
+                self._bytes_since_snapshot, self._last_snapshot_ms, now):
+            return
+        try:
+            self.node.create_snapshot(self._delivered_end, self._snapshot_source(), now)
+        except Exception:
+            log.exception("snapshot at %d failed", self._delivered_end)
+            return
+        self.snapshots_taken += 1
+        self._bytes_since_snapshot = 0
+        self._last_snapshot_ms = now
+
     def _fail_waiters(self, exc: Exception) -> None:
         for _o, _e, fut in self._appends:
             if not fut.done():
@@ -163,3 +209,18 @@ class RaftDriver:
         for fut in self._local.values():
             if not fut.done():
                 fut.set_exception(exc)
+
+
+def open_node_on_disk(metadata_dir: str, node_id: int, config: RaftConfig, *,
+                      voters=None, cluster_id: str = "", now_ms: int = 0,
+                      rng: random.Random | None = None) -> RaftNode:
+    """A RaftNode on ``metadata_dir``. ``voters``: the static ``controller.quorum.voters``
+    ids (kraft.version 0), or None when the voter set comes from the bootstrap checkpoint
+    that ``format --standalone`` / ``--initial-controllers`` wrote (KIP-853)."""
+    part_dir = os.path.join(metadata_dir, METADATA_PARTITION_DIR)
+    snaps = DirSnapshotStore(part_dir)
+    log_ = DiskRaftLog.open(metadata_dir, now_ms)
+    store = FileQuorumStore(metadata_dir, cluster_id, kraft_version=0 if voters is not None else 1)
+    config.cluster_id = config.cluster_id or cluster_id or None
+    return RaftNode(node_id, log_, store, snaps, config, rng or random.Random(), voters=voters,
+                    now_ms=now_ms)

@@ -62,6 +62,9 @@ from kbroker.wire.generated.voters_record import VotersRecord
 from kbroker.wire.records import ControlRecordType, RecordBatch, iter_batches
 
 PRE_VOTE_TAG = 10_000
+_CLUSTER_CHECKED = {"VoteRequest": VoteResponse, "BeginQuorumEpochRequest": BeginQuorumEpochResponse,
+                    "EndQuorumEpochRequest": EndQuorumEpochResponse, "FetchRequest": FetchResponse,
+                    "FetchSnapshotRequest": FetchSnapshotResponse}
 UNATTACHED, PROSPECTIVE, CANDIDATE, LEADER, FOLLOWER, RESIGNED = (
     "unattached", "prospective", "candidate", "leader", "follower", "resigned")
 NEVER = 1 << 62
@@ -93,7 +96,8 @@ class RaftConfig:
         return cls(election_timeout_ms=int(get("controller.quorum.election.timeout.ms")),
                    fetch_timeout_ms=int(get("controller.quorum.fetch.timeout.ms")),
                    election_backoff_max_ms=int(get("controller.quorum.election.backoff.max.ms")),
-                   request_timeout_ms=int(get("controller.quorum.request.timeout.ms")))
+                   request_timeout_ms=int(get("controller.quorum.request.timeout.ms")),
+                   retry_backoff_ms=int(get("controller.quorum.retry.backoff.ms") or 20))
 
 
 class CommittedBatch(NamedTuple):
@@ -149,7 +153,12 @@ def _voter_dict(rec: VotersRecord) -> dict[int, Any]:
 
 class RaftNode:
     def __init__(self, node_id: int, log: RaftLog, store: QuorumStore, snapshots: SnapshotStore,
-                 config: RaftConfig, rng: random.Random, *, voters=None, now_ms: int = 0) -> None:
+                 config: RaftConfig, rng: random.Random, *, voters=None, now_ms: int = 0,
+                 bootstrap: list[int] | None = None) -> None:
+        """``voters``: static voter ids (kraft.version 0), or None to take the voter set from
+        the snapshots (bootstrap checkpoint) and the log. ``bootstrap``: destination ids an
+        observer that knows neither leader nor voters fetches from to find the leader
+        (``controller.quorum.bootstrap.servers``; the transport maps them to addresses)."""
         self.node_id = node_id
         self.log = log
         self.store = store
@@ -157,6 +166,7 @@ class RaftNode:
         self.config = config
         self.rng = rng
         self.kraft_version = 0
+        self.bootstrap = list(bootstrap or ())
         # voter set history: (offset of the VotersRecord or -1 for the base, {id: Voter|None})
         self._voter_history: list[tuple[int, dict[int, Any]]] = []
         if voters is not None:
@@ -422,9 +432,9 @@ class RaftNode:
             if not self._fetch_in_flight() and now_ms >= self._next_fetch_ms:
                 if self.role == FOLLOWER:
                     self._send_fetch(self.leader_id, now_ms)
-                elif not self.is_voter and self.voters:
+                elif not self.is_voter and (self.voters or self.bootstrap):
                     # an observer without a leader asks a voter; its answer names the leader
-                    self._send_fetch(self.rng.choice(sorted(self.voters)), now_ms)
+                    self._send_fetch(self.rng.choice(sorted(self.voters) or self.bootstrap), now_ms)
 
     def _fetch_in_flight(self) -> bool:
         return any(p.kind in ("fetch", "snapshot") for p in self._pending.values())
@@ -500,9 +510,16 @@ class RaftNode:
     # ============================================================== requests
 
     def _on_request(self, env: Envelope, now_ms: int) -> None:
-        handler = getattr(self, "_handle_" + type(env.msg).__name__, None)
-        if handler is not None:
-            handler(env, now_ms)
+        name = type(env.msg).__name__
+        handler = getattr(self, "_handle_" + name, None)
+        if handler is None:
+            return
+        theirs = getattr(env.msg, "cluster_id", None)
+        if theirs and self.config.cluster_id and theirs != self.config.cluster_id \
+                and name in _CLUSTER_CHECKED:
+            self._reply(env, _CLUSTER_CHECKED[name](error_code=int(Errors.INCONSISTENT_CLUSTER_ID)))
+            return
+        handler(env, now_ms)
 
     def _handle_VoteRequest(self, env: Envelope, now_ms: int) -> None:
         p = env.msg.topics[0].partitions[0]
@@ -884,6 +901,7 @@ class RaftNode:
     def _on_FetchSnapshotResponse(self, env: Envelope, p: _Pending, now_ms: int) -> None:
         part = env.msg.topics[0].partitions[0] if env.msg.topics else None
         if part is None or self._snapshot_fetch is None:
+            self._next_fetch_ms = now_ms + self.config.retry_backoff_ms
             return
         cl = part.current_leader
         if cl is not None and self._observe_epoch(cl.leader_epoch, cl.leader_id, now_ms):
