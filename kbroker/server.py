@@ -71,6 +71,7 @@ class KafkaServer:
         self._default_props = self.default_log_config.to_props()
         self._builtin_props = LogConfig().to_props()
         self.api_specs = {}
+        self.security = None         # kbroker.security.manager.SecurityManager (set at start)
         self.api_versions_cache: dict = {}
         self._tasks: list[asyncio.Task] = []
         self._log_managers: list = []
@@ -179,7 +180,9 @@ class KafkaServer:
         n_parts = sum(1 for _ in self.replicas.all_partitions())
         log.info("opened %d partition logs", n_parts)
 
-        # listeners
+        # listeners (TLS and SASL per listener, the authorizer: kbroker.security)
+        from kbroker.security.manager import SecurityManager
+        self.security = SecurityManager(cfg, self.image)
         dispatcher = Dispatcher(self, self.api_specs)
         from kbroker.wire.frame import FrameDecoder
         max_frame = cfg["socket.request.max.bytes"]
@@ -187,7 +190,8 @@ class KafkaServer:
             lst = Listener(ep.listener_name, ep.host, ep.port, dispatcher, lambda: FrameDecoder(max_frame),
                            backlog=cfg["socket.listen.backlog.size"],
                            send_buffer=cfg["socket.send.buffer.bytes"] if not cfg.is_default("socket.send.buffer.bytes") else -1,
-                           recv_buffer=cfg["socket.receive.buffer.bytes"] if not cfg.is_default("socket.receive.buffer.bytes") else -1)
+                           recv_buffer=cfg["socket.receive.buffer.bytes"] if not cfg.is_default("socket.receive.buffer.bytes") else -1,
+                           connection_factory=self.security.connection_factory(ep.listener_name))
             lst.bind()
             self.listeners.append(lst)
         # bootstrap + registration

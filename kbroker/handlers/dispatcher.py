@@ -18,6 +18,7 @@ import logging
 from kbroker.handlers import api_versions
 from kbroker.handlers.context import RequestContext
 from kbroker.net.connection import CloseConnection
+from kbroker.security.authenticator import gate as security_gate
 from kbroker.wire.errors import CodecError
 from kbroker.wire.frame import decode_request_header, encode_response_chunks
 from kbroker.wire.primitives import Reader
@@ -34,6 +35,9 @@ class Dispatcher:
         self._now_ms = broker.clock.now_ms
 
     def dispatch(self, conn, frame):
+        hook = conn.state.get("frame_hook") if conn is not None else None
+        if hook is not None:   # raw SASL tokens after a SaslHandshake v0
+            return hook(conn, frame)
         try:
             header, pos = decode_request_header(frame)
         except CodecError as e:
@@ -50,6 +54,9 @@ class Dispatcher:
             raise CloseConnection(
                 f"unsupported request {name} v{version} from client {header.client_id!r}"
                 + (f" (supported {spec.min_version}-{spec.max_version})" if spec else ""))
+        security = getattr(self.broker, "security", None)
+        if security is not None and conn is not None:
+            security_gate(security, conn, api_key, spec.name, self._now_ms())
         try:
             req = spec.request_cls.read(Reader(frame, pos), version)
         except Exception as e:
