@@ -73,6 +73,8 @@ class KafkaServer:
         self.api_specs = {}
         self.api_versions_cache: dict = {}
         self._tasks: list[asyncio.Task] = []
+        from kbroker.loop_probe import LoopLagProbe
+        self.loop_probe = LoopLagProbe()   # event-loop lag readings (metrics, benchmarks)
         self._log_managers: list = []
         self._dirs = list(dict.fromkeys(os.path.abspath(d) for d in config.log_dirs + [config.metadata_log_dir]))
 
@@ -208,6 +210,7 @@ class KafkaServer:
 
         for lst in self.listeners:
             lst.start_accepting()
+        self.loop_probe.start()
         self._tasks.append(asyncio.create_task(self._maintenance(), name="log-maintenance"))
         log.info("kbroker node %d started (cluster %s)", self.node_id, self.cluster_id)
 
@@ -281,6 +284,7 @@ class KafkaServer:
             lst.stop_accepting()
         await asyncio.gather(*(lst.shutdown(timeout) for lst in self.listeners), return_exceptions=True)
         log.info("connections closed")
+        self.loop_probe.stop()
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
