@@ -112,7 +112,9 @@ class KafkaServer:
     # -- metadata operations (through the controller) ----------------------------------------
 
     async def create_topics(self, topics, validate_only: bool = False):
-        return await self.controller.submit(lambda c, now: c.create_topics(topics, validate_only, now))
+        results = await self.controller.submit(lambda c, now: c.create_topics(topics, validate_only, now))
+        await self.log_manager.wait_opening()   # partition files are created off the event loop
+        return results
 
     async def delete_topics(self, targets):
         return await self.controller.submit(lambda c, now: c.delete_topics(targets, now))
