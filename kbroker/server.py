@@ -74,6 +74,8 @@ class KafkaServer:
         self.security = None         # kbroker.security.manager.SecurityManager (set at start)
         self.api_versions_cache: dict = {}
         self._tasks: list[asyncio.Task] = []
+        from kbroker.loop_probe import LoopLagProbe
+        self.loop_probe = LoopLagProbe()   # event-loop lag readings (metrics, benchmarks)
         self._log_managers: list = []
         self._dirs = list(dict.fromkeys(os.path.abspath(d) for d in config.log_dirs + [config.metadata_log_dir]))
 
@@ -111,7 +113,9 @@ class KafkaServer:
     # -- metadata operations (through the controller) ----------------------------------------
 
     async def create_topics(self, topics, validate_only: bool = False):
-        return await self.controller.submit(lambda c, now: c.create_topics(topics, validate_only, now))
+        results = await self.controller.submit(lambda c, now: c.create_topics(topics, validate_only, now))
+        await self.log_manager.wait_opening()   # partition files are created off the event loop
+        return results
 
     async def delete_topics(self, targets):
         return await self.controller.submit(lambda c, now: c.delete_topics(targets, now))
@@ -212,6 +216,7 @@ class KafkaServer:
 
         for lst in self.listeners:
             lst.start_accepting()
+        self.loop_probe.start()
         self._tasks.append(asyncio.create_task(self._maintenance(), name="log-maintenance"))
         log.info("kbroker node %d started (cluster %s)", self.node_id, self.cluster_id)
 
@@ -285,6 +290,7 @@ class KafkaServer:
             lst.stop_accepting()
         await asyncio.gather(*(lst.shutdown(timeout) for lst in self.listeners), return_exceptions=True)
         log.info("connections closed")
+        self.loop_probe.stop()
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
