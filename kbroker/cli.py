@@ -49,6 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     from kbroker.tools import delete_records; delete_records.add_parser(sub)  # noqa: E702
     from kbroker.tools import console_producer; console_producer.add_parser(sub)  # noqa: E702
     from kbroker.tools import console_consumer; console_consumer.add_parser(sub)  # noqa: E702
+    from kbroker.tools import dump_log; dump_log.add_parser(sub)  # noqa: E702
+    from kbroker.tools import perf; perf.add_parser(sub)  # noqa: E702
     return p
 
 

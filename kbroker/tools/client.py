@@ -23,6 +23,7 @@ from kbroker.wire.generated.describe_configs_request import DescribeConfigsReque
 from kbroker.wire.generated.fetch_request import FetchRequest
 from kbroker.wire.generated.incremental_alter_configs_request import IncrementalAlterConfigsRequest
 from kbroker.wire.generated.produce_request import ProduceRequest
+from kbroker.wire.compression import TruncatedRecordError
 from kbroker.wire.records import iter_batches
 
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
@@ -137,8 +138,18 @@ class ToolClient(AdminClient):
                            forgotten_topics_data=[], rack_id="")
         p = self.call(req, 12, self._leader_addr(topic, partition)).responses[0].partitions[0]
         _check(p.error_code, f"Fetch({topic}-{partition} at {offset})")
-        data = bytes(p.records or b"")
-        return list(iter_batches(bytearray(data))) if data else [], p.high_watermark
+        return whole_batches(bytes(p.records or b"")), p.high_watermark
+
+
+def whole_batches(data: bytes) -> list:
+    """The complete batches of a fetch response (a response may end in a partial batch)."""
+    out = []
+    try:
+        for b in iter_batches(bytearray(data)):
+            out.append(b)
+    except TruncatedRecordError:
+        pass
+    return out
 
 
 class Pipeline:
