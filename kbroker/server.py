@@ -76,6 +76,9 @@ class KafkaServer:
         self._tasks: list[asyncio.Task] = []
         from kbroker.loop_probe import LoopLagProbe
         self.loop_probe = LoopLagProbe()   # event-loop lag readings (metrics, benchmarks)
+        from kbroker.metrics.requests import RequestMetrics
+        self.request_metrics = RequestMetrics()   # counters the dispatcher bumps (kbroker.metrics)
+        self.metrics_endpoint = None              # MetricsEndpoint when metrics.port is set
         self._log_managers: list = []
         self._dirs = list(dict.fromkeys(os.path.abspath(d) for d in config.log_dirs + [config.metadata_log_dir]))
 
@@ -214,6 +217,8 @@ class KafkaServer:
         from kbroker.groups.handler_support import attach as attach_groups
         attach_groups(self)            # group coordinator: replays __consumer_offsets, runs its timers
 
+        from kbroker.metrics import setup as metrics_setup
+        await metrics_setup.attach(self)   # Prometheus endpoint on metrics.port, if set
         for lst in self.listeners:
             lst.start_accepting()
         self.loop_probe.start()
@@ -291,6 +296,8 @@ class KafkaServer:
         await asyncio.gather(*(lst.shutdown(timeout) for lst in self.listeners), return_exceptions=True)
         log.info("connections closed")
         self.loop_probe.stop()
+        from kbroker.metrics import setup as metrics_setup
+        await metrics_setup.detach(self)
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
