@@ -42,6 +42,15 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("random-uuid", help="print a random Kafka uuid (for cluster ids)")
     from kbroker.groups.cli import add_parser as add_groups_parser
     add_groups_parser(sub)   # kbroker groups list|describe|reset-offsets|delete
+    # operator tools (kbroker.tools, one module each, Kafka's flags)
+    from kbroker.tools import topics; topics.add_parser(sub)  # noqa: E702
+    from kbroker.tools import configs; configs.add_parser(sub)  # noqa: E702
+    from kbroker.tools import get_offsets; get_offsets.add_parser(sub)  # noqa: E702
+    from kbroker.tools import delete_records; delete_records.add_parser(sub)  # noqa: E702
+    from kbroker.tools import console_producer; console_producer.add_parser(sub)  # noqa: E702
+    from kbroker.tools import console_consumer; console_consumer.add_parser(sub)  # noqa: E702
+    from kbroker.tools import dump_log; dump_log.add_parser(sub)  # noqa: E702
+    from kbroker.tools import perf; perf.add_parser(sub)  # noqa: E702
     return p
 
 
@@ -49,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _setup_logging(args.log_level)
     cmd = args.command or "serve"
+    if getattr(args, "tool_main", None) is not None:
+        return args.tool_main(args)
     if cmd == "groups":
         from kbroker.groups.cli import main as groups_main
         return groups_main(args)

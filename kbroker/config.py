@@ -277,6 +277,9 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI"),
     ConfigDef("sasl.mechanism.controller.protocol", "string", "GSSAPI"),
     ConfigDef("super.users", "string", None),
+    # Operations (kbroker.metrics): the Prometheus endpoint, off unless a port is given
+    ConfigDef("metrics.port", "int", -1, doc="Port of the Prometheus /metrics endpoint; -1 (default) disables it"),
+    ConfigDef("metrics.host", "string", "127.0.0.1", doc="Address the metrics endpoint binds"),
 ]
 
 BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_DEFS}

@@ -1,0 +1,25 @@
+"""Wiring for the broker: ``attach(server)`` at start-up, ``await detach(server)`` at shutdown."""
+
+from __future__ import annotations
+
+
+async def attach(server) -> None:
+    port = server.config["metrics.port"]
+    if port is None or port < 0:
+        return
+    from kbroker.metrics.collector import BrokerCollector
+    from kbroker.metrics.endpoint import MetricsEndpoint
+    from kbroker.metrics.loop_lag import LoopLagProbe
+    probe = LoopLagProbe()
+    probe.start()
+    telemetry = getattr(server, "client_telemetry", None)
+    collector = BrokerCollector(server, server.request_metrics, loop_lag=probe, telemetry=telemetry)
+    endpoint = MetricsEndpoint(server.config["metrics.host"], port, [collector])
+    await endpoint.start()
+    server.metrics_endpoint = endpoint
+    server._metrics_parts = (probe, endpoint)
+
+
+async def detach(server) -> None:
+    for part in reversed(getattr(server, "_metrics_parts", ())):
+        await part.stop()
