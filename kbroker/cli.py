@@ -51,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     from kbroker.tools import console_consumer; console_consumer.add_parser(sub)  # noqa: E702
     from kbroker.tools import dump_log; dump_log.add_parser(sub)  # noqa: E702
     from kbroker.tools import perf; perf.add_parser(sub)  # noqa: E702
+    from kbroker.tools import dlq; dlq.add_parser(sub)  # noqa: E702
     return p
 
 
