@@ -71,8 +71,11 @@ class KafkaServer:
         self._default_props = self.default_log_config.to_props()
         self._builtin_props = LogConfig().to_props()
         self.api_specs = {}
+        self.security = None         # kbroker.security.manager.SecurityManager (set at start)
         self.api_versions_cache: dict = {}
         self._tasks: list[asyncio.Task] = []
+        from kbroker.loop_probe import LoopLagProbe
+        self.loop_probe = LoopLagProbe()   # event-loop lag readings (metrics, benchmarks)
         from kbroker.metrics.requests import RequestMetrics
         self.request_metrics = RequestMetrics()   # counters the dispatcher bumps (kbroker.metrics)
         self.metrics_endpoint = None              # MetricsEndpoint when metrics.port is set
@@ -114,7 +117,9 @@ class KafkaServer:
     # -- metadata operations (through the controller) ----------------------------------------
 
     async def create_topics(self, topics, validate_only: bool = False):
-        return await self.controller.submit(lambda c, now: c.create_topics(topics, validate_only, now))
+        results = await self.controller.submit(lambda c, now: c.create_topics(topics, validate_only, now))
+        await self.log_manager.wait_opening()   # partition files are created off the event loop
+        return results
 
     async def delete_topics(self, targets):
         return await self.controller.submit(lambda c, now: c.delete_topics(targets, now))
@@ -183,7 +188,9 @@ class KafkaServer:
         n_parts = sum(1 for _ in self.replicas.all_partitions())
         log.info("opened %d partition logs", n_parts)
 
-        # listeners
+        # listeners (TLS and SASL per listener, the authorizer: kbroker.security)
+        from kbroker.security.manager import SecurityManager
+        self.security = SecurityManager(cfg, self.image)
         dispatcher = Dispatcher(self, self.api_specs)
         from kbroker.wire.frame import FrameDecoder
         max_frame = cfg["socket.request.max.bytes"]
@@ -191,7 +198,8 @@ class KafkaServer:
             lst = Listener(ep.listener_name, ep.host, ep.port, dispatcher, lambda: FrameDecoder(max_frame),
                            backlog=cfg["socket.listen.backlog.size"],
                            send_buffer=cfg["socket.send.buffer.bytes"] if not cfg.is_default("socket.send.buffer.bytes") else -1,
-                           recv_buffer=cfg["socket.receive.buffer.bytes"] if not cfg.is_default("socket.receive.buffer.bytes") else -1)
+                           recv_buffer=cfg["socket.receive.buffer.bytes"] if not cfg.is_default("socket.receive.buffer.bytes") else -1,
+                           connection_factory=self.security.connection_factory(ep.listener_name))
             lst.bind()
             self.listeners.append(lst)
         # bootstrap + registration
@@ -214,6 +222,7 @@ class KafkaServer:
         await metrics_setup.attach(self)   # Prometheus endpoint on metrics.port, if set
         for lst in self.listeners:
             lst.start_accepting()
+        self.loop_probe.start()
         self._tasks.append(asyncio.create_task(self._maintenance(), name="log-maintenance"))
         log.info("kbroker node %d started (cluster %s)", self.node_id, self.cluster_id)
 
@@ -287,6 +296,7 @@ class KafkaServer:
             lst.stop_accepting()
         await asyncio.gather(*(lst.shutdown(timeout) for lst in self.listeners), return_exceptions=True)
         log.info("connections closed")
+        self.loop_probe.stop()
         from kbroker.metrics import setup as metrics_setup
         await metrics_setup.detach(self)
         for t in self._tasks:

@@ -3,99 +3,32 @@
 Built from the metadata image: the controller runtime publishes each committed record
 (``on_metadata_record``), and a PartitionRecord naming this node as a replica opens (or
 creates) the partition's log through ``kbroker.log.LogManager``; RemoveTopicRecord deletes the
-logs. On a single node the leader's high watermark is its log end offset; replication will
-move it in ``kbroker.replication`` instead.
+logs. Each hosted partition is a ``kbroker.replication.partition.Partition``, the one writer
+of its log, producer state, transaction index and high watermark; this class is the registry.
 
-``append`` is the one write path for client produces and (later) coordinators' internal
-partitions: validate the batches once (header + CRC), check idempotent producer state, one
-log append for the partition, commit producer state, wake fetches waiting on the partition.
+``append`` is the leader's write path for client produces and coordinators' internal
+partitions (``Partition.append_as_leader``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import uuid
 from typing import Any, Iterable
 
 from kbroker.broker.storage import uuid_to_str
 from kbroker.kraft.image import TOPIC_RESOURCE
-from kbroker.log.errors import LogError
+from kbroker.replication.partition import AppendResult, Partition  # noqa: F401 (re-export)
 from kbroker.txn.partition_txns import PartitionTxns
 from kbroker.txn.producer_state import ProducerStateManager
-from kbroker.wire.errors import Errors
-from kbroker.wire.records import CodecError as RecordsCodecError
-from kbroker.wire.records import iter_batches
 
 log = logging.getLogger("kbroker.replicas")
-
-_PID_OFFSET = 43
-
-
-def _first_producer_id(buf) -> int:
-    """The first batch's producerId (-1 for non-idempotent producers, who skip the producer
-    state check); -1 for anything too short to hold one (the log reports the corruption)."""
-    if len(buf) < _PID_OFFSET + 8:
-        return -1
-    return int.from_bytes(buf[_PID_OFFSET:_PID_OFFSET + 8], "big", signed=True)
 
 
 def _resolve(fut: asyncio.Future) -> None:
     if not fut.done():
         fut.set_result(None)
-
-
-class Partition:
-    __slots__ = ("topic", "index", "topic_id", "log", "producer_state", "leader_epoch",
-                 "waiters", "config", "txns")
-
-    def __init__(self, topic: str, index: int, topic_id: uuid.UUID, plog: Any,
-                 producer_state: ProducerStateManager, leader_epoch: int, config: Any) -> None:
-        self.topic = topic
-        self.index = index
-        self.topic_id = topic_id
-        self.log = plog
-        self.producer_state = producer_state
-        self.leader_epoch = leader_epoch
-        self.waiters: set[asyncio.Future] = set()
-        self.config = config
-        self.txns: PartitionTxns | None = None  # LSO, aborted-txn index, markers (kbroker.txn)
-
-    @property
-    def high_watermark(self) -> int:
-        return self.log.high_watermark
-
-    @property
-    def last_stable_offset(self) -> int:
-        if self.txns is not None:
-            return self.txns.last_stable_offset(self.log.high_watermark)
-        first = self.producer_state.first_undecided_offset()
-        hw = self.log.high_watermark
-        return hw if first is None else min(first, hw)
-
-    def set_config(self, config: Any) -> None:
-        """A new effective topic config (ConfigRecord, or broker defaults changed)."""
-        self.config = config
-        self.log.update_config(config)
-
-    def __repr__(self) -> str:
-        return f"{self.topic}-{self.index}"
-
-
-class AppendResult:
-    __slots__ = ("error", "message", "base_offset", "log_append_time", "log_start_offset",
-                 "record_errors")
-
-    def __init__(self, error: int, base_offset: int = -1, log_append_time: int = -1,
-                 log_start_offset: int = -1, message: str | None = None,
-                 record_errors: list | None = None) -> None:
-        self.error = error
-        self.base_offset = base_offset
-        self.log_append_time = log_append_time
-        self.log_start_offset = log_start_offset
-        self.message = message
-        self.record_errors = record_errors  # [(record index, message | None)] (Produce v8+)
 
 
 class ReplicaManager:
@@ -146,26 +79,53 @@ class ReplicaManager:
                 for p in parts.values():
                     p.set_config(cfg)
 
-    def _open(self, topic: str, topic_id: uuid.UUID, index: int, leader_epoch: int) -> Partition:
+    def _open(self, topic: str, topic_id: uuid.UUID, index: int, leader_epoch: int) -> Partition | None:
         existing = self.get(topic, index)
         if existing is not None:
             existing.leader_epoch = leader_epoch
             return existing
         cfg = self.log_config_for(topic)
         now = self.now_ms()
-        plog = self.log_manager.get_or_create(topic, index, cfg, now_ms=now, topic_id=uuid_to_str(topic_id))
-        # Producer state lives beside the log (Kafka's .snapshot files): reload the latest
-        # snapshot, then replay the batches after it.
-        psm = ProducerStateManager(plog.dir, producer_id_expiration_ms=self.producer_id_expiration_ms,
-                                   topic_partition=f"{topic}-{index}")
-        # The replay also rebuilds the aborted-transaction index entries of the replayed range.
-        txns = PartitionTxns(plog.dir, psm)
-        plog.high_watermark = plog.log_end_offset
-        txns.recover(plog, now)
-        part = Partition(topic, index, topic_id, plog, psm, leader_epoch, cfg)
-        part.txns = txns
-        self.topics.setdefault(topic, {})[index] = part
-        return part
+
+        def prepare(plog):
+            # Producer state lives beside the log (Kafka's .snapshot files): reload the latest
+            # snapshot, then replay the batches after it.
+            psm = ProducerStateManager(plog.dir, producer_id_expiration_ms=self.producer_id_expiration_ms,
+                                       topic_partition=f"{topic}-{index}")
+            # The replay also rebuilds the aborted-transaction index entries of the replayed range.
+            txns = PartitionTxns(plog.dir, psm)
+            txns.recover(plog, now)
+            return psm, txns
+
+        def install(plog, psm, txns) -> Partition:
+            part = Partition(topic, index, topic_id, plog, psm, leader_epoch, cfg)
+            part.txns = txns
+            part.advance_high_watermark(plog.log_end_offset)  # one replica: all of it committed
+            self.topics.setdefault(topic, {})[index] = part
+            return part
+
+        # A new partition's files are created in the log manager's admin thread (creating a
+        # thousand of them on the event loop held every client for seconds); the partition
+        # appears here when they exist. CreateTopics answers after that (server.create_topics).
+        fut = None
+        if self.log_manager.get(topic, index) is None:
+            fut = self.log_manager.create_in_background(topic, index, cfg, now_ms=now,
+                                                        topic_id=uuid_to_str(topic_id), prepare=prepare)
+        if fut is None:
+            plog = self.log_manager.get_or_create(topic, index, cfg, now_ms=now, topic_id=uuid_to_str(topic_id))
+            return install(plog, *prepare(plog))
+
+        def created(f) -> None:
+            if f.cancelled() or f.exception() is not None:
+                return   # deleted meanwhile, or the disk failed (logged by the log manager)
+            plog, (psm, txns) = f.result()
+            t = self.image.topics_by_id.get(topic_id)
+            if t is None or t.name != topic or self.get(topic, index) is not None:
+                self.log_manager.delete(topic, index, self.now_ms())   # the topic went meanwhile
+                return
+            install(plog, psm, txns)
+        fut.add_done_callback(created)
+        return None
 
     def _remove_topic(self, topic: str) -> None:
         parts = self.topics.pop(topic, None)
@@ -173,67 +133,24 @@ class ReplicaManager:
             return
         for p in parts.values():
             self._wake(p)
-            try:
-                self.log_manager.delete(topic, p.index, self.now_ms())
-            except Exception:
-                log.exception("deleting the log of %s-%d failed", topic, p.index)
+        try:
+            # one checkpoint for all; renames in the log manager's admin thread
+            self.log_manager.delete_many([(topic, p.index) for p in parts.values()], self.now_ms())
+        except Exception:
+            log.exception("deleting the logs of %s failed", topic)
         log.info("deleted topic %s (%d partitions)", topic, len(parts))
 
     # -- the write path ----------------------------------------------------------------------
 
     def append(self, part: Partition, buf, now_ms: int, *, origin: str = "client") -> AppendResult:
-        """Check producer state, append (the log validates headers and CRCs), commit producer
-        state, wake fetchers. Never awaits. ``buf`` must be writable: the log rewrites base
-        offsets in place."""
-        plog = part.log
-        psm = part.producer_state
-        check = None
-        if _first_producer_id(buf) >= 0:
-            try:
-                check = psm.check_batches(iter_batches(buf), now_ms)
-            except RecordsCodecError as e:
-                return AppendResult(getattr(e, "error_code", Errors.CORRUPT_MESSAGE), message=str(e),
-                                    log_start_offset=plog.log_start_offset)
-            if not check.ok:
-                if check.is_duplicate:
-                    dup = check.duplicate
-                    lat = dup.timestamp if part.config.log_append_time else -1
-                    return AppendResult(0, dup.first_offset, lat, plog.log_start_offset)
-                return AppendResult(check.error, message=check.message, log_start_offset=plog.log_start_offset)
-        try:
-            info = plog.append(buf, now_ms, leader_epoch=part.leader_epoch, origin=origin)
-        except LogError as e:
-            return AppendResult(e.error_code, message=str(e), log_start_offset=plog.log_start_offset,
-                                record_errors=getattr(e, "record_errors", None))
-        if info.rolled:
-            io = plog.io
-            if io is None:
-                psm.take_snapshot(info.first_offset)
-            else:
-                # Kafka: takeSnapshot(sync=false) at roll, the fsync from its scheduler. The IO
-                # thread runs it before the rolled segment's fsync (FIFO), so the recovery
-                # point never passes a snapshot that is not on disk.
-                path = psm.take_snapshot(info.first_offset, sync=False)
-                if path is not None:
-                    io.fsync_file(plog.dir, os.path.basename(path))
-        if check is not None:
-            psm.commit(check.pending, info.first_offset,
-                       log_append_time_ms=info.log_append_time if info.log_append_time >= 0 else None)
-        plog.high_watermark = plog.log_end_offset   # single replica: committed on append
-        if info.flush_required:
-            plog.flush()
-        if part.waiters:
-            self._wake(part)
-        return AppendResult(0, info.first_offset, info.log_append_time, info.log_start_offset)
+        """The leader's write path (``Partition.append_as_leader``). Never awaits."""
+        return part.append_as_leader(buf, now_ms, origin=origin)
 
     # -- fetch wake-ups ----------------------------------------------------------------------
 
     @staticmethod
     def _wake(part: Partition) -> None:
-        waiters, part.waiters = part.waiters, set()
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
+        part.wake()
 
     async def wait_for_append(self, parts: list[Partition], timeout_s: float) -> None:
         """Return when any of ``parts`` is appended to (or deleted), or after ``timeout_s``.

@@ -19,6 +19,7 @@ from time import perf_counter_ns
 from kbroker.handlers import api_versions
 from kbroker.handlers.context import RequestContext
 from kbroker.net.connection import CloseConnection
+from kbroker.security.authenticator import gate as security_gate
 from kbroker.wire.errors import CodecError
 from kbroker.wire.frame import decode_request_header, encode_response_chunks
 from kbroker.wire.primitives import Reader
@@ -38,6 +39,9 @@ class Dispatcher:
         self.metrics = getattr(broker, "request_metrics", None)   # kbroker.metrics.requests
 
     def dispatch(self, conn, frame):
+        hook = conn.state.get("frame_hook") if conn is not None else None
+        if hook is not None:   # raw SASL tokens after a SaslHandshake v0
+            return hook(conn, frame)
         t0 = perf_counter_ns()
         try:
             header, pos = decode_request_header(frame)
@@ -55,6 +59,9 @@ class Dispatcher:
             raise CloseConnection(
                 f"unsupported request {name} v{version} from client {header.client_id!r}"
                 + (f" (supported {spec.min_version}-{spec.max_version})" if spec else ""))
+        security = getattr(self.broker, "security", None)
+        if security is not None and conn is not None:
+            security_gate(security, conn, api_key, spec.name, self._now_ms())
         try:
             req = spec.request_cls.read(Reader(frame, pos), version)
         except Exception as e:
