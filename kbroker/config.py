@@ -280,6 +280,9 @@ _BROKER_DEFS: list[ConfigDef] = [
     # Operations (kbroker.metrics): the Prometheus endpoint, off unless a port is given
     ConfigDef("metrics.port", "int", -1, doc="Port of the Prometheus /metrics endpoint; -1 (default) disables it"),
     ConfigDef("metrics.host", "string", "127.0.0.1", doc="Address the metrics endpoint binds"),
+    ConfigDef("client.telemetry.metrics", "list", [],
+              doc="KIP-714: client metric name prefixes to request (* = all); empty (default) disables telemetry"),
+    ConfigDef("client.telemetry.push.interval.ms", "int", 30000, at_least(100)),
 ]
 
 BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_DEFS}

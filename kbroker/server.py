@@ -79,6 +79,7 @@ class KafkaServer:
         from kbroker.metrics.requests import RequestMetrics
         self.request_metrics = RequestMetrics()   # counters the dispatcher bumps (kbroker.metrics)
         self.metrics_endpoint = None              # MetricsEndpoint when metrics.port is set
+        self.client_telemetry = None              # KIP-714 (kbroker.metrics.telemetry), when configured
         self._log_managers: list = []
         self._dirs = list(dict.fromkeys(os.path.abspath(d) for d in config.log_dirs + [config.metadata_log_dir]))
 
