@@ -165,6 +165,8 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("controller.quorum.request.timeout.ms", "int", 2000),
     ConfigDef("controller.listener.names", "list", []),
     ConfigDef("broker.rack", "string", None),
+    ConfigDef("broker.heartbeat.interval.ms", "int", 2000, at_least(1)),
+    ConfigDef("broker.session.timeout.ms", "int", 9000, at_least(1)),
     # Listeners
     ConfigDef("listeners", "list", ["PLAINTEXT://:9092"]),
     ConfigDef("advertised.listeners", "list", None),

@@ -29,7 +29,6 @@ import gc
 import logging
 import os
 import signal
-import uuid
 
 from kbroker.broker.fetch_sessions import FetchSessionCache
 from kbroker.broker.producer_ids import ProducerIdManager
@@ -74,6 +73,8 @@ class KafkaServer:
         self.api_versions_cache: dict = {}
         self._tasks: list[asyncio.Task] = []
         self._log_managers: list = []
+        from kbroker.kraft.control_plane import ControlPlane
+        self.control = ControlPlane(self)  # controller role + the broker's link to the controller
         self._dirs = list(dict.fromkeys(os.path.abspath(d) for d in config.log_dirs + [config.metadata_log_dir]))
 
     # -- topic configs -----------------------------------------------------------------------
@@ -110,6 +111,8 @@ class KafkaServer:
     # -- metadata operations (through the controller) ----------------------------------------
 
     async def create_topics(self, topics, validate_only: bool = False):
+        if self.control.networked:     # through the active controller, over the network
+            return await self.control.create_topics(topics, validate_only)
         return await self.controller.submit(lambda c, now: c.create_topics(topics, validate_only, now))
 
     async def delete_topics(self, targets):
@@ -167,6 +170,8 @@ class KafkaServer:
         log.info("replayed %d metadata records (%d topics, metadata log end offset %d)",
                  n, len(self.image.topics_by_name), mlog.end_offset)
         self.controller.elect()
+        self.loader = self.controller.loader   # committed metadata -> self.image -> publishers
+        self.control.start_controller(controller, self.controller)
         # dynamic broker configs (log.retention.ms ...) from the metadata log are topic defaults too
         from kbroker.broker.config_catalog import BrokerLayers
         self.default_log_config = BrokerLayers.of(cfg, self.image).topic_defaults()
@@ -180,11 +185,14 @@ class KafkaServer:
         log.info("opened %d partition logs", n_parts)
 
         # listeners
+        from kbroker.kraft.controller_channel import forwarding_specs
         dispatcher = Dispatcher(self, self.api_specs)
+        forwarding = Dispatcher(self, forwarding_specs(self, self.api_specs))
         from kbroker.wire.frame import FrameDecoder
         max_frame = cfg["socket.request.max.bytes"]
         for ep in (cfg.listeners if listen else []):
-            lst = Listener(ep.listener_name, ep.host, ep.port, dispatcher, lambda: FrameDecoder(max_frame),
+            lst = Listener(ep.listener_name, ep.host, ep.port, self.control.dispatcher_for(ep.listener_name, forwarding),
+                           lambda: FrameDecoder(max_frame),
                            backlog=cfg["socket.listen.backlog.size"],
                            send_buffer=cfg["socket.send.buffer.bytes"] if not cfg.is_default("socket.send.buffer.bytes") else -1,
                            recv_buffer=cfg["socket.receive.buffer.bytes"] if not cfg.is_default("socket.receive.buffer.bytes") else -1)
@@ -194,12 +202,18 @@ class KafkaServer:
         self.controller.submit_now(lambda c, t: c.bootstrap(t))
         endpoints = [(e.listener_name, e.host, e.port, SECURITY_PROTOCOL_IDS.get(e.security_protocol, 0))
                      for e in self._advertised_endpoints()]
-        incarnation = uuid.uuid4()
-        self.broker_epoch = self.controller.submit_now(
-            lambda c, t: c.register_broker(self.node_id, incarnation, endpoints, cfg["broker.rack"], t))
+        for lst in self.listeners:   # controller listeners serve before the broker registers
+            if lst.name in cfg.controller_listener_names:
+                lst.start_accepting()
+        self.broker_epoch = await self.control.start_broker(endpoints, listening=listen)
+        if not self.control.networked:
+            for lst in self.listeners:   # no network path: the broker listeners keep the local one
+                if lst.dispatcher is forwarding:
+                    lst.dispatcher = dispatcher
         log.info("registered broker %d, epoch %d, endpoints %s", self.node_id, self.broker_epoch,
                  ", ".join(f"{n}://{h}:{p}" for n, h, p, _ in endpoints))
-        self.producer_ids = ProducerIdManager(self.controller, self.node_id, self.broker_epoch)
+        self.producer_ids = ProducerIdManager(self.controller, self.node_id, self.broker_epoch,
+                                              allocate=self.control.allocate_producer_ids if self.control.networked else None)
         from kbroker.txn.runtime import TxnRuntime
         self.txn_coordinator = TxnRuntime(self)
         self.txn_coordinator.start()   # reloads __transaction_state, finishes decided txns
@@ -207,7 +221,9 @@ class KafkaServer:
         attach_groups(self)            # group coordinator: replays __consumer_offsets, runs its timers
 
         for lst in self.listeners:
-            lst.start_accepting()
+            if lst.name not in cfg.controller_listener_names:
+                lst.start_accepting()
+        self.control.start_timers()
         self._tasks.append(asyncio.create_task(self._maintenance(), name="log-maintenance"))
         log.info("kbroker node %d started (cluster %s)", self.node_id, self.cluster_id)
 
@@ -277,6 +293,7 @@ class KafkaServer:
 
     async def shutdown(self, timeout: float = 30.0) -> None:
         log.info("shutting down node %d", self.node_id)
+        await self.control.stop()
         for lst in self.listeners:
             lst.stop_accepting()
         await asyncio.gather(*(lst.shutdown(timeout) for lst in self.listeners), return_exceptions=True)
