@@ -192,6 +192,7 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("metadata.max.retention.bytes", "long", 104857600),
     ConfigDef("metadata.max.retention.ms", "long", 604800000),
     ConfigDef("metadata.log.max.record.bytes.between.snapshots", "long", 20971520),
+    ConfigDef("metadata.log.max.snapshot.interval.ms", "long", 3600000, at_least(0)),
     ConfigDef("num.partitions", "int", 1, at_least(1)),
     ConfigDef("default.replication.factor", "int", 1),
     ConfigDef("auto.create.topics.enable", "boolean", True),

@@ -163,15 +163,20 @@ class KafkaServer:
         for lm in self._log_managers:
             lm.start_background_io()
         mplog = meta_lm.get_or_create(METADATA_TOPIC, 0, meta_cfg, now_ms=now)
-        mlog = MetadataLog(mplog)
-        quorum = QuorumState(os.path.join(mplog.dir, "quorum-state"), self.node_id)
-        self.controller = ControllerRuntime(controller, self.image, mlog, quorum, self.clock.now_ms)
-        n = self.controller.replay()
-        log.info("replayed %d metadata records (%d topics, metadata log end offset %d)",
-                 n, len(self.image.topics_by_name), mlog.end_offset)
-        self.controller.elect()
+        if listen:
+            # the Raft quorum over the controller listeners (a quorum of one by default)
+            self.controller = await self.control.start_quorum(controller, mplog)
+        else:
+            # no listeners (handler unit tests, fake clock): the local single-voter runtime
+            mlog = MetadataLog(mplog)
+            quorum = QuorumState(os.path.join(mplog.dir, "quorum-state"), self.node_id)
+            self.controller = ControllerRuntime(controller, self.image, mlog, quorum, self.clock.now_ms)
+            n = self.controller.replay()
+            log.info("replayed %d metadata records (%d topics, metadata log end offset %d)",
+                     n, len(self.image.topics_by_name), mlog.end_offset)
+            self.controller.elect()
+            self.control.start_controller(controller, self.controller)
         self.loader = self.controller.loader   # committed metadata -> self.image -> publishers
-        self.control.start_controller(controller, self.controller)
         # dynamic broker configs (log.retention.ms ...) from the metadata log are topic defaults too
         from kbroker.broker.config_catalog import BrokerLayers
         self.default_log_config = BrokerLayers.of(cfg, self.image).topic_defaults()
@@ -180,6 +185,7 @@ class KafkaServer:
         self.replicas = ReplicaManager(self.node_id, self.log_manager, self.image, self.log_config_for,
                                        self.clock.now_ms, producer_id_expiration_ms=cfg["producer.id.expiration.ms"])
         self.controller.publishers.append(self.replicas.on_metadata_record)
+        self.control.follow_leader_epochs(self.replicas)
         self.replicas.load_from_image(self.image)
         n_parts = sum(1 for _ in self.replicas.all_partitions())
         log.info("opened %d partition logs", n_parts)
@@ -191,6 +197,8 @@ class KafkaServer:
         from kbroker.wire.frame import FrameDecoder
         max_frame = cfg["socket.request.max.bytes"]
         for ep in (cfg.listeners if listen else []):
+            if ep.listener_name in self.control.own_listeners:
+                continue       # the controller listeners already serve the quorum
             lst = Listener(ep.listener_name, ep.host, ep.port, self.control.dispatcher_for(ep.listener_name, forwarding),
                            lambda: FrameDecoder(max_frame),
                            backlog=cfg["socket.listen.backlog.size"],
@@ -199,11 +207,12 @@ class KafkaServer:
             lst.bind()
             self.listeners.append(lst)
         # bootstrap + registration
-        self.controller.submit_now(lambda c, t: c.bootstrap(t))
+        if not listen:   # (a Raft quorum's first active controller writes them)
+            self.controller.submit_now(lambda c, t: c.bootstrap(t))
         endpoints = [(e.listener_name, e.host, e.port, SECURITY_PROTOCOL_IDS.get(e.security_protocol, 0))
                      for e in self._advertised_endpoints()]
         for lst in self.listeners:   # controller listeners serve before the broker registers
-            if lst.name in cfg.controller_listener_names:
+            if lst.name in cfg.controller_listener_names and lst.name not in self.control.own_listeners:
                 lst.start_accepting()
         self.broker_epoch = await self.control.start_broker(endpoints, listening=listen)
         if not self.control.networked:

@@ -45,7 +45,111 @@ class ControlPlane:
         self.channel: ControllerChannel | None = None
         self.lifecycle: BrokerLifecycle | None = None
         self.networked = False
+        self.driver = None
+        self.runtime = None
+        self.own_listeners: set[str] = set()   # listeners bound here (before the quorum wait)
         self._tasks: list[asyncio.Task] = []
+
+    # -- the metadata quorum -------------------------------------------------------------------
+
+    async def start_quorum(self, controller, mplog):
+        """Raft for ``__cluster_metadata`` over TCP; returns the RaftControllerRuntime once
+        this node has caught up with the committed log (leader known, everything applied).
+        Binds and serves the controller listeners first: the quorum talks through them."""
+        import random
+
+        from kbroker.kraft.driver import RaftDriver
+        from kbroker.kraft.quorum_runtime import RaftControllerRuntime
+        from kbroker.kraft.quorum_store import FileQuorumStore
+        from kbroker.kraft.raft import RaftConfig, RaftNode
+        from kbroker.kraft.raft_log import DiskRaftLog
+        from kbroker.kraft.snapshots import DirSnapshotStore, SnapshotPolicy, latest
+        from kbroker.kraft.tcp_transport import TcpTransport
+        from kbroker.kraft.transport import monotonic_ms
+        srv, cfg = self.server, self.config
+        rcfg = RaftConfig.from_kafka(cfg)
+        rcfg.cluster_id = srv.cluster_id
+        snaps = DirSnapshotStore(mplog.dir)
+        voters = {v.node_id for v in cfg.voters} or None
+        if voters is None and cfg.is_controller and latest(snaps) is None \
+                and not cfg["controller.quorum.bootstrap.servers"]:
+            voters = {srv.node_id}      # the embedded single node: a quorum of one
+        store = FileQuorumStore(mplog.dir, srv.cluster_id, kraft_version=0 if voters else 1)
+        node = RaftNode(srv.node_id, DiskRaftLog(mplog), store, snaps, rcfg, random.Random(),
+                        voters=voters, now_ms=monotonic_ms())
+        self.transport = TcpTransport(srv.node_id, self._endpoint_of,
+                                      request_timeout_ms=cfg["controller.quorum.request.timeout.ms"])
+        self.driver = RaftDriver(node, self.transport, clock=monotonic_ms)
+        srv.raft = self
+        policy = SnapshotPolicy(max_bytes=cfg["metadata.log.max.record.bytes.between.snapshots"],
+                                interval_ms=cfg["metadata.log.max.snapshot.interval.ms"])
+        runtime = RaftControllerRuntime(controller if cfg.is_controller else None, srv.image, self.driver,
+                                        now_ms=srv.clock.now_ms, snapshot_policy=policy)
+        self.runtime = runtime
+        if cfg.is_controller:
+            self.start_controller(controller, runtime)
+            runtime.on_activate.append(self._on_activate)
+            await self._serve_controller_listeners()
+        self.driver.start()
+        self._tasks.append(asyncio.create_task(runtime.watch(), name="metadata-quorum-watch"))
+        waited = 0
+        while not await runtime.wait_caught_up(5.0):
+            waited += 5
+            log.info("waiting for the metadata quorum (%d s): leader %d, epoch %d, high watermark %d, applied %d",
+                     waited, node.leader_id, node.epoch, node.high_watermark, runtime.applied)
+        log.info("caught up with the metadata log at offset %d (leader %d, epoch %d)",
+                 runtime.applied, node.leader_id, node.epoch)
+        return runtime
+
+    def _endpoint_of(self, node_id: int):
+        for v in self.config.voters:
+            if v.node_id == node_id:
+                return v.host, v.port
+        node = getattr(getattr(self, "driver", None), "node", None)
+        hist = getattr(node, "_voter_history", None)     # KIP-853 voter endpoints (VotersRecord)
+        if hist:
+            voter = hist[-1][1].get(node_id)
+            eps = list(getattr(voter, "endpoints", None) or [])
+            names = self.config.controller_listener_names
+            eps.sort(key=lambda e: 0 if e.name in names else 1)
+            if eps:
+                return eps[0].host, eps[0].port
+        return None
+
+    def voter_endpoints(self) -> dict:
+        node = self.driver.node
+        return {v: ep for v in node.voters if (ep := self._endpoint_of(v)) is not None}
+
+    @property
+    def leader_id(self) -> int:
+        return self.driver.node.leader_id
+
+    async def handle_request(self, src: int, request):
+        return await self.driver.handle_request(src, request)
+
+    def _on_activate(self, now_ms: int) -> None:
+        self.service.cluster.reset_sessions(now_ms)
+        from kbroker.kraft.controller import METADATA_VERSION_FEATURE
+        if METADATA_VERSION_FEATURE not in self.runtime.controller.image.features:
+            t = asyncio.ensure_future(self.runtime.submit(lambda c, now: c.bootstrap(now)))
+            t.add_done_callback(lambda f: f.cancelled() or f.exception() is None
+                                or log.warning("bootstrap records: %s", f.exception()))
+
+    async def _serve_controller_listeners(self) -> None:
+        from kbroker.net.listener import Listener
+        from kbroker.wire.frame import FrameDecoder
+        srv, cfg = self.server, self.config
+        max_frame = cfg["socket.request.max.bytes"]
+        names = cfg.controller_listener_names
+        for ep in cfg.listeners:
+            if ep.listener_name not in names:
+                continue
+            lst = Listener(ep.listener_name, ep.host, ep.port, self.dispatcher_for(ep.listener_name, None),
+                           lambda: FrameDecoder(max_frame), backlog=cfg["socket.listen.backlog.size"])
+            lst.bind()
+            lst.start_accepting()
+            srv.listeners.append(lst)
+            self.own_listeners.add(ep.listener_name)
 
     # -- controller role ---------------------------------------------------------------------
 
@@ -69,10 +173,8 @@ class ControlPlane:
     def controller_candidates(self) -> list[tuple[int, str, int]]:
         """(node id, host, port) of every controller listener this node knows of."""
         out: list[tuple[int, str, int]] = []
-        raft = getattr(self.server, "raft", None)
-        eps = getattr(raft, "voter_endpoints", None)
-        if callable(eps):
-            out += [(n, h, p) for n, (h, p) in eps().items()]
+        if self.driver is not None:
+            out += [(n, h, p) for n, (h, p) in self.voter_endpoints().items()]
         for v in self.config.voters:
             if all(v.node_id != o[0] for o in out):
                 out.append((v.node_id, v.host, v.port))
@@ -89,8 +191,7 @@ class ControlPlane:
         return out
 
     def leader_hint(self) -> int | None:
-        raft = getattr(self.server, "raft", None)
-        lid = getattr(raft, "leader_id", None)
+        lid = self.driver.node.leader_id if self.driver is not None else None
         return lid if isinstance(lid, int) and lid >= 0 else None
 
     # -- broker role -------------------------------------------------------------------------
@@ -136,6 +237,22 @@ class ControlPlane:
             except Exception:
                 log.exception("broker session expiry failed")
 
+    def follow_leader_epochs(self, replicas) -> None:
+        """Keep hosted partitions' leader epochs in step with PartitionChangeRecords (fencing,
+        controlled shutdown move leaders and bump epochs). The repl helper's replica manager
+        takes this over with real leader/follower transitions."""
+        image = self.server.image
+
+        def on_record(rec, change, offset):
+            if type(rec).__name__ != "PartitionChangeRecord" or rec.leader == -2:
+                return
+            t = image.topics_by_id.get(rec.topic_id)
+            p = replicas.get(t.name, rec.partition_id) if t is not None else None
+            if p is not None and rec.partition_id in t.partitions:
+                p.leader_epoch = t.partitions[rec.partition_id].leader_epoch
+        if not hasattr(replicas, "on_partition_change"):
+            self.server.loader.publishers.append(on_record)
+
     # -- operations the broker itself starts ---------------------------------------------------
 
     async def create_topics(self, topics, validate_only: bool):
@@ -166,9 +283,13 @@ class ControlPlane:
             if others:   # leadership can only move if another broker is there to take it
                 await lc.controlled_shutdown(timeout_s)
             lc._stopping = True
+        if self.driver is not None:
+            await self.driver.close()      # a leader hands over at once (EndQuorumEpoch)
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
         if self.channel is not None:
             await self.channel.close()
+        if self.driver is not None:
+            await self.transport.close()

@@ -50,6 +50,20 @@ def raft_source(request) -> int:
     return -1
 
 
+def wire_form(msg, client: KafkaClient):
+    """``msg`` as it can be encoded at the version negotiated with the peer: a Fetch at v15+
+    names its replica in ReplicaState only (the old top-level ReplicaId must stay -1)."""
+    if type(msg).__name__ == "FetchRequest" and getattr(msg, "replica_id", -1) != -1:
+        v = client.api_version(msg.API_KEY)
+        if v is not None and v >= 15:
+            copy = type(msg).__new__(type(msg))
+            for f in type(msg).__slots__:
+                setattr(copy, f, getattr(msg, f))
+            copy.replica_id = -1
+            return copy
+    return msg
+
+
 Endpoints = Callable[[int], "tuple[str, int] | None"]
 
 
@@ -112,7 +126,8 @@ class TcpTransport:
             self.lost += 1
             return
         try:
-            resp = await client.send(env.msg)
+            await client.connect()
+            resp = await client.send(wire_form(env.msg, client))
         except ClientError as e:
             self.lost += 1
             log.debug("raft %s to node %d lost: %s", type(env.msg).__name__, env.dst, e)

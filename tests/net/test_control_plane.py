@@ -62,18 +62,20 @@ def test_combined_node_registers_over_its_controller_listener_and_forwards_admin
     asyncio.run(main())
 
 
-def test_not_controller_answers_make_the_channel_give_up_after_its_timeout(tmp_path):
+def test_not_controller_answers_make_the_channel_give_up_after_its_timeout(tmp_path, monkeypatch):
     async def main():
         server, ports = await start_node(tmp_path)
         try:
-            server.controller.active = False          # as a standby controller would be
+            standby = [True]                          # this node as a standby controller
+            monkeypatch.setattr(type(server.controller), "active",
+                                property(lambda self: not standby[0]))
             ch = ControllerChannel(lambda: [(1, "127.0.0.1", ports["CONTROLLER"])], request_timeout_ms=600)
             Req = wire.REQUESTS[19]
             with pytest.raises(ControllerUnavailable, match="not the active controller"):
                 await ch.send(Req(timeout_ms=100, topics=[Req.CreatableTopic(name="x", num_partitions=1,
                                                                              replication_factor=1)]))
             assert server.image.topic("x") is None
-            server.controller.active = True
+            standby[0] = False
             resp = await ch.send(Req(timeout_ms=100, topics=[Req.CreatableTopic(name="x", num_partitions=1,
                                                                                 replication_factor=1)]))
             assert resp.topics[0].error_code == 0
