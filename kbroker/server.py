@@ -130,8 +130,8 @@ class KafkaServer:
         cfg = self.config
         now = self.clock.now_ms()
         log.info("starting node %d (roles %s), log dirs %s", self.node_id, ",".join(cfg.process_roles), ",".join(cfg.log_dirs))
-        if cfg.voters and [v.node_id for v in cfg.voters] != [self.node_id]:
-            raise RuntimeError("this version runs a single-voter quorum: controller.quorum.voters must list only this node")
+        if cfg.voters and [v.node_id for v in cfg.voters] != [self.node_id] and not listen:
+            raise RuntimeError("without listeners a node runs a single-voter quorum: controller.quorum.voters must list only this node")
         self.cluster_id = ensure_formatted(self._dirs, self.node_id)
         log.info("cluster id %s", self.cluster_id)
 
