@@ -20,7 +20,7 @@ CLIENT_LABELS = {
     "java-3.9.0": "Java kafka-clients 3.9.0 (Spark 4.0)",
 }
 FEATURES = ["produce + consume, 5 codecs, ListOffsets", "admin + configs", "classic groups",
-            "KIP-848 groups", "transactions"]
+            "KIP-848 groups", "transactions", "TLS + SASL (SCRAM, PLAIN, mTLS)"]
 
 # (feature, node-id regex, client). A client of None comes from the regex group "client";
 # "{v}" is filled from the group "v" (a Java version).
@@ -42,6 +42,7 @@ RULES = [
     (FEATURES[4], r"test_transactions(_crash|_offsets)?\.py::test_(?!aiokafka)", "confluent-kafka"),
     (FEATURES[4], r"test_transactions\.py::test_aiokafka", "aiokafka"),
     (FEATURES[4], r"test_transactions_java\.py::\w+\[(?:java-)?(?P<v>[\d.]+)", "java-{v}"),
+    (FEATURES[5], r"test_security\.py::test_client_roundtrip\[(?P<client>.+)-(?:sasl_ssl_scram512|mtls|sasl_plaintext_plain)\]", None),
 ]
 
 
