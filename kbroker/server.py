@@ -304,6 +304,11 @@ class KafkaServer:
 async def serve(config: BrokerConfig, *, clock: Clock = SYSTEM_CLOCK) -> None:
     """Run a node until SIGTERM/SIGINT, then shut down cleanly."""
     server = KafkaServer(config, clock)
+    # Worker threads (log IO, partition creation) run Python code too: a thread holding the
+    # GIL makes the event loop wait up to the switch interval (5 ms by default) each time it
+    # wants it back. 1 ms keeps a busy worker from adding loop lag.
+    import sys
+    sys.setswitchinterval(0.001)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
