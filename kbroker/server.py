@@ -75,6 +75,7 @@ class KafkaServer:
         self._tasks: list[asyncio.Task] = []
         from kbroker.loop_probe import LoopLagProbe
         self.loop_probe = LoopLagProbe()   # event-loop lag readings (metrics, benchmarks)
+        self.freeze_gc = False   # serve(): gc.freeze() long-lived objects (not in test processes)
         self._log_managers: list = []
         self._dirs = list(dict.fromkeys(os.path.abspath(d) for d in config.log_dirs + [config.metadata_log_dir]))
 
@@ -114,6 +115,11 @@ class KafkaServer:
     async def create_topics(self, topics, validate_only: bool = False):
         results = await self.controller.submit(lambda c, now: c.create_topics(topics, validate_only, now))
         await self.log_manager.wait_opening()   # partition files are created off the event loop
+        if self.freeze_gc and not validate_only:
+            # The new partitions' objects live as long as the topic: out of the collector's
+            # reach, or every full collection walks them (0.2-0.5 s at 10,000 partitions).
+            gc.collect(1)
+            gc.freeze()
         return results
 
     async def delete_topics(self, targets):
@@ -304,6 +310,7 @@ class KafkaServer:
 async def serve(config: BrokerConfig, *, clock: Clock = SYSTEM_CLOCK) -> None:
     """Run a node until SIGTERM/SIGINT, then shut down cleanly."""
     server = KafkaServer(config, clock)
+    server.freeze_gc = True
     # Worker threads (log IO, partition creation) run Python code too: a thread holding the
     # GIL makes the event loop wait up to the switch interval (5 ms by default) each time it
     # wants it back. 1 ms keeps a busy worker from adding loop lag.
