@@ -274,10 +274,10 @@ class KafkaServer:
                         p.producer_state.delete_snapshots_before(p.log.log_start_offset)
                         p.producer_state.remove_expired(now)
                 if due("cleaner"):
-                    # One log per pass: the cleaner runs on the event loop, so keep each
-                    # pass short; the dirtiest log goes first.
+                    # One log per pass, the dirtiest first, in slices of a few ms that
+                    # yield to the event loop (LogCleaner.clean_async).
                     for lm in self._log_managers:
-                        stats = lm.run_cleaner(now, max_logs=1)
+                        stats = await lm.run_cleaner_async(now, max_logs=1)
                         if stats.logs_cleaned:
                             log.info("log cleaner: %s", stats)
                 if due("start-offsets"):

@@ -458,6 +458,17 @@ class LogManager:
         self._write_cleaner_checkpoints()
         return stats
 
+    async def run_cleaner_async(self, now_ms: int, max_logs: int | None = None):
+        """``run_cleaner`` in slices that yield to the event loop (``LogCleaner.clean_async``)."""
+        from .cleaner import LogCleaner
+
+        if self._cleaner is None:
+            self._cleaner = LogCleaner(dedupe_buffer_size=self.cleaner_dedupe_buffer_size)
+        stats = await self._cleaner.clean_logs_async(list(self._logs.values()), now_ms, max_logs=max_logs)
+        if not self.closed:
+            self._write_cleaner_checkpoints()
+        return stats
+
     def run_flush(self, now_ms: int) -> int:
         """flush.ms / flush.messages policy and the fsync of rolled segments; writes the
         recovery-point checkpoint when something was flushed. Returns logs flushed."""
