@@ -906,7 +906,8 @@ class PartitionLog:
         # Retention renames in the IO thread (three renames per segment: hundreds of segments
         # held the loop for a quarter second). A compaction swap renames now: the cleaned
         # segment takes the old names right after.
-        defer = self._defer_renames if self.io is not None and why != "compaction" else None
+        renames: list = []
+        defer = renames.extend if self.io is not None and why != "compaction" else None
         for s in segs:
             if s.active:
                 s.offset_index.trim_to_valid_size()
@@ -918,6 +919,8 @@ class PartitionLog:
                 pass
             s.deleted_at_ms = now_ms
             self._pending_deletes.append(s)
+        if renames:
+            self.io.submit(_rename_files, renames)   # one job for the whole group
         if segs:
             log.info("%s-%d: deleting segments %s (%s)", self.topic, self.partition,
                      [s.base_offset for s in segs], why)
@@ -945,16 +948,13 @@ class PartitionLog:
         if not due:
             return 0
         self._pending_deletes = [s for s in self._pending_deletes if s not in due]
-        defer = self._defer_unlinks if self.io is not None else None
+        paths: list = []
+        defer = paths.extend if self.io is not None else None
         for s in due:
             s.delete_files(defer=defer)
+        if paths:
+            self.io.submit(_unlink_files, paths)
         return len(due)
-
-    def _defer_renames(self, renames) -> None:
-        self.io.submit(_rename_files, list(renames))
-
-    def _defer_unlinks(self, paths) -> None:
-        self.io.submit(_unlink_files, list(paths))
 
     @property
     def pending_deletes(self) -> int:
