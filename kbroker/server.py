@@ -270,8 +270,9 @@ class KafkaServer:
                 if due("retention"):
                     for lm in self._log_managers:
                         lm.run_retention(now)
+                    unlink = _unlinker(self.log_manager.io)
                     for p in self.replicas.all_partitions():
-                        p.producer_state.delete_snapshots_before(p.log.log_start_offset)
+                        p.producer_state.delete_snapshots_before(p.log.log_start_offset, unlink)
                         p.producer_state.remove_expired(now)
                 if due("cleaner"):
                     # One log per pass, the dirtiest first, in slices of a few ms that
@@ -305,6 +306,21 @@ class KafkaServer:
         for lm in self._log_managers:
             lm.shutdown()           # flush, checkpoints, close, .kafka_cleanshutdown
         log.info("shutdown complete: logs flushed and closed, clean-shutdown markers written")
+
+
+def _unlinker(io):
+    """``unlink(paths)`` in the log IO thread (hundreds of files after a big retention pass
+    held the event loop for half a second), or None: here."""
+    if io is None:
+        return None
+
+    def unlink_all(paths) -> None:
+        for p in paths:
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
+    return lambda paths: io.submit(unlink_all, list(paths))
 
 
 async def serve(config: BrokerConfig, *, clock: Clock = SYSTEM_CLOCK) -> None:
