@@ -241,6 +241,9 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("replica.fetch.response.max.bytes", "int", 10485760, at_least(0)),
     ConfigDef("num.replica.fetchers", "int", 1),
     ConfigDef("auto.leader.rebalance.enable", "boolean", True),
+    ConfigDef("replica.selector.class", "string", None),
+    ConfigDef("replica.high.watermark.checkpoint.interval.ms", "long", 5000),
+    ConfigDef("leader.imbalance.check.interval.seconds", "long", 300),
     # Fetch
     ConfigDef("fetch.max.bytes", "int", 57671680, at_least(1024)),
     ConfigDef("max.incremental.fetch.session.cache.slots", "int", 1000, at_least(0)),
