@@ -113,7 +113,8 @@ def test_metrics_errors_partitions_and_quorum(mbroker):
     assert sample(m, "kafka_server_replicamanager_underreplicatedpartitions") == 0
     assert sample(m, "kafka_controller_kafkacontroller_offlinepartitionscount") == 0
     assert sample(m, "kafka_server_replicamanager_isrshrinks_total") == 0
-    assert sample(m, "kbroker_event_loop_lag_probe_seconds_count") > 0
+    assert sample(m, "kbroker_event_loop_lag_samples_total") > 0
+    assert sample(m, "kbroker_event_loop_lag_seconds", quantile="0.99") >= 0
 
 
 def test_client_telemetry_kip714(mbroker):

@@ -9,15 +9,15 @@ async def attach(server) -> None:
         return
     from kbroker.metrics.collector import BrokerCollector
     from kbroker.metrics.endpoint import MetricsEndpoint
-    from kbroker.metrics.loop_lag import LoopLagProbe
-    probe = LoopLagProbe()
-    probe.start()
+    from kbroker.metrics.loop_lag import LoopLagFamilies
+    probe = getattr(server, "loop_probe", None)
     telemetry = _client_telemetry(server)
-    collector = BrokerCollector(server, server.request_metrics, loop_lag=probe, telemetry=telemetry)
+    collector = BrokerCollector(server, server.request_metrics, telemetry=telemetry,
+                                loop_lag=LoopLagFamilies(probe) if probe is not None else None)
     endpoint = MetricsEndpoint(server.config["metrics.host"], port, [collector])
     await endpoint.start()
     server.metrics_endpoint = endpoint
-    server._metrics_parts = (probe, endpoint)
+    server._metrics_parts = (endpoint,)
 
 
 async def detach(server) -> None:
