@@ -452,7 +452,7 @@ class RaftNode:
 
     def _send_vote(self, dst: int, pre: bool, now_ms: int) -> None:
         part = VoteRequest.TopicData.PartitionData(
-            partition_index=0, candidate_epoch=self.epoch if pre else self.epoch,
+            partition_index=0, candidate_epoch=self.epoch,   # a prospective does not bump it
             candidate_id=self.node_id, last_offset_epoch=self.log.last_epoch,
             last_offset=self.log.end_offset,
             unknown_tagged_fields=[(PRE_VOTE_TAG, b"\x01")] if pre else None)
@@ -530,6 +530,8 @@ class RaftNode:
         err = Errors.NONE
         if not self.is_voter:
             err = Errors.INCONSISTENT_VOTER_SET
+        elif cand not in self.voters:
+            pass                        # a removed (or not yet added) voter cannot be elected
         elif pre:
             # KIP-996: grant only if the log is as good and we have no live leader; never
             # change our own state for a pre-vote
@@ -646,8 +648,7 @@ class RaftNode:
         if offset > 0 and (e != last_epoch or end < offset):
             self._fetch_response(env, diverging=(e, end))
             return
-        if offset > prog.end_offset or True:
-            prog.end_offset = offset
+        prog.end_offset = offset                # may go back after the replica truncated
         if offset >= self.log.end_offset:
             prog.last_caught_up_ms = now_ms
         self._update_hw(now_ms)
