@@ -5,12 +5,12 @@
     offset = await driver.append([framed_record, ...])   # last offset, once committed (HW)
     response = await driver.handle_request(src_node_id, request_obj)   # the server side
     driver.add_listener(fn)    # fn(CommittedBatch | SnapshotLoaded), in log order, once each
-    driver.set_snapshot_source(fn, SnapshotPolicy(...))   # fn() -> framed records of the state
     await driver.close()       # a leader resigns (EndQuorumEpoch) before stopping
 
 ``open_node_on_disk`` builds a RaftNode on a metadata log directory: the log is
 ``<dir>/__cluster_metadata-0`` (PartitionLog), snapshots are ``<offset>-<epoch>.checkpoint``
-files in that directory, the election state is ``<dir>/quorum-state``.
+files in that directory, the election state is ``<dir>/quorum-state``. When to snapshot is
+the state machine's call (``SnapshotPolicy``; ``RaftNode.create_snapshot``), not the driver's.
 
 The node is only touched from the driver's task, so nothing else needs a lock. Inbound
 envelopes (from the transport's receiver or ``handle_request``) are queued and the task wakes
@@ -31,9 +31,9 @@ import os
 import random
 
 from kbroker.kraft.quorum_store import FileQuorumStore
-from kbroker.kraft.raft import LEADER, CommittedBatch, NotLeaderError, RaftConfig, RaftNode, SnapshotLoaded
+from kbroker.kraft.raft import LEADER, NotLeaderError, RaftConfig, RaftNode
 from kbroker.kraft.raft_log import METADATA_PARTITION_DIR, DiskRaftLog
-from kbroker.kraft.snapshots import DirSnapshotStore, SnapshotPolicy
+from kbroker.kraft.snapshots import DirSnapshotStore
 from kbroker.kraft.transport import Envelope, Transport, monotonic_ms
 
 log = logging.getLogger("kbroker.kraft.driver")
@@ -57,12 +57,6 @@ class RaftDriver:
         self._task: asyncio.Task | None = None
         self._closing = False
         self._polls = 0
-        self._snapshot_source: Callable[[], list[bytes]] | None = None
-        self._snapshot_policy = SnapshotPolicy()
-        self._bytes_since_snapshot = 0
-        self._last_snapshot_ms = clock()
-        self._delivered_end = 0
-        self.snapshots_taken = 0
         transport.set_receiver(self._receive)
 
     # -- public --------------------------------------------------------------------------------
@@ -73,14 +67,6 @@ class RaftDriver:
 
     def add_listener(self, fn: Listener) -> None:
         self._listeners.append(fn)
-
-    def set_snapshot_source(self, source: Callable[[], list[bytes]],
-                            policy: SnapshotPolicy | None = None) -> None:
-        """``source()`` returns the framed records of the state machine as of everything the
-        listeners have been given; called when ``policy`` says a snapshot is due."""
-        self._snapshot_source = source
-        if policy is not None:
-            self._snapshot_policy = policy
 
     async def append(self, records: list[bytes]) -> int:
         """Append as leader; returns the last offset once the high watermark passes it."""
@@ -166,13 +152,6 @@ class RaftDriver:
                     fn(item)
                 except Exception:
                     log.exception("raft listener failed")
-            if isinstance(item, CommittedBatch):
-                self._bytes_since_snapshot += sum(len(r) for r in item.records)
-                self._delivered_end = item.last_offset + 1
-            elif isinstance(item, SnapshotLoaded):
-                self._bytes_since_snapshot = 0
-                self._delivered_end = item.snapshot_id.end_offset
-        self._maybe_snapshot()
         hw = node.high_watermark
         keep = []
         for offset, epoch, fut in self._appends:
@@ -186,20 +165,6 @@ class RaftDriver:
             else:
                 keep.append((offset, epoch, fut))
         self._appends = keep
-
-    def _maybe_snapshot(self) -> None:
-        now = self.clock()
-        if self._snapshot_source is None or not self._snapshot_policy.due(
-                self._bytes_since_snapshot, self._last_snapshot_ms, now):
-            return
-        try:
-            self.node.create_snapshot(self._delivered_end, self._snapshot_source(), now)
-        except Exception:
-            log.exception("snapshot at %d failed", self._delivered_end)
-            return
-        self.snapshots_taken += 1
-        self._bytes_since_snapshot = 0
-        self._last_snapshot_ms = now
 
     def _fail_waiters(self, exc: Exception) -> None:
         for _o, _e, fut in self._appends:

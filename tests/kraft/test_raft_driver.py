@@ -91,23 +91,23 @@ def disk_cluster(tmp_path, ids, voters, seed=2):
 def test_on_disk_restart_snapshot_and_catch_up(tmp_path):
     """Three nodes on disk: commit, snapshot + clean the log on the leader, restart a node that
     missed it all; it catches up from the snapshot (FetchSnapshot) and the log."""
-    from kbroker.kraft.snapshots import SnapshotPolicy
-
     async def main():
         net, drivers = disk_cluster(tmp_path, [1, 2, 3], {1, 2, 3})
         pump = asyncio.create_task(run_memory_network(net))
         states = {i: [] for i in drivers}
+        applied = {}
 
         def listener(i):
             def on(item):
                 if isinstance(item, CommittedBatch):
                     states[i].extend(item.records)
+                    applied[i] = item.last_offset + 1
                 else:                                  # SnapshotLoaded
                     states[i][:] = list(item.records)
+                    applied[i] = item.snapshot_id.end_offset
             return on
         for i, d in drivers.items():
             d.add_listener(listener(i))
-            d.set_snapshot_source(lambda i=i: list(states[i]), SnapshotPolicy(max_bytes=40, interval_ms=0))
             d.start()
         await wait_for(lambda: leader_of(drivers) is not None)
         lead = leader_of(drivers)
@@ -116,7 +116,13 @@ def test_on_disk_restart_snapshot_and_catch_up(tmp_path):
         net.set_down(lagger, True)
         for k in range(30):
             await lead.append([b"value-%02d" % k])
-        assert lead.snapshots_taken > 0 and lead.node.log.start_offset > 0
+            if k % 10 == 9:              # the state machines of the nodes up snapshot now and then
+                hw = lead.node.high_watermark
+                for i, d in drivers.items():
+                    if i != lagger:
+                        await wait_for(lambda: applied.get(i, 0) >= hw)
+                        d.node.create_snapshot(applied[i], list(states[i]), monotonic_ms())
+        assert all(d.node.log.start_offset > 0 for i, d in drivers.items() if i != lagger)
         files = sorted(p.name for p in (tmp_path / f"n{lead.node.node_id}" / "__cluster_metadata-0").iterdir()
                        if p.name.endswith(".checkpoint") and "-" in p.name[:21])
         assert files, "no <offset>-<epoch>.checkpoint written"
