@@ -618,7 +618,16 @@ class RaftNode:
         if snapshot is not None:
             part.snapshot_id = P.SnapshotId(end_offset=snapshot.end_offset, epoch=snapshot.epoch)
         self._reply(env, FetchResponse(responses=[FetchResponse.FetchableTopicResponse(
-            topic=METADATA_TOPIC, partitions=[part])]))
+            topic=METADATA_TOPIC, partitions=[part])], node_endpoints=self._leader_endpoints()))
+
+    def _leader_endpoints(self) -> list:
+        """Where the leader listens, when its VotersRecord says (KIP-853): an observer that
+        asked a bootstrap server learns the leader's address from the answer."""
+        voter = self._voter_history[-1][1].get(self.leader_id) if self._voter_history else None
+        if voter is None or not voter.endpoints:
+            return []
+        ep = voter.endpoints[0]
+        return [FetchResponse.NodeEndpoint(node_id=self.leader_id, host=ep.host, port=ep.port)]
 
     def _handle_FetchRequest(self, env: Envelope, now_ms: int) -> None:
         req = env.msg
