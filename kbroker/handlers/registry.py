@@ -57,6 +57,14 @@ HANDLER_MODULES: tuple[str, ...] = (
     "describe_log_dirs",
     "offset_for_leader_epoch",
     "describe_quorum",           # forwarded to the active controller (kbroker.kraft)
+    # security (kbroker.security)
+    "sasl_handshake",
+    "sasl_authenticate",
+    "describe_user_scram_credentials",
+    "alter_user_scram_credentials",
+    "create_acls",
+    "describe_acls",
+    "delete_acls",
 )
 
 
