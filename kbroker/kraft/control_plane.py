@@ -75,8 +75,9 @@ class ControlPlane:
                 and not cfg["controller.quorum.bootstrap.servers"]:
             voters = {srv.node_id}      # the embedded single node: a quorum of one
         store = FileQuorumStore(mplog.dir, srv.cluster_id, kraft_version=0 if voters else 1)
+        boot = [-1 - i for i in range(len(cfg["controller.quorum.bootstrap.servers"]))]
         node = RaftNode(srv.node_id, DiskRaftLog(mplog), store, snaps, rcfg, random.Random(),
-                        voters=voters, now_ms=monotonic_ms())
+                        voters=voters, now_ms=monotonic_ms(), bootstrap=boot)
         self.transport = TcpTransport(srv.node_id, self._endpoint_of,
                                       request_timeout_ms=cfg["controller.quorum.request.timeout.ms"])
         self.driver = RaftDriver(node, self.transport, clock=monotonic_ms)
@@ -102,6 +103,9 @@ class ControlPlane:
         return runtime
 
     def _endpoint_of(self, node_id: int):
+        boot = self.config["controller.quorum.bootstrap.servers"]
+        if node_id < 0 and -node_id - 1 < len(boot):      # an observer's bootstrap destination
+            return _split_host_port(boot[-node_id - 1])
         for v in self.config.voters:
             if v.node_id == node_id:
                 return v.host, v.port
