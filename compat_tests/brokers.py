@@ -150,9 +150,10 @@ class ClusterNode(BrokerProcess):
             cmd += ["--override", f"{k}={v}"]
         return cmd
 
-    def format(self) -> None:
+    def format(self, *extra: str) -> None:
+        """kbroker format with the cluster id (extra: --standalone, --initial-controllers ...)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "kbroker", "format", "-t", self.cluster.cluster_id, "-g"]
+        cmd = [sys.executable, "-m", "kbroker", "format", "-t", self.cluster.cluster_id, "-g", *extra]
         for k, v in self.properties().items():
             cmd += ["--override", f"{k}={v}"]
         subprocess.run(cmd, check=True, capture_output=True, cwd=self.data_dir,
@@ -213,9 +214,11 @@ class KBrokerCluster:
     def bootstrap(self) -> str:
         return ",".join(f"127.0.0.1:{n.port}" for n in self.nodes.values() if "broker" in n.roles)
 
-    def start(self, timeout: float = 90.0) -> "KBrokerCluster":
+    def start(self, timeout: float = 90.0, *, format: bool = True) -> "KBrokerCluster":
+        """Format (unless already done) and start every node; wait until all answer."""
         for n in self.nodes.values():
-            n.format()
+            if format:
+                n.format()
         for n in self.nodes.values():
             n.start(wait=False)
         for n in self.nodes.values():
