@@ -197,15 +197,17 @@ class KBrokerCluster:
             c.stop_signal(3); c.cont(3)     # SIGSTOP / SIGCONT
     """
 
-    def __init__(self, base_dir: Path, n: int = 3, *, roles: str = "broker,controller",
+    def __init__(self, base_dir: Path, n: int = 3, *, roles: "str | dict[int, str]" = "broker,controller",
                  overrides: dict | None = None, cluster_id: str = "kbrokerclusterAAAAAAAAA"):
+        """``roles``: process.roles of every node, or {node id: roles}."""
         self.base_dir = Path(base_dir)
         self.cluster_id = cluster_id[:22]
         self.overrides = {"controller.quorum.election.timeout.ms": "500",
                           "controller.quorum.fetch.timeout.ms": "1000",
                           "broker.session.timeout.ms": "4000", "broker.heartbeat.interval.ms": "500",
                           **(overrides or {})}
-        self.nodes = {i: ClusterNode(self, i, roles) for i in range(1, n + 1)}
+        self.nodes = {i: ClusterNode(self, i, roles if isinstance(roles, str) else roles[i])
+                      for i in range(1, n + 1)}
 
     def voters(self) -> str:
         return ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes.values() if n.controller_port)

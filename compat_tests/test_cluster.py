@@ -138,3 +138,35 @@ def test_java_admin_describe_cluster_and_metadata_quorum_against_every_node(clus
         assert sorted(d["voters"]) == [1, 2, 3]
         drv.create_topic(f"java{n.node_id}", 1)
     assert has_topics(cluster.nodes[1].port, {"java1", "java2", "java3"})
+
+
+def test_separate_controller_processes_and_a_broker_only_node(tmp_path):
+    roles = {1: "controller", 2: "controller", 3: "controller", 4: "broker"}
+    with KBrokerCluster(tmp_path, 4, roles=roles) as c:
+        broker = c.nodes[4]
+        a = admin(f"127.0.0.1:{broker.port}")
+        assert create(a, "on-broker", partitions=2) is None
+        md = a.list_topics(timeout=10)
+        assert sorted(md.brokers) == [4]                     # controllers are not brokers
+        assert {p.leader for p in md.topics["on-broker"].partitions.values()} == {4}
+        lead = c.active_controller()
+        c.kill(lead)
+        assert create(a, "after-failover") is None
+        assert c.active_controller() != lead
+
+
+def test_node_formatted_with_another_cluster_id_is_refused(tmp_path):
+    with KBrokerCluster(tmp_path / "good", 1) as c:
+        stranger = KBrokerCluster(tmp_path / "other", 1, roles="broker",
+                                  cluster_id="otherclusterBBBBBBBBBBB")
+        node = stranger.nodes[1]
+        node.node_id = 2
+        stranger.voters = c.voters                            # it points at the good quorum
+        node.format()
+        node.start(wait=False)
+        try:
+            assert node.proc.wait(60) != 0
+            text = node.log_path.read_text()
+            assert "INCONSISTENT_CLUSTER_ID" in text and stranger.cluster_id in text
+        finally:
+            stranger.close()

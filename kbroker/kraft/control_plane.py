@@ -95,6 +95,11 @@ class ControlPlane:
         self._tasks.append(asyncio.create_task(runtime.watch(), name="metadata-quorum-watch"))
         waited = 0
         while not await runtime.wait_caught_up(5.0):
+            if self.transport.inconsistent_cluster is not None:
+                raise RuntimeError(
+                    f"node {srv.node_id} is formatted for cluster {srv.cluster_id}, but controller "
+                    f"{self.transport.inconsistent_cluster} belongs to another cluster "
+                    "(INCONSISTENT_CLUSTER_ID): format every node with the same cluster id (kbroker format -t)")
             waited += 5
             log.info("waiting for the metadata quorum (%d s): leader %d, epoch %d, high watermark %d, applied %d",
                      waited, node.leader_id, node.epoch, node.high_watermark, runtime.applied)
@@ -207,6 +212,8 @@ class ControlPlane:
         """Register this broker; the epoch. Over the network when listening."""
         srv = self.server
         cfg = self.config
+        if not cfg.is_broker:
+            return -1                  # a controller-only process registers no broker
         if not self.use_network(listening):
             import uuid
             return srv.controller.submit_now(
