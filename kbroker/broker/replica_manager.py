@@ -97,26 +97,54 @@ class ReplicaManager:
                 for p in parts.values():
                     p.set_config(cfg)
 
-    def _open(self, topic: str, topic_id: uuid.UUID, index: int, leader_epoch: int) -> Partition:
+    def _open(self, topic: str, topic_id: uuid.UUID, index: int, leader_epoch: int) -> Partition | None:
         existing = self.get(topic, index)
         if existing is not None:
             existing.leader_epoch = leader_epoch
             return existing
         cfg = self.log_config_for(topic)
         now = self.now_ms()
-        plog = self.log_manager.get_or_create(topic, index, cfg, now_ms=now, topic_id=uuid_to_str(topic_id))
-        # Producer state lives beside the log (Kafka's .snapshot files): reload the latest
-        # snapshot, then replay the batches after it.
-        psm = ProducerStateManager(plog.dir, producer_id_expiration_ms=self.producer_id_expiration_ms,
-                                   topic_partition=f"{topic}-{index}")
-        # The replay also rebuilds the aborted-transaction index entries of the replayed range.
-        txns = PartitionTxns(plog.dir, psm)
-        part = Partition(topic, index, topic_id, plog, psm, leader_epoch, cfg)
-        part.advance_high_watermark(self._recovered_high_watermark(topic, index, plog))
-        txns.recover(plog, now)
-        part.txns = txns
-        self.topics.setdefault(topic, {})[index] = part
-        return part
+
+        def prepare(plog):
+            # Producer state lives beside the log (Kafka's .snapshot files): reload the latest
+            # snapshot, then replay the batches after it.
+            psm = ProducerStateManager(plog.dir, producer_id_expiration_ms=self.producer_id_expiration_ms,
+                                       topic_partition=f"{topic}-{index}")
+            # The replay also rebuilds the aborted-transaction index entries of the replayed range.
+            txns = PartitionTxns(plog.dir, psm)
+            txns.recover(plog, now)
+            return psm, txns
+
+        def install(plog, psm, txns) -> Partition:
+            part = Partition(topic, index, topic_id, plog, psm, leader_epoch, cfg)
+            part.txns = txns
+            part.advance_high_watermark(self._recovered_high_watermark(topic, index, plog))
+            self.topics.setdefault(topic, {})[index] = part
+            return part
+
+        # A new partition's files are created in the log manager's admin thread (creating a
+        # thousand of them on the event loop held every client for seconds); the partition
+        # appears here when they exist. CreateTopics answers after that (server.create_topics).
+        fut = None
+        if self.log_manager.get(topic, index) is None:
+            fut = self.log_manager.create_in_background(topic, index, cfg, now_ms=now,
+                                                        topic_id=uuid_to_str(topic_id), prepare=prepare)
+        if fut is None:
+            plog = self.log_manager.get_or_create(topic, index, cfg, now_ms=now, topic_id=uuid_to_str(topic_id))
+            return install(plog, *prepare(plog))
+
+        def created(f) -> None:
+            if f.cancelled() or f.exception() is not None:
+                return   # deleted meanwhile, or the disk failed (logged by the log manager)
+            plog, (psm, txns) = f.result()
+            t = self.image.topics_by_id.get(topic_id)
+            if t is None or t.name != topic or self.get(topic, index) is not None:
+                self.log_manager.delete(topic, index, self.now_ms())   # the topic went meanwhile
+                return
+            install(plog, psm, txns)
+            self.sync_role(topic, index)   # the metadata record's sync_role ran before it existed
+        fut.add_done_callback(created)
+        return None
 
     def _remove_topic(self, topic: str) -> None:
         parts = self.topics.pop(topic, None)
@@ -124,10 +152,11 @@ class ReplicaManager:
             return
         for p in parts.values():
             self._wake(p)
-            try:
-                self.log_manager.delete(topic, p.index, self.now_ms())
-            except Exception:
-                log.exception("deleting the log of %s-%d failed", topic, p.index)
+        try:
+            # one checkpoint for all; renames in the log manager's admin thread
+            self.log_manager.delete_many([(topic, p.index) for p in parts.values()], self.now_ms())
+        except Exception:
+            log.exception("deleting the logs of %s failed", topic)
         log.info("deleted topic %s (%d partitions)", topic, len(parts))
 
     # -- roles -------------------------------------------------------------------------------

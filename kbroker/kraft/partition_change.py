@@ -83,19 +83,20 @@ def _unclean_for(image, topic: str, default: bool) -> bool:
     return default if v is None else v.strip().lower() == "true"
 
 
-def leadership_off_broker(image, broker_id: int, *, unclean_default: bool = False,
-                          live: set[int] | None = None) -> list[PartitionChangeRecord]:
-    """``broker_id`` was fenced or is shutting down: take it out of every ISR (unless it is
-    the last member) and give its partitions new leaders."""
-    live = (_live(image) if live is None else set(live)) - {broker_id}
+def move_off(image, leaving: set[int], *, unclean_default: bool = False,
+             live: set[int] | None = None) -> list[PartitionChangeRecord]:
+    """The brokers in ``leaving`` were fenced or are shutting down (session expiry can fence
+    several at once): take them out of every ISR (unless one is the last member) and give
+    their partitions new leaders."""
+    live = (_live(image) if live is None else set(live)) - set(leaving)
     out = []
     for t in image.topics_by_name.values():
         for p in t.partitions.values():
-            if broker_id not in p.replicas:
+            if leaving.isdisjoint(p.replicas):
                 continue
-            isr = [r for r in p.isr if r != broker_id] or list(p.isr)
+            isr = [r for r in p.isr if r not in leaving] or list(p.isr)
             leader = NO_LEADER_CHANGE
-            if p.leader == broker_id or p.leader == NO_LEADER:
+            if p.leader in leaving or p.leader == NO_LEADER:
                 e = elect_leader(p.replicas, isr, live, _unclean_for(image, t.name, unclean_default))
                 leader = e.leader
                 if e.unclean:
@@ -109,9 +110,16 @@ def leadership_off_broker(image, broker_id: int, *, unclean_default: bool = Fals
     return out
 
 
-def elect_leaders_for_offline(image, *, unclean_default: bool = False) -> list[PartitionChangeRecord]:
+def leadership_off_broker(image, broker_id: int, *, unclean_default: bool = False,
+                          live: set[int] | None = None) -> list[PartitionChangeRecord]:
+    """``broker_id`` was fenced or is shutting down (``move_off`` for one broker)."""
+    return move_off(image, {broker_id}, unclean_default=unclean_default, live=live)
+
+
+def elect_leaders_for_offline(image, *, unclean_default: bool = False,
+                              live: set[int] | None = None) -> list[PartitionChangeRecord]:
     """Partitions without a leader whose replicas came back (a broker unfenced)."""
-    live = _live(image)
+    live = _live(image) if live is None else live
     out = []
     for t in image.topics_by_name.values():
         for p in t.partitions.values():
@@ -124,6 +132,12 @@ def elect_leaders_for_offline(image, *, unclean_default: bool = False) -> list[P
                 if rec is not None:
                     out.append(rec)
     return out
+
+
+def elect_where_leaderless(image, returning: int) -> list[PartitionChangeRecord]:
+    """``returning`` is being unfenced (its UnfenceBrokerRecord is in the same batch, not yet
+    in the image): leaderless partitions it can lead get it back."""
+    return elect_leaders_for_offline(image, live=_live(image) | {returning})
 
 
 # -- AlterPartition ----------------------------------------------------------------------------
