@@ -20,7 +20,9 @@ T = 30
 @pytest.fixture(scope="module")
 def mbroker(tmp_path_factory):
     port = free_port()
-    b = BrokerProcess(tmp_path_factory.mktemp("mbroker"), overrides={"metrics.port": str(port)}).start()
+    b = BrokerProcess(tmp_path_factory.mktemp("mbroker"), overrides={
+        "metrics.port": str(port), "client.telemetry.metrics": "org.apache.kafka.producer.",
+        "client.telemetry.push.interval.ms": "300"}).start()
     b.metrics_port = port
     yield b
     b.stop()
@@ -111,4 +113,26 @@ def test_metrics_errors_partitions_and_quorum(mbroker):
     assert sample(m, "kafka_server_replicamanager_underreplicatedpartitions") == 0
     assert sample(m, "kafka_controller_kafkacontroller_offlinepartitionscount") == 0
     assert sample(m, "kafka_server_replicamanager_isrshrinks_total") == 0
-    assert sample(m, "kbroker_event_loop_lag_probe_seconds_count") > 0
+    assert sample(m, "kbroker_event_loop_lag_samples_total") > 0
+    assert sample(m, "kbroker_event_loop_lag_seconds", quantile="0.99") >= 0
+
+
+def test_client_telemetry_kip714(mbroker):
+    """librdkafka pushes its metrics (KIP-714) and they appear on the endpoint."""
+    p = Producer({"bootstrap.servers": mbroker.bootstrap, "client.id": "telemetry-app"})
+    deadline = time.monotonic() + T
+    found = None
+    while found is None and time.monotonic() < deadline:
+        p.produce("m-telemetry", b"x")
+        p.poll(0.1)
+        m = scrape(mbroker.metrics_port)
+        found = next(((k, v) for k, v in m.items() if k[0] == "org_apache_kafka_producer_connection_creation_total"), None)
+    assert p.flush(T) == 0
+    assert found is not None, "no pushed client metrics on the endpoint"
+    labels = dict(found[0][1])
+    assert len(labels["client_instance_id"]) == 36
+    assert found[1] >= 1   # the producer opened at least its bootstrap connection
+    m = scrape(mbroker.metrics_port)
+    assert sample(m, "kbroker_client_telemetry_clients") >= 1
+    # only the subscribed prefix is kept
+    assert not any(k[0].startswith("org_apache_kafka_consumer_") for k in m)

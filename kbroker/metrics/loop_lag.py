@@ -1,47 +1,24 @@
-"""A minimal event-loop lag probe: a task sleeps ``interval`` and records how late it woke.
-
-(The ``stall`` work may bring a finer probe; this one only feeds the metrics.)"""
+"""Event-loop lag on the endpoint, read from the broker's probe (``kbroker.loop_probe``,
+``server.loop_probe``) at scrape time."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-
-from prometheus_client.core import GaugeMetricFamily, SummaryMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 
-class LoopLagProbe:
-    def __init__(self, interval_s: float = 0.1) -> None:
-        self.interval = interval_s
-        self.last = 0.0
-        self.max_since_scrape = 0.0
-        self.count = 0
-        self.total = 0.0
-        self._task: asyncio.Task | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="loop-lag-probe")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-
-    async def _run(self) -> None:
-        while True:
-            t = time.monotonic()
-            await asyncio.sleep(self.interval)
-            late = max(0.0, time.monotonic() - t - self.interval)
-            self.last = late
-            self.max_since_scrape = max(self.max_since_scrape, late)
-            self.count += 1
-            self.total += late
+class LoopLagFamilies:
+    def __init__(self, probe) -> None:
+        self.probe = probe
 
     def families(self):
-        yield GaugeMetricFamily("kbroker_event_loop_lag_seconds", "How late the last probe woke", value=self.last)
-        yield GaugeMetricFamily("kbroker_event_loop_lag_max_seconds", "Largest lag since the previous scrape",
-                                value=self.max_since_scrape)
-        self.max_since_scrape = 0.0
-        s = SummaryMetricFamily("kbroker_event_loop_lag_probe_seconds", "Probe lateness", count_value=self.count,
-                                sum_value=self.total)
-        yield s
+        s = self.probe.snapshot()
+        lag = GaugeMetricFamily("kbroker_event_loop_lag_seconds",
+                                "How late the loop ran a timer, over the probe's recent window", labels=["quantile"])
+        for q, v in (("0.5", s.p50_ms), ("0.99", s.p99_ms), ("0.999", s.p999_ms)):
+            lag.add_metric([q], v / 1000)
+        yield lag
+        yield GaugeMetricFamily("kbroker_event_loop_lag_window_max_seconds", "Largest lag in the recent window",
+                                value=s.window_max_ms / 1000)
+        yield GaugeMetricFamily("kbroker_event_loop_lag_max_seconds", "Largest lag since start", value=s.max_ms / 1000)
+        yield CounterMetricFamily("kbroker_event_loop_stalls", f"Lags above {s.stall_ms:g} ms", value=s.stalls)
+        yield CounterMetricFamily("kbroker_event_loop_lag_samples", "Probe samples taken", value=s.samples)

@@ -77,25 +77,25 @@ class RequestMetrics:
                 self.errors[(api_key, code)] += 1
 
     def _produce(self, req, resp) -> None:
-        codes = {}
-        if resp is not None:
-            for t in resp.responses:
-                for p in t.partition_responses:
-                    codes[(t.name, p.index)] = p.error_code
-        for td in req.topic_data:
-            tc = self.topics[td.name]
+        # the handler answers topics and partitions in request order: walk both together
+        topics = self.topics
+        rtopics = resp.responses if resp is not None else None
+        for i, td in enumerate(req.topic_data):
+            tc = topics[td.name]
             tc.produce_requests += 1
+            rparts = rtopics[i].partition_responses if rtopics is not None else None
             failed = False
-            for pd in td.partition_data:
+            for j, pd in enumerate(td.partition_data):
                 recs = pd.records
-                size = len(recs) if recs is not None else 0
-                code = codes.get((td.name, pd.index), 0)
+                if recs is None:
+                    continue
+                code = rparts[j].error_code if rparts is not None else 0
                 if code:
                     self.errors[(PRODUCE, code)] += 1
-                    tc.bytes_rejected += size
+                    tc.bytes_rejected += len(recs)
                     failed = True
-                elif recs is not None:
-                    tc.bytes_in += size
+                else:
+                    tc.bytes_in += len(recs)
                     tc.messages_in += batch_record_counts(recs)
             if failed:
                 tc.failed_produce += 1

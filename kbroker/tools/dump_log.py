@@ -169,7 +169,7 @@ def _dump_log(path: str, args) -> None:
             line = (f"| offset: {rec.offset} {ts_type}: {rec.timestamp} "
                     f"keySize: {-1 if rec.key is None else len(rec.key)} "
                     f"valueSize: {-1 if rec.value is None else len(rec.value)} sequence: {seq} "
-                    f"headerKeys: [{', '.join(k for k, _ in rec.headers)}]")
+                    f"headerKeys: [{','.join(k for k, _ in rec.headers)}]")
             if b.is_control:
                 line += " " + _control(rec)
             elif metadata and rec.value is not None:
