@@ -80,6 +80,10 @@ class GroupCoordinatorRuntime:
             return
         part = self.broker.replicas.get(OFFSETS_TOPIC, partition)
         if part is None:
+            # its files are still being created off the event loop: load once they exist
+            opening = self.broker.log_manager.opening(OFFSETS_TOPIC, partition) if self.broker.log_manager else None
+            if opening is not None:
+                opening.add_done_callback(lambda _f: self._maybe_load(partition))
             return
         self.shards[partition] = self._load(partition, part.log)
         self._wake.set()

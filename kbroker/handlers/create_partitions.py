@@ -18,6 +18,7 @@ async def _create(ctx, req):
               for t in req.topics]
     results = await ctx.broker.controller.submit(
         lambda c, now: c.create_partitions(topics, req.validate_only, now))
+    await ctx.broker.log_manager.wait_opening()   # new partitions' files are created off the loop
     return CreatePartitionsResponse(throttle_time_ms=0, results=[
         _Result(name=name, error_code=code, error_message=msg) for name, code, msg in results])
 

@@ -1,0 +1,409 @@
+"""Acknowledgement stalls during admin work: kbroker, Apache Kafka 4.0 and Tansu in one run.
+
+    python benchmarks/bench_stalls.py [--only SUBSTRING] [--brokers kbroker,kafka,tansu]
+                                      [--out benchmarks/results/stalls.md] [--plot benchmarks/results/stalls.png]
+
+A producer sends one record every 2 ms (acks=1, linger 0) to a 1-partition topic on each
+broker, all the time. Each scenario runs an operation against one broker at a time (the
+brokers alternate: kbroker, Kafka, Tansu, then the next scenario), and reports the longest
+acknowledgement latency of the records sent while it ran (its "stall": how long a client
+saw the broker hold its records) next to the same producer's worst latency in the idle second
+before. For kbroker it also reports the longest event-loop lag its probe logged in the window
+(kbroker.loop_probe, lowered to log every lag above 10 ms here).
+
+Scenarios (issue 15): the first consumer group (``__consumer_offsets`` created), a topic of
+1,000 partitions created and then deleted, Metadata for 10,000 partitions (10 topics of
+1,000, 20 full-metadata requests), a burst of 1,000 new connections (ApiVersions on each),
+hundreds of segments deleted (DeleteRecords to the end of a topic of 300 small segments,
+then the retention pass that removes them), a compacted log cleaned (``--compact-mb``; the
+issue's 1 GB is the default of a full run, 64 MB with --quick).
+
+The machine may be shared: the producer's stalls are compared between brokers in the same
+run, never against fixed numbers.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import os
+import platform
+import re
+import shutil
+import socket
+import struct
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from peers import NAMES, make_broker, rss_mb  # noqa: E402
+
+HB_TOPIC = "heartbeat"
+HB_INTERVAL = 0.002
+IDLE_S = 1.0
+SETTLE_S = 0.5
+
+
+# ----------------------------------------------------------------------------- heartbeat
+class Heartbeat:
+    """A producer sending one record every 2 ms; keeps (send time, ack time) per record."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.p = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 0,
+                           "message.timeout.ms": 120000})
+        self.sent: list[float] = []
+        self.acked: dict[int, float] = {}
+        self.errors = 0
+        self._stop = threading.Event()
+        self._th = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> "Heartbeat":
+        self.p.list_topics(HB_TOPIC, timeout=20)
+        self._th.start()
+        return self
+
+    def _run(self) -> None:
+        i = 0
+        t0 = time.perf_counter()
+        while not self._stop.is_set():
+            due = t0 + i * HB_INTERVAL
+            while (wait := due - time.perf_counter()) > 0:
+                self.p.poll(wait)          # deliver callbacks while we wait (returns early on one)
+            idx = len(self.sent)
+            self.sent.append(time.perf_counter())
+            self.p.produce(HB_TOPIC, b"x" * 100, on_delivery=lambda err, _m, idx=idx: self._ack(idx, err))
+            self.p.poll(0)
+            i += 1
+            if time.perf_counter() - due > 0.5:  # we fell behind (machine loaded): resync
+                t0, i = time.perf_counter(), 0
+
+    def _ack(self, idx: int, err) -> None:
+        if err is not None:
+            self.errors += 1
+        self.acked[idx] = time.perf_counter()
+
+    def worst(self, t0: float, t1: float) -> float:
+        """Longest ack latency (ms) of the records sent in [t0, t1]; unacked ones count up
+        to now."""
+        now = time.perf_counter()
+        worst = 0.0
+        for i in range(len(self.sent) - 1, -1, -1):
+            s = self.sent[i]
+            if s < t0:
+                break
+            if s > t1:
+                continue
+            worst = max(worst, self.acked.get(i, now) - s)
+        return worst * 1000
+
+    def wait_acked(self, timeout: float = 60) -> None:
+        deadline = time.perf_counter() + timeout
+        while time.perf_counter() < deadline:
+            if len(self.acked) >= len(self.sent) - 1:
+                return
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._th.join(5)
+        self.p.flush(10)
+
+
+# ----------------------------------------------------------------------------- kbroker probe
+_LAG = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})\].*event loop held for (\d+) ms")
+
+
+def probe_lags(log_path: Path, wall0: float, wall1: float) -> float:
+    """Largest loop lag kbroker logged between two wall-clock times (0 if none)."""
+    worst = 0.0
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError:
+        return 0.0
+    for line in text.splitlines():
+        m = _LAG.match(line)
+        if not m:
+            continue
+        ts = datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").timestamp() + int(m.group(2)) / 1000
+        # the line is logged when the lag ends: it covers [ts - lag, ts]
+        if wall0 <= ts <= wall1 + 1:
+            worst = max(worst, float(m.group(3)))
+    return worst
+
+
+# ----------------------------------------------------------------------------- operations
+def admin(bootstrap):
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def wait_topic(bootstrap, topic, partitions, timeout=60):
+    a = admin(bootstrap)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        md = a.list_topics(topic, timeout=10).topics.get(topic)
+        if md is not None and not md.error and len(md.partitions) == partitions:
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"{topic} did not appear with {partitions} partitions")
+
+
+def op_first_group(b, st):
+    c = Consumer({"bootstrap.servers": b, "group.id": "first-group", "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest"})
+    c.subscribe([HB_TOPIC])
+    deadline = time.time() + 60
+    while time.time() < deadline and not c.assignment():
+        c.poll(0.1)
+    c.commit(offsets=[TopicPartition(HB_TOPIC, 0, 1)], asynchronous=False)
+    c.close()
+
+
+def op_create_1000(b, st):
+    a = admin(b)
+    a.create_topics([NewTopic("big", 1000, 1)])["big"].result(120)
+    wait_topic(b, "big", 1000)
+
+
+def op_delete_1000(b, st):
+    a = admin(b)
+    a.delete_topics(["big"])["big"].result(120)
+
+
+def setup_metadata_10k(b, st):
+    a = admin(b)
+    for i in range(10):   # one request each: Kafka refuses more than 10,000 partitions in one
+        a.create_topics([NewTopic(f"meta{i}", 1000, 1)])[f"meta{i}"].result(300)
+
+
+def op_metadata_10k(b, st):
+    a = admin(b)
+    for _ in range(20):
+        md = a.list_topics(timeout=60)
+        n = sum(len(t.partitions) for t in md.topics.values())
+    st["metadata_partitions"] = n
+
+
+def teardown_metadata_10k(b, st):
+    a = admin(b)
+    for f in a.delete_topics([f"meta{i}" for i in range(10)]).values():
+        try:
+            f.result(300)
+        except Exception:
+            pass
+
+
+def op_connections_1000(b, st, n=1000):
+    host, port = b.split(":")
+    port = int(port)
+    body = struct.pack(">hhih", 18, 0, 7, 5) + b"burst"
+    req = struct.pack(">i", len(body)) + body
+
+    async def one():
+        r, w = await asyncio.open_connection(host, port)
+        w.write(req)
+        head = await r.readexactly(4)
+        await r.readexactly(struct.unpack(">i", head)[0])
+        return w
+
+    async def burst():
+        ws = await asyncio.gather(*(one() for _ in range(n)))
+        for w in ws:
+            w.close()
+
+    asyncio.run(burst())
+
+
+def setup_segments(b, st, segments=300):
+    # 300 segments of 16 KiB-ish each; Kafka needs segment.bytes >= 14 bytes at topic level
+    a = admin(b)
+    a.create_topics([NewTopic("segs", 1, 1, config={"segment.bytes": "16384"})])["segs"].result(60)
+    wait_topic(b, "segs", 1)
+    p = Producer({"bootstrap.servers": b, "acks": "1", "linger.ms": 0, "batch.size": 4000})
+    for i in range(segments * 4):
+        p.produce("segs", os.urandom(4000))
+        if i % 100 == 0:
+            p.poll(0)
+    p.flush(60)
+
+
+def op_delete_segments(b, st):
+    from confluent_kafka import TopicPartition as TP
+    a = admin(b)
+    c = Consumer({"bootstrap.servers": b, "group.id": "segs-probe"})
+    _lo, hi = c.get_watermark_offsets(TP("segs", 0), timeout=10)
+    c.close()
+    res = a.delete_records([TP("segs", 0, hi)])
+    for f in res.values():
+        f.result(60)
+    time.sleep(3)   # the retention pass (interval 1 s on every broker here) removes the files
+
+
+def setup_compaction(b, st):
+    mb = st["compact_mb"]
+    a = admin(b)
+    a.create_topics([NewTopic("compact", 1, 1, config={"cleanup.policy": "compact", "segment.bytes": str(8 << 20),
+                                                        "min.cleanable.dirty.ratio": "0.01",
+                                                        "min.compaction.lag.ms": "0"})])["compact"].result(60)
+    wait_topic(b, "compact", 1)
+    p = Producer({"bootstrap.servers": b, "acks": "1", "linger.ms": 20, "batch.size": 1 << 20,
+                  "queue.buffering.max.kbytes": 1 << 20})
+    value = os.urandom(1024)
+    for i in range(mb * 1024):
+        while True:
+            try:
+                p.produce("compact", value, key=b"k%06d" % (i % 5000))
+                break
+            except BufferError:
+                p.poll(0.01)
+        if i % 1000 == 0:
+            p.poll(0)
+    p.flush(120)
+
+
+def op_compaction(b, st):
+    time.sleep(st.get("compact_wait", 8))   # the cleaner runs (backoff 1 s on every broker here)
+
+
+SCENARIOS = [
+    # name, setup, operation, teardown
+    ("first consumer group (__consumer_offsets created)", None, op_first_group, None),
+    ("create a topic of 1,000 partitions", None, op_create_1000, None),
+    ("delete the topic of 1,000 partitions", None, op_delete_1000, None),
+    ("Metadata for 10,000 partitions (20 requests)", setup_metadata_10k, op_metadata_10k, teardown_metadata_10k),
+    ("burst of 1,000 new connections", None, op_connections_1000, None),
+    ("delete 300 segments (DeleteRecords + retention)", setup_segments, op_delete_segments, None),
+    ("compact a log (--compact-mb)", setup_compaction, op_compaction, None),
+]
+
+
+# ----------------------------------------------------------------------------- main
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--brokers", default="kbroker,kafka,tansu")
+    ap.add_argument("--only", default="")
+    ap.add_argument("--compact-mb", type=int, default=1024)
+    ap.add_argument("--quick", action="store_true", help="64 MB compaction")
+    ap.add_argument("--out", default="")
+    ap.add_argument("--plot", default="")
+    args = ap.parse_args()
+    kinds = args.brokers.split(",")
+    st_base = {"compact_mb": 64 if args.quick else args.compact_mb}
+    tmp = Path(tempfile.mkdtemp(prefix="bench-stalls-"))
+    common = {"log.retention.check.interval.ms": "1000", "log.cleaner.backoff.ms": "1000",
+              "group.initial.rebalance.delay.ms": "0"}
+    os.environ["KBROKER_LOOP_LOG_MS"] = "10"
+    brokers = {}
+    beats = {}
+    results: dict[str, dict[str, dict]] = {}
+    try:
+        for k in kinds:
+            b = make_broker(k, tmp, kbroker_overrides=common, kafka_overrides=common)
+            brokers[k] = b.start()
+            a = admin(b.bootstrap)
+            a.create_topics([NewTopic(HB_TOPIC, 1, 1)])[HB_TOPIC].result(60)
+            wait_topic(b.bootstrap, HB_TOPIC, 1)
+            beats[k] = Heartbeat(b.bootstrap).start()
+        time.sleep(2)
+        for name, setup, op, teardown in SCENARIOS:
+            if args.only and args.only not in name:
+                continue
+            results[name] = {}
+            for k in kinds:
+                b, hb = brokers[k], beats[k]
+                st = dict(st_base)
+                try:
+                    if setup:
+                        setup(b.bootstrap, st)
+                    hb.wait_acked(60)
+                    time.sleep(IDLE_S)
+                    idle = hb.worst(time.perf_counter() - IDLE_S, time.perf_counter())
+                    w0, t0 = time.time(), time.perf_counter()
+                    op(b.bootstrap, st)
+                    t1, w1 = time.perf_counter(), time.time()
+                    time.sleep(SETTLE_S)
+                    hb.wait_acked(60)
+                    row = {"stall_ms": hb.worst(t0, t1 + SETTLE_S), "idle_ms": idle, "op_s": t1 - t0}
+                    if k == "kbroker":
+                        row["probe_ms"] = probe_lags(b.log_path, w0, w1 + SETTLE_S)
+                    if teardown:
+                        teardown(b.bootstrap, st)
+                except Exception as e:   # a peer may not support an operation (Tansu)
+                    row = {"error": f"{type(e).__name__}: {e}"[:120]}
+                results[name][k] = row
+                print(f"{name:55s} {NAMES[k]:8s} {row}", flush=True)
+        mem = {k: rss_mb(brokers[k].proc.pid) for k in kinds}
+    finally:
+        for hb in beats.values():
+            try:
+                hb.stop()
+            except Exception:
+                pass
+        for b in brokers.values():
+            b.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    report(results, kinds, mem, args)
+
+
+def report(results, kinds, mem, args) -> None:
+    lines = [f"# Acknowledgement stalls during admin work ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
+             f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}; "
+             "shared with other jobs while it ran (load noise: compare columns, not runs).",
+             "Producer: one 100 B record every 2 ms, acks=1. 'stall' = longest acknowledgement latency "
+             "of the records sent during the operation (ms); 'idle' = the same over the second before; "
+             "'loop' = kbroker's longest event-loop lag logged by its probe in the window.", "",
+             "| operation | " + " | ".join(f"{NAMES[k]} stall (idle) ms" for k in kinds)
+             + (" | kbroker loop ms" if "kbroker" in kinds else "")
+             + (" | kbroker / Kafka stall" if "kbroker" in kinds and "kafka" in kinds else "") + " |",
+             "|---|" + "---:|" * (len(kinds) + ("kbroker" in kinds) + ("kbroker" in kinds and "kafka" in kinds))]
+    for name, row in results.items():
+        cells = []
+        for k in kinds:
+            r = row.get(k, {})
+            cells.append(f"{r['stall_ms']:.0f} ({r['idle_ms']:.0f})" if "stall_ms" in r else "n/a")
+        if "kbroker" in kinds:
+            r = row.get("kbroker", {})
+            cells.append(f"{r.get('probe_ms', 0):.0f}" if "stall_ms" in r else "n/a")
+        if "kbroker" in kinds and "kafka" in kinds:
+            a, b = row.get("kbroker", {}), row.get("kafka", {})
+            cells.append(f"{a['stall_ms'] / max(b['stall_ms'], 1):.2f}" if "stall_ms" in a and "stall_ms" in b else "n/a")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "Errors (operation not supported by a peer, or failed):", ""]
+    for name, row in results.items():
+        for k, r in row.items():
+            if "error" in r:
+                lines.append(f"- {name}, {NAMES[k]}: {r['error']}")
+    lines += ["", "Resident memory at the end: " + ", ".join(f"{NAMES[k]} {v:.0f} MB" for k, v in mem.items())]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+    if args.plot:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        names = list(results)
+        fig, ax = plt.subplots(figsize=(10, 5))
+        w = 0.8 / len(kinds)
+        for j, k in enumerate(kinds):
+            vals = [results[n].get(k, {}).get("stall_ms", 0) for n in names]
+            ax.barh([i + j * w for i in range(len(names))], vals, height=w, label=NAMES[k])
+        ax.set_yticks([i + w for i in range(len(names))])
+        ax.set_yticklabels([n[:45] for n in names], fontsize=8)
+        ax.set_xscale("log")
+        ax.set_xlabel("longest acknowledgement stall (ms, log scale)")
+        ax.axvline(10, color="grey", linestyle=":")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(args.plot, dpi=100)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""Event-loop lag probe: how late the loop runs a timer, i.e. how long something held it.
+
+A Python broker's event loop is one thread: any step that holds it (a big Metadata response
+built in one go, a thousand partition directories created in one callback) delays every
+client, and in a cluster also heartbeats and fetches, so a stalled node looks dead. The probe
+schedules a callback every ``interval_s`` and records how much later than asked it ran.
+
+Readings are a plain object (``snapshot()``) for the metrics endpoint and benchmarks:
+the largest lag ever and in the current window, percentiles over the last ``window``
+samples, and a count of lags above ``stall_ms`` (Kafka-style ``*-max``/``*-avg`` metrics can
+be derived from it). A lag above ``log_ms`` is logged as a warning with its size, so a stall
+in the field leaves a trace in the broker log.
+
+It reads ``loop.time()`` (the loop's own monotonic clock): it measures the runtime, it is not
+logic that schedules anything for clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import os
+import time
+from collections import deque
+from dataclasses import dataclass
+
+log = logging.getLogger("kbroker.loop")
+
+
+@dataclass(frozen=True)
+class LagSnapshot:
+    samples: int          # samples taken since start
+    max_ms: float         # largest lag since start (or since reset_max)
+    window_max_ms: float  # largest lag among the last `window` samples
+    p50_ms: float
+    p99_ms: float
+    p999_ms: float
+    mean_ms: float
+    stalls: int           # lags above stall_ms since start
+    stall_ms: float
+    gc_max_ms: float      # longest garbage-collector pause seen (any generation)
+    gc_ms_total: float    # time spent in the collector since start
+
+
+def _pct(sorted_vals: list[float], q: float) -> float:
+    if not sorted_vals:
+        return 0.0
+    return sorted_vals[min(len(sorted_vals) - 1, int(q * len(sorted_vals)))]
+
+
+class LoopLagProbe:
+    def __init__(self, interval_s: float = 0.005, window: int = 2000, stall_ms: float = 10.0,
+                 log_ms: float | None = None) -> None:
+        self.interval_s = interval_s
+        self.stall_ms = stall_ms
+        # KBROKER_LOOP_LOG_MS: benchmarks lower it to see every stall in the broker log
+        self.log_ms = log_ms if log_ms is not None else float(os.environ.get("KBROKER_LOOP_LOG_MS", "100"))
+        self._recent: deque[float] = deque(maxlen=window)
+        self.samples = 0
+        self.max_ms = 0.0
+        self.stalls = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._handle: asyncio.TimerHandle | None = None
+        self._due = 0.0
+        self._gc_start = 0.0
+        self._gc_since_tick = 0.0   # collector time inside the current interval (ms)
+        self.gc_max_ms = 0.0
+        self.gc_ms_total = 0.0
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self, loop: asyncio.AbstractEventLoop | None = None) -> "LoopLagProbe":
+        self._loop = loop or asyncio.get_running_loop()
+        self._schedule()
+        if self._on_gc not in gc.callbacks:
+            gc.callbacks.append(self._on_gc)
+        return self
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        # the collector runs on whichever thread allocates: a pause of every thread
+        if phase == "start":
+            self._gc_start = time.perf_counter()
+        elif self._gc_start:
+            ms = (time.perf_counter() - self._gc_start) * 1000.0
+            self._gc_start = 0.0
+            self._gc_since_tick += ms
+            self.gc_ms_total += ms
+            if ms > self.gc_max_ms:
+                self.gc_max_ms = ms
+
+    @property
+    def running(self) -> bool:
+        return self._handle is not None
+
+    def _schedule(self) -> None:
+        self._due = self._loop.time() + self.interval_s
+        self._handle = self._loop.call_at(self._due, self._tick)
+
+    def _tick(self) -> None:
+        gc_ms, self._gc_since_tick = self._gc_since_tick, 0.0
+        self.record((self._loop.time() - self._due) * 1000.0, gc_ms)
+        self._schedule()
+
+    # -- readings ---------------------------------------------------------------------------
+
+    def record(self, lag_ms: float, gc_ms: float = 0.0) -> None:
+        """One sample (public so tests can feed it without a loop)."""
+        lag_ms = max(0.0, lag_ms)
+        self.samples += 1
+        self._recent.append(lag_ms)
+        if lag_ms > self.max_ms:
+            self.max_ms = lag_ms
+        if lag_ms > self.stall_ms:
+            self.stalls += 1
+            if lag_ms > self.log_ms:
+                log.warning("event loop held for %.0f ms (garbage collector: %.0f ms)", lag_ms, gc_ms)
+
+    def reset_max(self) -> float:
+        """Return the largest lag so far and start over (per-operation measurements)."""
+        m, self.max_ms = self.max_ms, 0.0
+        return m
+
+    def snapshot(self) -> LagSnapshot:
+        vals = sorted(self._recent)
+        return LagSnapshot(
+            samples=self.samples, max_ms=self.max_ms, window_max_ms=vals[-1] if vals else 0.0,
+            p50_ms=_pct(vals, 0.50), p99_ms=_pct(vals, 0.99), p999_ms=_pct(vals, 0.999),
+            mean_ms=sum(vals) / len(vals) if vals else 0.0, stalls=self.stalls, stall_ms=self.stall_ms,
+            gc_max_ms=self.gc_max_ms, gc_ms_total=self.gc_ms_total)
