@@ -126,7 +126,15 @@ class _Index:
         self._load()
         self._entries = 0
         if self._mm is not None and self._capacity:
-            self._mm[: self._capacity] = bytes(self._capacity)
+            # truncate and re-extend: a sparse file of zeros at once. Writing 10 MB of zeros
+            # through the mapping took ~35 ms per index: over a minute of recovery after a
+            # kill -9 with a thousand partitions.
+            cap = self._capacity
+            self._mm.close()
+            self._mm = None
+            os.ftruncate(self._fd, 0)
+            os.ftruncate(self._fd, cap)
+            self._map(cap)
 
     # -- search ------------------------------------------------------------------------
     def _key(self, i: int) -> int:  # pragma: no cover - overridden
