@@ -10,7 +10,8 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-CLIENTS = ["confluent-kafka", "kcat", "kafka-python", "aiokafka", "java-4.3.0", "java-3.9.0"]
+CLIENTS = ["confluent-kafka", "kcat", "kafka-python", "aiokafka", "java-4.3.0", "java-3.9.0",
+           "spark-4.0"]
 CLIENT_LABELS = {
     "confluent-kafka": "confluent-kafka (librdkafka 2.x)",
     "kcat": "kcat (Debian, librdkafka 2.0.2)",
@@ -18,9 +19,10 @@ CLIENT_LABELS = {
     "aiokafka": "aiokafka",
     "java-4.3.0": "Java kafka-clients 4.3.0",
     "java-3.9.0": "Java kafka-clients 3.9.0 (Spark 4.0)",
+    "spark-4.0": "Spark 4.0 `format(\"kafka\")` (spark-sql-kafka-0-10)",
 }
 FEATURES = ["produce + consume, 5 codecs, ListOffsets", "admin + configs", "classic groups",
-            "KIP-848 groups", "transactions"]
+            "KIP-848 groups", "transactions", "TLS + SASL (SCRAM, PLAIN, mTLS)"]
 
 # (feature, node-id regex, client). A client of None comes from the regex group "client";
 # "{v}" is filled from the group "v" (a Java version).
@@ -42,6 +44,9 @@ RULES = [
     (FEATURES[4], r"test_transactions(_crash|_offsets)?\.py::test_(?!aiokafka)", "confluent-kafka"),
     (FEATURES[4], r"test_transactions\.py::test_aiokafka", "aiokafka"),
     (FEATURES[4], r"test_transactions_java\.py::\w+\[(?:java-)?(?P<v>[\d.]+)", "java-{v}"),
+    (FEATURES[0], r"test_spark\w*\.py::test_(?!read_committed)", "spark-4.0"),
+    (FEATURES[4], r"test_spark\.py::test_read_committed", "spark-4.0"),
+    (FEATURES[5], r"test_security\.py::test_client_roundtrip\[(?P<client>.+)-(?:sasl_ssl_scram512|mtls|sasl_plaintext_plain)\]", None),
 ]
 
 

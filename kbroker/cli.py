@@ -18,17 +18,21 @@ import sys
 from kbroker.config import BrokerConfig, ConfigError
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="[%(asctime)s] %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+def _setup_logging(level: str, fmt: str = "kafka") -> None:
+    from kbroker.logging_config import setup
+    try:
+        setup(level, fmt)
+    except ValueError as e:
+        raise SystemExit(f"kbroker: --log-level: {e}")
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kbroker", description="A Kafka-compatible broker.")
-    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
+    p.add_argument("--log-level", default="INFO",
+                   help="DEBUG, INFO, WARNING, ERROR (default INFO), then per-logger overrides: "
+                        "INFO,kbroker.request.logger=DEBUG")
+    p.add_argument("--log-format", choices=["kafka", "json"], default="kafka",
+                   help="kafka: Kafka's log4j layout (default); json: one JSON object per line")
     sub = p.add_subparsers(dest="command")
     s = sub.add_parser("serve", help="run a broker (like kafka-server-start.sh)")
     s.add_argument("properties", nargs="?", help="server.properties file (optional)")
@@ -42,13 +46,25 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("random-uuid", help="print a random Kafka uuid (for cluster ids)")
     from kbroker.groups.cli import add_parser as add_groups_parser
     add_groups_parser(sub)   # kbroker groups list|describe|reset-offsets|delete
+    # operator tools (kbroker.tools, one module each, Kafka's flags)
+    from kbroker.tools import topics; topics.add_parser(sub)  # noqa: E702
+    from kbroker.tools import configs; configs.add_parser(sub)  # noqa: E702
+    from kbroker.tools import get_offsets; get_offsets.add_parser(sub)  # noqa: E702
+    from kbroker.tools import delete_records; delete_records.add_parser(sub)  # noqa: E702
+    from kbroker.tools import console_producer; console_producer.add_parser(sub)  # noqa: E702
+    from kbroker.tools import console_consumer; console_consumer.add_parser(sub)  # noqa: E702
+    from kbroker.tools import dump_log; dump_log.add_parser(sub)  # noqa: E702
+    from kbroker.tools import perf; perf.add_parser(sub)  # noqa: E702
+    from kbroker.tools import dlq; dlq.add_parser(sub)  # noqa: E702
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    _setup_logging(args.log_level)
+    _setup_logging(args.log_level, args.log_format)
     cmd = args.command or "serve"
+    if getattr(args, "tool_main", None) is not None:
+        return args.tool_main(args)
     if cmd == "groups":
         from kbroker.groups.cli import main as groups_main
         return groups_main(args)

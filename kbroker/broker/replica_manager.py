@@ -3,12 +3,11 @@
 Built from the metadata image: the controller runtime publishes each committed record
 (``on_metadata_record``), and a PartitionRecord naming this node as a replica opens (or
 creates) the partition's log through ``kbroker.log.LogManager``; RemoveTopicRecord deletes the
-logs. On a single node the leader's high watermark is its log end offset; replication will
-move it in ``kbroker.replication`` instead.
+logs. Each hosted partition is a ``kbroker.replication.partition.Partition``, the one writer
+of its log, producer state, transaction index and high watermark; this class is the registry.
 
-``append`` is the one write path for client produces and (later) coordinators' internal
-partitions: validate the batches once (header + CRC), check idempotent producer state, one
-log append for the partition, commit producer state, wake fetches waiting on the partition.
+``append`` is the leader's write path for client produces and coordinators' internal
+partitions (``Partition.append_as_leader``).
 """
 
 from __future__ import annotations
@@ -21,81 +20,20 @@ from typing import Any, Iterable
 
 from kbroker.broker.storage import uuid_to_str
 from kbroker.kraft.image import TOPIC_RESOURCE
-from kbroker.log.errors import LogError
+from kbroker.replication.delayed_produce import DelayedProduces
+from kbroker.replication.hw_checkpoint import HighWatermarkCheckpoints
+from kbroker.replication.partition import AppendResult, Partition  # noqa: F401 (re-export)
+from kbroker.replication.roles import RoleChange, apply_partition_state
+from kbroker.wire.errors import Errors
 from kbroker.txn.partition_txns import PartitionTxns
 from kbroker.txn.producer_state import ProducerStateManager
-from kbroker.wire.errors import Errors
-from kbroker.wire.records import CodecError as RecordsCodecError
-from kbroker.wire.records import iter_batches
 
 log = logging.getLogger("kbroker.replicas")
-
-_PID_OFFSET = 43
-
-
-def _first_producer_id(buf) -> int:
-    """The first batch's producerId (-1 for non-idempotent producers, who skip the producer
-    state check); -1 for anything too short to hold one (the log reports the corruption)."""
-    if len(buf) < _PID_OFFSET + 8:
-        return -1
-    return int.from_bytes(buf[_PID_OFFSET:_PID_OFFSET + 8], "big", signed=True)
 
 
 def _resolve(fut: asyncio.Future) -> None:
     if not fut.done():
         fut.set_result(None)
-
-
-class Partition:
-    __slots__ = ("topic", "index", "topic_id", "log", "producer_state", "leader_epoch",
-                 "waiters", "config", "txns")
-
-    def __init__(self, topic: str, index: int, topic_id: uuid.UUID, plog: Any,
-                 producer_state: ProducerStateManager, leader_epoch: int, config: Any) -> None:
-        self.topic = topic
-        self.index = index
-        self.topic_id = topic_id
-        self.log = plog
-        self.producer_state = producer_state
-        self.leader_epoch = leader_epoch
-        self.waiters: set[asyncio.Future] = set()
-        self.config = config
-        self.txns: PartitionTxns | None = None  # LSO, aborted-txn index, markers (kbroker.txn)
-
-    @property
-    def high_watermark(self) -> int:
-        return self.log.high_watermark
-
-    @property
-    def last_stable_offset(self) -> int:
-        if self.txns is not None:
-            return self.txns.last_stable_offset(self.log.high_watermark)
-        first = self.producer_state.first_undecided_offset()
-        hw = self.log.high_watermark
-        return hw if first is None else min(first, hw)
-
-    def set_config(self, config: Any) -> None:
-        """A new effective topic config (ConfigRecord, or broker defaults changed)."""
-        self.config = config
-        self.log.update_config(config)
-
-    def __repr__(self) -> str:
-        return f"{self.topic}-{self.index}"
-
-
-class AppendResult:
-    __slots__ = ("error", "message", "base_offset", "log_append_time", "log_start_offset",
-                 "record_errors")
-
-    def __init__(self, error: int, base_offset: int = -1, log_append_time: int = -1,
-                 log_start_offset: int = -1, message: str | None = None,
-                 record_errors: list | None = None) -> None:
-        self.error = error
-        self.base_offset = base_offset
-        self.log_append_time = log_append_time
-        self.log_start_offset = log_start_offset
-        self.message = message
-        self.record_errors = record_errors  # [(record index, message | None)] (Produce v8+)
 
 
 class ReplicaManager:
@@ -110,6 +48,10 @@ class ReplicaManager:
         self.image = image
         self.log_config_for = log_config_for
         self.topics: dict[str, dict[int, Partition]] = {}
+        self.broker_epoch = -1
+        self.delayed = DelayedProduces()           # acks=all produces awaiting the ISR
+        self.role_listeners: list = []             # (part, RoleChange): the replica fetchers
+        self.hw_checkpoints = HighWatermarkCheckpoints()
 
     # -- lookup ------------------------------------------------------------------------------
 
@@ -128,6 +70,7 @@ class ReplicaManager:
             for p in t.partitions.values():
                 if self.node_id in p.replicas:
                     self._open(t.name, t.topic_id, p.partition_id, p.leader_epoch)
+                    self.sync_role(t.name, p.partition_id)
 
     def on_metadata_record(self, rec: Any, change: Any, offset: int) -> None:
         kind = type(rec).__name__
@@ -136,6 +79,14 @@ class ReplicaManager:
                 t = self.image.topics_by_id.get(rec.topic_id)
                 if t is not None:
                     self._open(t.name, t.topic_id, rec.partition_id, rec.leader_epoch)
+                    self.sync_role(t.name, rec.partition_id)
+        elif kind == "PartitionChangeRecord":
+            t = self.image.topics_by_id.get(rec.topic_id)
+            st = t.partitions.get(rec.partition_id) if t is not None else None
+            if st is not None and self.node_id in st.replicas and self.get(t.name, rec.partition_id) is None:
+                self._open(t.name, t.topic_id, rec.partition_id, st.leader_epoch)  # reassigned here
+            if t is not None:
+                self.sync_role(t.name, rec.partition_id)
         elif kind == "RemoveTopicRecord":
             if change is not None:
                 self._remove_topic(change.name)
@@ -161,13 +112,13 @@ class ReplicaManager:
                                        topic_partition=f"{topic}-{index}")
             # The replay also rebuilds the aborted-transaction index entries of the replayed range.
             txns = PartitionTxns(plog.dir, psm)
-            plog.high_watermark = plog.log_end_offset
             txns.recover(plog, now)
             return psm, txns
 
         def install(plog, psm, txns) -> Partition:
             part = Partition(topic, index, topic_id, plog, psm, leader_epoch, cfg)
             part.txns = txns
+            part.advance_high_watermark(self._recovered_high_watermark(topic, index, plog))
             self.topics.setdefault(topic, {})[index] = part
             return part
 
@@ -191,6 +142,7 @@ class ReplicaManager:
                 self.log_manager.delete(topic, index, self.now_ms())   # the topic went meanwhile
                 return
             install(plog, psm, txns)
+            self.sync_role(topic, index)   # the metadata record's sync_role ran before it existed
         fut.add_done_callback(created)
         return None
 
@@ -207,61 +159,117 @@ class ReplicaManager:
             log.exception("deleting the logs of %s failed", topic)
         log.info("deleted topic %s (%d partitions)", topic, len(parts))
 
+    # -- roles -------------------------------------------------------------------------------
+
+    def sync_role(self, topic: str, index: int) -> RoleChange:
+        """Make the local replica of ``topic-index`` what the image says: leader (tracking
+        followers, serving produce and fetch) or follower (fetching from the leader)."""
+        part = self.get(topic, index)
+        t = self.image.topics_by_name.get(topic)
+        st = t.partitions.get(index) if t is not None else None
+        if part is None or st is None:
+            return RoleChange.NONE
+        if self._on_hw not in part.hw_listeners:
+            part.hw_listeners.append(self._on_hw)
+        if self.node_id not in st.replicas:
+            change = RoleChange.BECAME_FOLLOWER if part.leader_state is not None else RoleChange.NONE
+            part.leader_state = None
+            part.leader_id = st.leader
+            part.replicas, part.isr = list(st.replicas), list(st.isr)
+        else:
+            change = apply_partition_state(part, self.node_id, st.leader, st.leader_epoch,
+                                           st.partition_epoch, st.replicas, st.isr, self.now_ms())
+        if change is RoleChange.BECAME_FOLLOWER:
+            self._complete(self.delayed.fail(part, Errors.NOT_LEADER_OR_FOLLOWER))
+        elif change is RoleChange.ISR_CHANGED:
+            self._on_hw(part)
+        if change is not RoleChange.NONE and change is not RoleChange.STALE:
+            for listener in self.role_listeners:
+                try:
+                    listener(part, change)
+                except Exception:
+                    log.exception("role listener failed for %s", part)
+        return change
+
+    def is_leader(self, part: Partition) -> bool:
+        return part.leader_state is not None
+
+    # -- acks=all ------------------------------------------------------------------------------
+
+    def min_insync_replicas(self, part: Partition) -> int:
+        return getattr(part.config, "min_insync_replicas", 1)
+
+    def await_replication(self, waits: list[tuple[Partition, int]], timeout_ms: int) -> "asyncio.Future":
+        """A future of {partition: error} once every (partition, last offset) is below its
+        high watermark (or the partition's ISR fell under min.insync.replicas, it lost
+        leadership, or ``timeout_ms`` passed)."""
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        results: dict = {}
+        left = len(waits)
+
+        def one(part, err):
+            nonlocal left
+            results[part] = err
+            left -= 1
+            if left == 0 and not done.done():
+                done.set_result(results)
+
+        deadline = self.now_ms() + timeout_ms
+        for part, last in waits:
+            self.delayed.add(part, last, deadline, (one, part))
+            self._on_hw(part)
+        loop.call_later(timeout_ms / 1000 + 0.001, self._expire)
+        return done
+
+    def _expire(self) -> None:
+        now = self.now_ms()
+        self._complete(self.delayed.expire(now))
+        nxt = self.delayed.next_deadline()
+        if nxt is not None:   # timer fired a hair early, or later deadlines remain
+            asyncio.get_running_loop().call_later(max(1, nxt - now) / 1000, self._expire)
+
+    def _on_hw(self, part: Partition) -> None:
+        ls = part.leader_state
+        if ls is None or part not in self.delayed.by_key:
+            return
+        self._complete(self.delayed.on_high_watermark(part, part.high_watermark, len(ls.isr),
+                                                      self.min_insync_replicas(part)))
+
+    @staticmethod
+    def _complete(done) -> None:
+        for (cb, part), err in done:
+            cb(part, err)
+
+    # -- high watermark checkpoints ----------------------------------------------------------
+
+    def _recovered_high_watermark(self, topic: str, index: int, plog) -> int:
+        """A partition only this node replicates has all of its log committed; otherwise the
+        last checkpointed high watermark (the leader's answers move it on)."""
+        t = self.image.topics_by_name.get(topic)
+        st = t.partitions.get(index) if t is not None else None
+        if st is None or list(st.replicas) == [self.node_id]:
+            return plog.log_end_offset
+        return self.hw_checkpoints.recovered(os.path.dirname(plog.dir), topic, index)
+
+    def checkpoint_high_watermarks(self) -> None:
+        """Write ``replication-offset-checkpoint`` in every log dir (Kafka: every
+        replica.high.watermark.checkpoint.interval.ms, and at shutdown)."""
+        self.hw_checkpoints.write(
+            ((os.path.dirname(p.log.dir), p.topic, p.index, p.high_watermark)
+             for p in self.all_partitions()))
+
     # -- the write path ----------------------------------------------------------------------
 
     def append(self, part: Partition, buf, now_ms: int, *, origin: str = "client") -> AppendResult:
-        """Check producer state, append (the log validates headers and CRCs), commit producer
-        state, wake fetchers. Never awaits. ``buf`` must be writable: the log rewrites base
-        offsets in place."""
-        plog = part.log
-        psm = part.producer_state
-        check = None
-        if _first_producer_id(buf) >= 0:
-            try:
-                check = psm.check_batches(iter_batches(buf), now_ms)
-            except RecordsCodecError as e:
-                return AppendResult(getattr(e, "error_code", Errors.CORRUPT_MESSAGE), message=str(e),
-                                    log_start_offset=plog.log_start_offset)
-            if not check.ok:
-                if check.is_duplicate:
-                    dup = check.duplicate
-                    lat = dup.timestamp if part.config.log_append_time else -1
-                    return AppendResult(0, dup.first_offset, lat, plog.log_start_offset)
-                return AppendResult(check.error, message=check.message, log_start_offset=plog.log_start_offset)
-        try:
-            info = plog.append(buf, now_ms, leader_epoch=part.leader_epoch, origin=origin)
-        except LogError as e:
-            return AppendResult(e.error_code, message=str(e), log_start_offset=plog.log_start_offset,
-                                record_errors=getattr(e, "record_errors", None))
-        if info.rolled:
-            io = plog.io
-            if io is None:
-                psm.take_snapshot(info.first_offset)
-            else:
-                # Kafka: takeSnapshot(sync=false) at roll, the fsync from its scheduler. The IO
-                # thread runs it before the rolled segment's fsync (FIFO), so the recovery
-                # point never passes a snapshot that is not on disk.
-                path = psm.take_snapshot(info.first_offset, sync=False)
-                if path is not None:
-                    io.fsync_file(plog.dir, os.path.basename(path))
-        if check is not None:
-            psm.commit(check.pending, info.first_offset,
-                       log_append_time_ms=info.log_append_time if info.log_append_time >= 0 else None)
-        plog.high_watermark = plog.log_end_offset   # single replica: committed on append
-        if info.flush_required:
-            plog.flush()
-        if part.waiters:
-            self._wake(part)
-        return AppendResult(0, info.first_offset, info.log_append_time, info.log_start_offset)
+        """The leader's write path (``Partition.append_as_leader``). Never awaits."""
+        return part.append_as_leader(buf, now_ms, origin=origin)
 
     # -- fetch wake-ups ----------------------------------------------------------------------
 
     @staticmethod
     def _wake(part: Partition) -> None:
-        waiters, part.waiters = part.waiters, set()
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
+        part.wake()
 
     async def wait_for_append(self, parts: list[Partition], timeout_s: float) -> None:
         """Return when any of ``parts`` is appended to (or deleted), or after ``timeout_s``.
@@ -287,6 +295,10 @@ class ReplicaManager:
     def close(self) -> None:
         """Wake every waiter and snapshot producer state at each log end (the LogManager
         then flushes and closes the logs)."""
+        try:
+            self.checkpoint_high_watermarks()
+        except Exception:
+            log.exception("writing the high watermark checkpoints failed")
         for p in self.all_partitions():
             self._wake(p)
             try:

@@ -30,8 +30,9 @@ class KafkaError(Exception):
 
 
 class _Conn:
-    def __init__(self, host: str, port: int, timeout: float):
+    def __init__(self, host: str, port: int, timeout: float, client_id: str = "kbroker-groups"):
         self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.client_id = client_id
 
     def _read(self, n: int) -> bytes:
         buf = bytearray()
@@ -43,7 +44,7 @@ class _Conn:
         return bytes(buf)
 
     def call(self, corr: int, req, version: int):
-        self.sock.sendall(encode_request(corr, "kbroker-groups", req, version))
+        self.sock.sendall(encode_request(corr, self.client_id, req, version))
         size = struct.unpack(">i", self._read(4))[0]
         got, resp = decode_response(self._read(size), req.API_KEY, version)
         if got != corr:
@@ -55,7 +56,8 @@ class _Conn:
 
 
 class AdminClient:
-    def __init__(self, bootstrap: str, timeout: float = 30.0):
+    def __init__(self, bootstrap: str, timeout: float = 30.0, client_id: str = "kbroker-groups"):
+        self.client_id = client_id
         host, _, port = bootstrap.rpartition(":")
         self.bootstrap = (host or "127.0.0.1", int(port or 9092))
         self.timeout = timeout
@@ -78,7 +80,7 @@ class AdminClient:
         addr = addr or self.bootstrap
         conn = self._conns.get(addr)
         if conn is None:
-            conn = self._conns[addr] = _Conn(addr[0], addr[1], self.timeout)
+            conn = self._conns[addr] = _Conn(addr[0], addr[1], self.timeout, self.client_id)
         return conn.call(next(self._corr), req, version)
 
     # -- cluster ---------------------------------------------------------------------------

@@ -20,3 +20,27 @@ class RequestContext:
         self.client_id = client_id
         self.now_ms = now_ms
         self.listener_name = listener_name
+
+    # -- security (kbroker.security): one call per check in the handlers -----------------------
+
+    @property
+    def principal(self) -> str:
+        from kbroker.security.manager import principal_of
+        return principal_of(self.conn)
+
+    def authorize(self, op: int, resource_type: int, name: str) -> bool:
+        """Kafka's authorize(): may this request's principal do ``op`` on the resource?
+        (Always True without an authorizer.) Codes: ``kbroker.security.acls``."""
+        sec = getattr(self.broker, "security", None)
+        return True if sec is None else sec.authorize(self.conn, op, resource_type, name)
+
+    def authorized(self, op: int, resource_type: int, names):
+        """The subset of ``names`` the principal may ``op`` (a set)."""
+        sec = getattr(self.broker, "security", None)
+        if sec is None or sec.authorizer is None:
+            return set(names)
+        return {n for n in names if sec.authorize(self.conn, op, resource_type, n)}
+
+    def authorize_any(self, op: int, resource_type: int) -> bool:
+        sec = getattr(self.broker, "security", None)
+        return True if sec is None else sec.authorize_any(self.conn, op, resource_type)

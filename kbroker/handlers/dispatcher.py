@@ -14,15 +14,19 @@ from __future__ import annotations
 
 import inspect
 import logging
+from time import perf_counter_ns
 
 from kbroker.handlers import api_versions
 from kbroker.handlers.context import RequestContext
 from kbroker.net.connection import CloseConnection
+from kbroker.security.authenticator import gate as security_gate
 from kbroker.wire.errors import CodecError
 from kbroker.wire.frame import decode_request_header, encode_response_chunks
 from kbroker.wire.primitives import Reader
 
 log = logging.getLogger("kbroker.requests")
+# Kafka's kafka.request.logger: one line per completed request at DEBUG
+request_log = logging.getLogger("kbroker.request.logger")
 
 PRODUCE = 0
 
@@ -32,8 +36,13 @@ class Dispatcher:
         self.broker = broker
         self.specs = specs
         self._now_ms = broker.clock.now_ms
+        self.metrics = getattr(broker, "request_metrics", None)   # kbroker.metrics.requests
 
     def dispatch(self, conn, frame):
+        hook = conn.state.get("frame_hook") if conn is not None else None
+        if hook is not None:   # raw SASL tokens after a SaslHandshake v0
+            return hook(conn, frame)
+        t0 = perf_counter_ns()
         try:
             header, pos = decode_request_header(frame)
         except CodecError as e:
@@ -50,6 +59,9 @@ class Dispatcher:
             raise CloseConnection(
                 f"unsupported request {name} v{version} from client {header.client_id!r}"
                 + (f" (supported {spec.min_version}-{spec.max_version})" if spec else ""))
+        security = getattr(self.broker, "security", None)
+        if security is not None and conn is not None:
+            security_gate(security, conn, api_key, spec.name, self._now_ms())
         try:
             req = spec.request_cls.read(Reader(frame, pos), version)
         except Exception as e:
@@ -57,14 +69,25 @@ class Dispatcher:
         ctx = RequestContext(self.broker, conn, api_key, version, corr, header.client_id,
                              self._now_ms(), conn.listener_name if conn is not None else "PLAINTEXT")
         result = spec.handle(ctx, req)
+        t_local = perf_counter_ns()
+        if inspect.isawaitable(result):
+            return self._finish(result, ctx, req, t0, t_local)
+        self._done(ctx, req, result, t0, t_local, t_local)
         if result is None:
             return None
-        if inspect.isawaitable(result):
-            return self._finish(result, corr, api_key, version)
         return encode_response_chunks(corr, api_key, version, result)
 
-    async def _finish(self, awaitable, corr, api_key, version):
+    async def _finish(self, awaitable, ctx, req, t0, t_local):
         resp = await awaitable
+        self._done(ctx, req, resp, t0, t_local, perf_counter_ns())
         if resp is None:
             return None
-        return encode_response_chunks(corr, api_key, version, resp)
+        return encode_response_chunks(ctx.correlation_id, ctx.api_key, ctx.api_version, resp)
+
+    def _done(self, ctx, req, resp, t0, t_local, t_end):
+        if self.metrics is not None:
+            self.metrics.observe(ctx.api_key, ctx.api_version, req, resp, t0, t_local, t_end)
+        if request_log.isEnabledFor(logging.DEBUG):
+            request_log.debug("Completed request: %s v%d correlation id %d from client %r on %s (%s), total %.3f ms, local %.3f ms",
+                              self.specs[ctx.api_key].name, ctx.api_version, ctx.correlation_id, ctx.client_id,
+                              ctx.listener_name, getattr(ctx.conn, "peer", None), (t_end - t0) / 1e6, (t_local - t0) / 1e6)

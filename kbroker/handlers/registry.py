@@ -56,6 +56,14 @@ HANDLER_MODULES: tuple[str, ...] = (
     "describe_cluster",
     "describe_log_dirs",
     "offset_for_leader_epoch",
+    # security (kbroker.security)
+    "sasl_handshake",
+    "sasl_authenticate",
+    "describe_user_scram_credentials",
+    "alter_user_scram_credentials",
+    "create_acls",
+    "describe_acls",
+    "delete_acls",
 )
 
 

@@ -12,6 +12,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from kbroker.security.image import SecurityImage
+
 # ConfigRecord resource types (Kafka's ConfigResource.Type)
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
@@ -63,6 +65,7 @@ class MetadataImage:
         self.configs: dict[tuple[int, str], dict[str, str]] = {}
         self.brokers: dict[int, BrokerRegistration] = {}
         self.next_producer_id = 0                          # first id of the next block to hand out
+        self.security = SecurityImage()                    # SCRAM, ACLs, quotas, tokens
 
     # -- queries -----------------------------------------------------------------------------
 
@@ -82,6 +85,8 @@ class MetadataImage:
         (the TopicImage for RemoveTopicRecord), else None."""
         fn = getattr(self, "_apply_" + type(record).__name__, None)
         out = fn(record) if fn is not None else None
+        if fn is None and type(record).__name__ in SecurityImage.HANDLES:
+            self.security.apply(record)
         if offset >= 0:
             self.offset = offset
         return out

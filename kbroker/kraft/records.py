@@ -56,7 +56,7 @@ RECORD_VERSIONS: dict[str, int] = {
     "RegisterBrokerRecord": 3,
     "PartitionRecord": 0,
     "PartitionChangeRecord": 0,
-    "BrokerRegistrationChangeRecord": 0,
+    "BrokerRegistrationChangeRecord": 1,   # v1: in_controlled_shutdown
 }
 
 _classes: dict[int, type] = {}

@@ -162,7 +162,7 @@ class Connection:
             return
         self._closing = True
         self._pause_reading()
-        if self._outbox or self._wq:
+        if self._pending_output():
             self._drained = self.loop.create_future()
             try:
                 await asyncio.wait_for(asyncio.shield(self._drained), timeout)
@@ -203,6 +203,12 @@ class Connection:
             # The client closed its side. Kafka drops the connection (and pending responses).
             self.close()
             return
+        self._received(n, data)
+
+    def _received(self, n: int, data: bytes | None) -> None:
+        """``n`` bytes arrived: in the decoder's buffer (``data`` None) or in ``data``
+        (also the entry point of a TLS connection's decrypted bytes)."""
+        dec = self._decoder
         try:
             frames = dec.buffer_updated(n) if data is None else dec.feed(data)
         except Exception as e:  # FrameTooLarge, CodecError: this connection only
@@ -292,7 +298,7 @@ class Connection:
 
     def _after_progress(self) -> None:
         if self._closing:
-            if not self._outbox and not self._wq:
+            if not self._pending_output():
                 if self._drained is not None and not self._drained.done():
                     self._drained.set_result(None)
             return
@@ -405,3 +411,7 @@ class Connection:
         self._flush()
         if not self._closed and not self._wq:
             self._after_progress()
+
+    def _pending_output(self) -> bool:
+        """Responses not yet fully handed to the socket (a TLS connection adds its ciphertext)."""
+        return bool(self._outbox or self._wq)

@@ -31,6 +31,7 @@ class Listener:
         backlog: int = 50,
         send_buffer: int = -1,
         recv_buffer: int = -1,
+        connection_factory: Callable[..., Connection] | None = None,
     ) -> None:
         self.name = name
         self.host = host
@@ -40,6 +41,7 @@ class Listener:
         self.backlog = backlog
         self.send_buffer = send_buffer
         self.recv_buffer = recv_buffer
+        self.connection_factory = connection_factory or Connection   # TLS: kbroker.security
         self.connections: set[Connection] = set()
         self._socks: list[socket.socket] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -119,7 +121,7 @@ class Listener:
             except OSError:
                 pass
             peer = f"{addr[0]}:{addr[1]}"
-            conn = Connection(
+            conn = self.connection_factory(
                 self._loop, sock, peer, self.dispatcher, self.decoder_factory(),
                 listener_name=self.name, on_closed=self.connections.discard,
                 conn_id=f"{self.name}-{next(_ids)}",

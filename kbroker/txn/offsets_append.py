@@ -27,7 +27,7 @@ def append_transactional_offsets(broker, shard, commit_req, producer_id: int,
     producer's transaction (AddOffsetsToTxn, KIP-890 part 1), else INVALID_TXN_STATE."""
     from kbroker.groups import record_codec
     from kbroker.groups.runtime import CoordinatorError
-    from kbroker.wire.records import BatchBuilder, RecordBatch
+    from kbroker.wire.records import BatchBuilder
 
     if transactional_id is not None:
         err = verify_offsets_partition(broker, shard.partition, transactional_id, producer_id,
@@ -55,16 +55,10 @@ def append_transactional_offsets(broker, shard, commit_req, producer_id: int,
         for rec in records:
             key, value = record_codec.encode(rec)
             b.append(key=key, value=value, timestamp=now_ms)
-        buf = bytearray(b.build())
-        from kbroker.log.errors import LogError
-        try:
-            info = part.log.append(buf, now_ms, leader_epoch=part.leader_epoch,
-                                   origin="coordinator")
-        except LogError as e:
-            return e.error_code, []
         # coordinator origin: no sequence checks, but the transaction now spans these offsets
-        part.producer_state.load_from_batches([RecordBatch(buf)])
-        part.log.high_watermark = part.log.log_end_offset
+        res = part.append_as_leader(bytearray(b.build()), now_ms, origin="coordinator")
+        if res.error:
+            return res.error, []
         for rec in records:
             shard.replay(rec, producer_id=producer_id)
     return E.NONE, answer

@@ -128,10 +128,17 @@ class PartitionTxns:
         number of batches replayed."""
         self.indexes.truncate_to(start_offset)
         self.indexes.retain_segments(s.base_offset for s in plog.segments)
+        n = self.apply_batches(plog, plog.batches(start_offset=max(start_offset, plog.log_start_offset)))
+        self.on_high_watermark(plog.high_watermark)
+        return n
+
+    def apply_batches(self, plog, batches) -> int:
+        """Apply batches already in ``plog`` (replayed, or appended as a follower) to producer
+        state, indexing the transactions their markers abort. Returns the batch count."""
         bases = [s.base_offset for s in plog.segments]
         n = 0
         pending = []
-        for batch in plog.batches(start_offset=max(start_offset, plog.log_start_offset)):
+        for batch in batches:
             n += 1
             if not batch.is_control:
                 pending.append(batch)
@@ -144,7 +151,6 @@ class PartitionTxns:
                 self._record_completed(completed, seg)
         if pending:
             self.psm.load_from_batches(pending)
-        self.on_high_watermark(plog.high_watermark)
         return n
 
     def recover(self, plog, now_ms: int) -> int:

@@ -228,12 +228,9 @@ class TxnRuntime:
         if part is None:
             return E.UNKNOWN_TOPIC_OR_PARTITION
         now = self._now()
-        r = part.txns.append_marker(part.log, producer_id, producer_epoch, coordinator_epoch,
-                                    commit, now, leader_epoch=part.leader_epoch)
+        r = part.append_marker(producer_id, producer_epoch, coordinator_epoch, commit, now)
         if r.error:
             return r.error
-        part.log.high_watermark = part.log.log_end_offset  # one replica: committed on append
-        replicas._wake(part)
         if topic == OFFSETS_TOPIC:
             from kbroker.txn.offsets_append import complete_offsets_transaction
             complete_offsets_transaction(self.broker, partition, producer_id, commit)

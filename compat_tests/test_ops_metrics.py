@@ -1,0 +1,138 @@
+"""The Prometheus endpoint under real traffic (issue 14): per-topic bytes and messages in
+match what the log holds on disk, bytes out match what consumers fetched, consumer-group lag
+matches what is left unconsumed, and the request metrics count what the clients sent."""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from compat_tests.brokers import BrokerProcess, free_port
+from compat_tests.ops_util import sample, scrape
+
+T = 30
+
+
+@pytest.fixture(scope="module")
+def mbroker(tmp_path_factory):
+    port = free_port()
+    b = BrokerProcess(tmp_path_factory.mktemp("mbroker"), overrides={
+        "metrics.port": str(port), "client.telemetry.metrics": "org.apache.kafka.producer.",
+        "client.telemetry.push.interval.ms": "300"}).start()
+    b.metrics_port = port
+    yield b
+    b.stop()
+
+
+def _log_bytes_on_disk(broker, topic: str) -> int:
+    logs = Path(broker.data_dir) / "logs"
+    return sum(f.stat().st_size for d in logs.glob(f"{topic}-*") for f in d.glob("*.log"))
+
+
+def test_metrics_during_produce_and_consume(mbroker):
+    topic, n = "m-orders", 600
+    admin = AdminClient({"bootstrap.servers": mbroker.bootstrap})
+    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(T)
+    p = Producer({"bootstrap.servers": mbroker.bootstrap, "linger.ms": 5})
+
+    def produce():
+        for i in range(n):
+            p.produce(topic, key=b"k%d" % i, value=b"v" * (50 + i % 100), partition=i % 2)
+            if i % 50 == 0:
+                p.poll(0)
+                time.sleep(0.01)
+        assert p.flush(T) == 0
+
+    th = threading.Thread(target=produce)
+    th.start()
+    # scrapes while records flow: counters only go up
+    last = 0
+    while th.is_alive():
+        v = sample(scrape(mbroker.metrics_port), "kafka_server_brokertopicmetrics_messagesin_total", topic=topic) or 0
+        assert v >= last
+        last = v
+        time.sleep(0.05)
+    th.join()
+    m = scrape(mbroker.metrics_port)
+    assert sample(m, "kafka_server_brokertopicmetrics_messagesin_total", topic=topic) == n
+    on_disk = _log_bytes_on_disk(mbroker, topic)
+    assert on_disk > n * 50
+    assert sample(m, "kafka_server_brokertopicmetrics_bytesin_total", topic=topic) == on_disk
+    sizes = [sample(m, "kafka_log_log_size", topic=topic, partition=str(i)) for i in (0, 1)]
+    assert sum(sizes) == on_disk
+    assert sample(m, "kafka_log_log_logendoffset", topic=topic, partition="0") == n // 2
+    produce_reqs = sum(v for (name, lbl), v in m.items()
+                       if name == "kafka_network_requestmetrics_requests_total" and ("request", "Produce") in lbl)
+    assert produce_reqs == sample(m, "kafka_network_requestmetrics_totaltimems_count", request="Produce") >= 1
+    assert sample(m, "kafka_server_brokertopicmetrics_totalproducerequests_total", topic=topic) >= 1
+    assert sample(m, "kafka_network_requestmetrics_totaltimems_count", request="Produce") >= 1
+
+    # a group consumes part of partition 0 and all of partition 1, commits
+    c = Consumer({"bootstrap.servers": mbroker.bootstrap, "group.id": "m-group", "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest"})
+    c.assign([TopicPartition(topic, 0, 0), TopicPartition(topic, 1, 0)])
+    got = {0: 0, 1: 0}
+    fetched = 0
+    deadline = time.monotonic() + T
+    while got[1] < n // 2 and time.monotonic() < deadline:
+        msg = c.poll(0.5)
+        if msg is None or msg.error():
+            continue
+        got[msg.partition()] += 1
+        fetched += 1
+    assert got[1] == n // 2
+    c.commit(offsets=[TopicPartition(topic, 0, 100), TopicPartition(topic, 1, n // 2)], asynchronous=False)
+    c.close()
+    m = scrape(mbroker.metrics_port)
+    assert sample(m, "kafka_consumergroup_lag", consumergroup="m-group", topic=topic, partition="0") == n // 2 - 100
+    assert sample(m, "kafka_consumergroup_lag", consumergroup="m-group", topic=topic, partition="1") == 0
+    assert sample(m, "kafka_consumergroup_lag_sum", consumergroup="m-group") == n // 2 - 100
+    assert sample(m, "kafka_consumergroup_current_offset", consumergroup="m-group", topic=topic, partition="0") == 100
+    # every record was fetched at least once: bytes out covers the log (whole batches)
+    assert sample(m, "kafka_server_brokertopicmetrics_bytesout_total", topic=topic) >= on_disk
+    assert sample(m, "kafka_server_brokertopicmetrics_totalfetchrequests_total", topic=topic) >= 1
+
+
+def test_metrics_errors_partitions_and_quorum(mbroker):
+    from confluent_kafka import KafkaException
+    admin = AdminClient({"bootstrap.servers": mbroker.bootstrap})
+    with pytest.raises(KafkaException):
+        admin.create_topics([NewTopic("m-bad", 1, 1, config={"no.such.config": "1"})])["m-bad"].result(T)
+    m = scrape(mbroker.metrics_port)
+    # CreateTopics answers with per-topic codes; the request still counts
+    assert any(k[0] == "kafka_network_requestmetrics_requests_total" and ("request", "CreateTopics") in k[1] for k in m)
+    assert sample(m, "kafka_controller_kafkacontroller_activecontrollercount") == 1
+    assert sample(m, "kafka_server_raft_metrics_current_leader") == 1
+    assert sample(m, "kafka_server_raft_metrics_current_state", state="leader") == 1
+    parts = sample(m, "kafka_controller_kafkacontroller_globalpartitioncount")
+    assert parts == sample(m, "kafka_server_replicamanager_partitioncount") >= 1
+    assert sample(m, "kafka_server_replicamanager_underreplicatedpartitions") == 0
+    assert sample(m, "kafka_controller_kafkacontroller_offlinepartitionscount") == 0
+    assert sample(m, "kafka_server_replicamanager_isrshrinks_total") == 0
+    assert sample(m, "kbroker_event_loop_lag_samples_total") > 0
+    assert sample(m, "kbroker_event_loop_lag_seconds", quantile="0.99") >= 0
+
+
+def test_client_telemetry_kip714(mbroker):
+    """librdkafka pushes its metrics (KIP-714) and they appear on the endpoint."""
+    p = Producer({"bootstrap.servers": mbroker.bootstrap, "client.id": "telemetry-app"})
+    deadline = time.monotonic() + T
+    found = None
+    while found is None and time.monotonic() < deadline:
+        p.produce("m-telemetry", b"x")
+        p.poll(0.1)
+        m = scrape(mbroker.metrics_port)
+        found = next(((k, v) for k, v in m.items() if k[0] == "org_apache_kafka_producer_connection_creation_total"), None)
+    assert p.flush(T) == 0
+    assert found is not None, "no pushed client metrics on the endpoint"
+    labels = dict(found[0][1])
+    assert len(labels["client_instance_id"]) == 36
+    assert found[1] >= 1   # the producer opened at least its bootstrap connection
+    m = scrape(mbroker.metrics_port)
+    assert sample(m, "kbroker_client_telemetry_clients") >= 1
+    # only the subscribed prefix is kept
+    assert not any(k[0].startswith("org_apache_kafka_consumer_") for k in m)

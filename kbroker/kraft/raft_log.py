@@ -1,0 +1,249 @@
+"""The replicated log under a RaftNode: v2 record batches with offsets and epochs set.
+
+Framing is the metadata log's (``kbroker.kraft.runtime.MetadataLog``): one RecordBatch per
+append, partition leader epoch = the Raft epoch, null keys, values = framed records; Raft's
+own records (LeaderChangeMessage, VotersRecord, KRaftVersionRecord) are control batches.
+``build_batch`` / ``build_control_batch`` make them; only the leader builds batches, followers
+store the leader's bytes unchanged.
+
+``RaftLog`` (protocol):
+    start_offset, end_offset       log start (moves up when cleaned below a snapshot) and end
+    start_epoch                    epoch of the snapshot the log starts after (0 at offset 0)
+    flushed_offset                 below it the log survives a crash
+    last_epoch                     epoch of the last batch (start_epoch if empty)
+    append(data)                   batches whose base offset is end_offset, epochs set
+    read(offset, max_bytes)        whole batches from the one holding offset (>= 1 batch)
+    end_offset_for_epoch(epoch)    (epoch, end offset) of the largest epoch <= epoch
+    epoch_for_offset(offset)       epoch of the batch holding offset
+    truncate_to(offset), flush(), reset_to(offset, epoch) (empty, starting after a snapshot),
+    advance_start(offset) (cleaning below a snapshot), batches(from_offset)
+``MemoryRaftLog`` keeps the batches in a list (and can lose what was not flushed, for the
+simulation's crashes); ``DiskRaftLog`` is ``kbroker.log.PartitionLog`` for
+``__cluster_metadata-0``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from typing import Iterator, Protocol
+
+from kbroker.log.checkpoint import LeaderEpochCache
+from kbroker.wire.records import BatchBuilder, ControlRecordType, RecordBatch, control_key, iter_batches
+
+METADATA_TOPIC = "__cluster_metadata"
+METADATA_PARTITION_DIR = METADATA_TOPIC + "-0"
+
+
+def build_batch(base_offset: int, epoch: int, values: list[bytes], now_ms: int) -> bytes:
+    b = BatchBuilder(base_offset=base_offset, partition_leader_epoch=epoch)
+    for v in values:
+        b.append(key=None, value=v, timestamp=now_ms)
+    return b.build()
+
+
+def build_control_batch(base_offset: int, epoch: int, records: list[tuple[int, bytes]],
+                        now_ms: int) -> bytes:
+    """A control batch of (ControlRecordType, value) records, as Kafka writes Raft's own."""
+    b = BatchBuilder(is_control=True, base_offset=base_offset, partition_leader_epoch=epoch)
+    for ctype, value in records:
+        b.append(key=control_key(ctype), value=value, timestamp=now_ms)
+    return b.build()
+
+
+def control_type(key) -> int:
+    return int.from_bytes(bytes(key[2:4]), "big", signed=True)
+
+
+class RaftLog(Protocol):
+    start_offset: int
+    start_epoch: int
+    end_offset: int
+    flushed_offset: int
+
+    @property
+    def last_epoch(self) -> int: ...
+    def append(self, data: bytes) -> None: ...
+    def read(self, offset: int, max_bytes: int) -> bytes: ...
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]: ...
+    def epoch_for_offset(self, offset: int) -> int: ...
+    def truncate_to(self, offset: int) -> None: ...
+    def flush(self) -> None: ...
+    def reset_to(self, offset: int, epoch: int) -> None: ...
+    def advance_start(self, offset: int) -> None: ...
+    def batches(self, from_offset: int) -> Iterator[RecordBatch]: ...
+
+
+class _EpochIndex:
+    """The epoch bookkeeping both logs share (LeaderEpochCache + the snapshot start)."""
+
+    cache: LeaderEpochCache
+    start_offset: int
+    start_epoch: int
+    end_offset: int
+
+    @property
+    def last_epoch(self) -> int:
+        e = self.cache.latest_epoch
+        return e if e >= 0 else self.start_epoch
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        if epoch == self.last_epoch:
+            return epoch, self.end_offset
+        if epoch < self.start_epoch or not self.cache.entries:
+            return self.start_epoch, self.start_offset
+        e, off = self.cache.end_offset_for(epoch, self.end_offset)
+        if e < 0:                      # epoch above everything here
+            return self.last_epoch, self.end_offset
+        if e < self.start_epoch or off < self.start_offset:
+            return self.start_epoch, self.start_offset
+        return e, off
+
+    def epoch_for_offset(self, offset: int) -> int:
+        if offset < self.start_offset or not self.cache.entries:
+            return self.start_epoch
+        return self.cache.epoch_for_offset(offset)
+
+
+class MemoryRaftLog(_EpochIndex):
+    def __init__(self) -> None:
+        self.cache = LeaderEpochCache(None)
+        self._batches: list[bytes] = []
+        self._bases: list[int] = []
+        self.start_offset = 0
+        self.start_epoch = 0
+        self.end_offset = 0
+        self.flushed_offset = 0
+
+    def append(self, data: bytes) -> None:
+        for b in iter_batches(data):
+            if b.base_offset != self.end_offset:
+                raise ValueError(f"batch at {b.base_offset}, log end is {self.end_offset}")
+            self._batches.append(bytes(b.buffer()))
+            self._bases.append(b.base_offset)
+            self.cache.assign(b.partition_leader_epoch, b.base_offset)
+            self.end_offset = b.next_offset
+
+    def _index(self, offset: int) -> int:
+        return bisect.bisect_right(self._bases, offset) - 1
+
+    def read(self, offset: int, max_bytes: int) -> bytes:
+        if offset >= self.end_offset:
+            return b""
+        i = max(self._index(offset), 0)
+        out = bytearray(self._batches[i])
+        for data in self._batches[i + 1:]:
+            if len(out) + len(data) > max_bytes:
+                break
+            out += data
+        return bytes(out)
+
+    def batches(self, from_offset: int) -> Iterator[RecordBatch]:
+        i = max(self._index(from_offset), 0)
+        for data in self._batches[i:]:
+            yield RecordBatch(data)
+
+    def truncate_to(self, offset: int) -> None:
+        if offset >= self.end_offset:
+            return
+        i = max(self._index(offset), 0)     # the whole batch holding offset goes, as on disk
+        del self._batches[i:]
+        del self._bases[i:]
+        self.end_offset = max(self.start_offset, RecordBatch(self._batches[-1]).next_offset
+                              if self._batches else self.start_offset)
+        self.cache.truncate_from_end(self.end_offset)
+        self.flushed_offset = min(self.flushed_offset, self.end_offset)
+
+    def flush(self) -> None:
+        self.flushed_offset = self.end_offset
+
+    def lose_unflushed(self) -> None:
+        """A crash: what was not flushed is gone."""
+        self.truncate_to(self.flushed_offset)
+
+    def reset_to(self, offset: int, epoch: int) -> None:
+        self._batches.clear()
+        self._bases.clear()
+        self.cache.clear()
+        self.start_offset = self.end_offset = self.flushed_offset = offset
+        self.start_epoch = epoch
+
+    def advance_start(self, offset: int) -> None:
+        """Drop whole batches below ``offset`` (a snapshot covers them)."""
+        while self._batches and RecordBatch(self._batches[0]).next_offset <= offset:
+            self._batches.pop(0)
+            self._bases.pop(0)
+        if offset > self.start_offset:
+            self.start_epoch = self.epoch_for_offset(offset - 1)
+            self.start_offset = offset
+            self.cache.truncate_from_start(offset)
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(len(b) for b in self._batches)
+
+
+class DiskRaftLog(_EpochIndex):
+    """``__cluster_metadata-0`` as a kbroker PartitionLog (Kafka's segment files)."""
+
+    def __init__(self, plog, start_epoch: int = 0) -> None:
+        self.plog = plog
+        self.start_epoch = start_epoch
+        self.flushed_offset = plog.recovery_point
+
+    @classmethod
+    def open(cls, metadata_dir: str, now_ms: int = 0, start_epoch: int = 0, config=None):
+        from kbroker.log.partition_log import PartitionLog
+        plog = PartitionLog.open(os.path.join(metadata_dir, METADATA_PARTITION_DIR), config, now_ms)
+        return cls(plog, start_epoch)
+
+    @property
+    def cache(self) -> LeaderEpochCache:
+        return self.plog.leader_epoch_cache
+
+    @property
+    def start_offset(self) -> int:
+        return self.plog.log_start_offset
+
+    @property
+    def end_offset(self) -> int:
+        return self.plog.log_end_offset
+
+    def append(self, data: bytes) -> None:
+        if data:
+            self.plog.append_as_follower(bytearray(data), 0)
+
+    def read(self, offset: int, max_bytes: int) -> bytes:
+        if offset >= self.end_offset:
+            return b""
+        return self.plog.read(offset, max_bytes).to_bytes()
+
+    def batches(self, from_offset: int) -> Iterator[RecordBatch]:
+        return self.plog.batches(from_offset)
+
+    def truncate_to(self, offset: int) -> None:
+        self.plog.truncate_to(offset)
+        self.flushed_offset = min(self.flushed_offset, self.end_offset)
+
+    def flush(self) -> None:
+        self.plog.flush()
+        self.flushed_offset = self.end_offset
+
+    def reset_to(self, offset: int, epoch: int) -> None:
+        self.plog.truncate_fully_and_start_at(offset)
+        self.start_epoch = epoch
+        self.flushed_offset = offset
+
+    def advance_start(self, offset: int) -> None:
+        if offset > self.start_offset:
+            self.start_epoch = self.epoch_for_offset(offset - 1)
+            self.plog.high_watermark = max(self.plog.high_watermark, min(offset, self.end_offset))
+            self.plog.maybe_increment_log_start_offset(offset)
+            self.plog.delete_old_segments(0)
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self.plog.size_in_bytes
+
+    def close(self) -> None:
+        self.plog.close()

@@ -1,0 +1,24 @@
+"""Event-loop lag on the endpoint, read from the broker's probe (``kbroker.loop_probe``,
+``server.loop_probe``) at scrape time."""
+
+from __future__ import annotations
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+
+class LoopLagFamilies:
+    def __init__(self, probe) -> None:
+        self.probe = probe
+
+    def families(self):
+        s = self.probe.snapshot()
+        lag = GaugeMetricFamily("kbroker_event_loop_lag_seconds",
+                                "How late the loop ran a timer, over the probe's recent window", labels=["quantile"])
+        for q, v in (("0.5", s.p50_ms), ("0.99", s.p99_ms), ("0.999", s.p999_ms)):
+            lag.add_metric([q], v / 1000)
+        yield lag
+        yield GaugeMetricFamily("kbroker_event_loop_lag_window_max_seconds", "Largest lag in the recent window",
+                                value=s.window_max_ms / 1000)
+        yield GaugeMetricFamily("kbroker_event_loop_lag_max_seconds", "Largest lag since start", value=s.max_ms / 1000)
+        yield CounterMetricFamily("kbroker_event_loop_stalls", f"Lags above {s.stall_ms:g} ms", value=s.stalls)
+        yield CounterMetricFamily("kbroker_event_loop_lag_samples", "Probe samples taken", value=s.samples)

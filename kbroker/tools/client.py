@@ -1,0 +1,198 @@
+"""The tools' blocking client: kbroker's own codec over a socket (``kbroker.groups.admin_client``
+plus the topic, config, record and produce/fetch calls the tools need).
+
+Why our own protocol code rather than confluent-kafka or kafka-python: those are test
+dependencies only, and the tools must work from a plain ``pip install kbroker``; the codec is
+already here, generated from Kafka's schemas. (When ``kbroker/net/client.py``, the asyncio
+node-to-node client, lands, this can sit on it.)"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+from kbroker.groups.admin_client import EARLIEST, LATEST, AdminClient, KafkaError  # noqa: F401
+from kbroker.wire.errors import Errors
+from kbroker.wire.frame import decode_response, encode_request
+from kbroker.wire.generated.create_partitions_request import CreatePartitionsRequest
+from kbroker.wire.generated.create_topics_request import CreateTopicsRequest
+from kbroker.wire.generated.delete_records_request import DeleteRecordsRequest
+from kbroker.wire.generated.delete_topics_request import DeleteTopicsRequest
+from kbroker.wire.generated.describe_configs_request import DescribeConfigsRequest
+from kbroker.wire.generated.fetch_request import FetchRequest
+from kbroker.wire.generated.incremental_alter_configs_request import IncrementalAlterConfigsRequest
+from kbroker.wire.generated.produce_request import ProduceRequest
+from kbroker.wire.compression import TruncatedRecordError
+from kbroker.wire.records import iter_batches
+
+TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+MAX_TIMESTAMP = -3
+OP_SET, OP_DELETE = 0, 1
+
+
+def error_name(code: int) -> str:
+    try:
+        return Errors(code).name
+    except ValueError:
+        return str(code)
+
+
+def _check(code: int, what: str, message: str | None = None) -> None:
+    if code:
+        raise KafkaError(code, f"{what}: {error_name(code)}" + (f" ({message})" if message else ""))
+
+
+class ToolClient(AdminClient):
+    def __init__(self, bootstrap: str, timeout: float = 30.0, client_id: str = "kbroker-tools"):
+        super().__init__(bootstrap, timeout, client_id)
+
+    # -- topics ------------------------------------------------------------------------------
+
+    def topics(self, names: list[str] | None = None):
+        """name -> MetadataResponseTopic (partitions with leader, replicas, ISR)."""
+        md = self.metadata(names)
+        return {t.name: t for t in md.topics}
+
+    def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
+                     configs: dict[str, str] | None = None, validate_only: bool = False):
+        T = CreateTopicsRequest.CreatableTopic
+        req = CreateTopicsRequest(topics=[T(name=name, num_partitions=partitions, replication_factor=replication_factor,
+                                            assignments=[], configs=[T.CreatableTopicConfig(name=k, value=v)
+                                                                     for k, v in (configs or {}).items()])],
+                                  timeout_ms=int(self.timeout * 1000), validate_only=validate_only)
+        r = self.call(req, 7).topics[0]
+        _check(r.error_code, f"CreateTopics({name})", r.error_message)
+        return r
+
+    def delete_topic(self, name: str) -> None:
+        req = DeleteTopicsRequest(topics=[DeleteTopicsRequest.DeleteTopicState(name=name)],
+                                  timeout_ms=int(self.timeout * 1000))
+        r = self.call(req, 6).responses[0]
+        _check(r.error_code, f"DeleteTopics({name})", r.error_message)
+
+    def create_partitions(self, name: str, count: int) -> None:
+        T = CreatePartitionsRequest.CreatePartitionsTopic
+        req = CreatePartitionsRequest(topics=[T(name=name, count=count, assignments=None)],
+                                      timeout_ms=int(self.timeout * 1000), validate_only=False)
+        r = self.call(req, 3).results[0]
+        _check(r.error_code, f"CreatePartitions({name})", r.error_message)
+
+    # -- configs -----------------------------------------------------------------------------
+
+    def describe_configs(self, resource_type: int, name: str, synonyms: bool = True):
+        R = DescribeConfigsRequest.DescribeConfigsResource
+        req = DescribeConfigsRequest(resources=[R(resource_type=resource_type, resource_name=name,
+                                                  configuration_keys=None)],
+                                     include_synonyms=synonyms, include_documentation=False)
+        r = self.call(req, 4).results[0]
+        _check(r.error_code, f"DescribeConfigs({name})", r.error_message)
+        return r.configs
+
+    def alter_configs(self, resource_type: int, name: str, set_: dict[str, str], delete: list[str]) -> None:
+        R = IncrementalAlterConfigsRequest.AlterConfigsResource
+        ops = [R.AlterableConfig(name=k, config_operation=OP_SET, value=v) for k, v in set_.items()]
+        ops += [R.AlterableConfig(name=k, config_operation=OP_DELETE, value=None) for k in delete]
+        req = IncrementalAlterConfigsRequest(resources=[R(resource_type=resource_type, resource_name=name, configs=ops)],
+                                             validate_only=False)
+        r = self.call(req, 1).responses[0]
+        _check(r.error_code, f"IncrementalAlterConfigs({name})", r.error_message)
+
+    # -- records -----------------------------------------------------------------------------
+
+    def _leader_addr(self, topic: str, partition: int):
+        leader = self.partitions(topic).get(partition)
+        if leader is None:
+            raise KafkaError(Errors.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition}: no such partition")
+        return self.brokers.get(leader, self.bootstrap)
+
+    def delete_records(self, offsets: dict[tuple[str, int], int]) -> dict[tuple[str, int], tuple[int, int]]:
+        """(topic, partition) -> (error code, low watermark)."""
+        T = DeleteRecordsRequest.DeleteRecordsTopic
+        by_topic: dict[str, list] = {}
+        for (t, p), off in offsets.items():
+            by_topic.setdefault(t, []).append(T.DeleteRecordsPartition(partition_index=p, offset=off))
+        req = DeleteRecordsRequest(topics=[T(name=t, partitions=ps) for t, ps in by_topic.items()],
+                                   timeout_ms=int(self.timeout * 1000))
+        resp = self.call(req, 2)
+        return {(t.name, p.partition_index): (p.error_code, p.low_watermark) for t in resp.topics for p in t.partitions}
+
+    def produce(self, topic: str, partition: int, batch: bytes, acks: int = -1) -> int:
+        """Append one record batch; returns its base offset."""
+        P = ProduceRequest.TopicProduceData
+        req = ProduceRequest(acks=acks, timeout_ms=int(self.timeout * 1000), topic_data=[P(name=topic, partition_data=[
+            P.PartitionProduceData(index=partition, records=batch)])])
+        r = self.call(req, 9, self._leader_addr(topic, partition)).responses[0].partition_responses[0]
+        _check(r.error_code, f"Produce({topic}-{partition})", r.error_message)
+        return r.base_offset
+
+    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20, max_wait_ms: int = 500,
+              isolation_level: int = 0):
+        """(record batches from ``offset``, high watermark)."""
+        F = FetchRequest.FetchTopic
+        req = FetchRequest(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=max_bytes,
+                           isolation_level=isolation_level, session_id=0, session_epoch=-1,
+                           topics=[F(topic=topic, partitions=[F.FetchPartition(
+                               partition=partition, current_leader_epoch=-1, fetch_offset=offset,
+                               log_start_offset=-1, partition_max_bytes=max_bytes)])],
+                           forgotten_topics_data=[], rack_id="")
+        p = self.call(req, 12, self._leader_addr(topic, partition)).responses[0].partitions[0]
+        _check(p.error_code, f"Fetch({topic}-{partition} at {offset})")
+        return whole_batches(bytes(p.records or b"")), p.high_watermark
+
+
+def whole_batches(data: bytes) -> list:
+    """The complete batches of a fetch response (a response may end in a partial batch)."""
+    out = []
+    try:
+        for b in iter_batches(bytearray(data)):
+            out.append(b)
+    except TruncatedRecordError:
+        pass
+    return out
+
+
+class Pipeline:
+    """Several produce requests in flight on one connection (the perf tool): ``send`` returns
+    at once; ``poll`` reads the responses that have arrived, in order."""
+
+    def __init__(self, host: str, port: int, client_id: str = "kbroker-perf"):
+        self.sock = socket.create_connection((host, port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.client_id = client_id
+        self.corr = 0
+        self.pending: dict[int, tuple[float, object]] = {}   # corr -> (sent at, tag)
+        self._buf = bytearray()
+
+    def send(self, req, version: int, tag=None) -> None:
+        self.corr += 1
+        self.sock.sendall(encode_request(self.corr, self.client_id, req, version))
+        self.pending[self.corr] = (time.perf_counter(), tag, req.API_KEY, version)
+
+    def poll(self, block: bool) -> list:
+        """[(tag, latency seconds, response)] for every complete response read."""
+        self.sock.setblocking(block)
+        try:
+            chunk = self.sock.recv(1 << 20)
+            if not chunk:
+                raise ConnectionError("connection closed by the broker")
+            self._buf += chunk
+        except BlockingIOError:
+            pass
+        finally:
+            self.sock.setblocking(True)
+        out = []
+        while len(self._buf) >= 4:
+            size = struct.unpack_from(">i", self._buf)[0]
+            if len(self._buf) < 4 + size:
+                break
+            frame = bytes(self._buf[4:4 + size])
+            del self._buf[:4 + size]
+            corr = struct.unpack_from(">i", frame)[0]
+            sent, tag, key, ver = self.pending.pop(corr)
+            _, resp = decode_response(frame, key, ver)
+            out.append((tag, time.perf_counter() - sent, resp))
+        return out
+
+    def close(self) -> None:
+        self.sock.close()

@@ -1,0 +1,65 @@
+"""Request counters and the scrape-time collector, driven through the real dispatcher and a
+real (listener-less) broker: no sockets."""
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from kbroker.handlers.dispatcher import Dispatcher
+from kbroker.metrics.collector import BrokerCollector
+from kbroker.metrics.requests import batch_record_counts
+from kbroker.wire.frame import encode_request
+from kbroker.wire.generated.create_topics_request import CreateTopicsRequest
+from kbroker.wire.generated.produce_request import ProduceRequest
+from kbroker.wire.records import BatchBuilder
+from tests.handlers.conftest import broker  # noqa: F401  (fixture)
+
+
+def _batch(n: int, size: int = 10) -> bytes:
+    b = BatchBuilder()
+    for i in range(n):
+        b.append(key=b"k", value=b"x" * size, timestamp=1000 + i)
+    return bytes(b.build())
+
+
+def test_batch_record_counts_reads_headers_of_every_batch():
+    assert batch_record_counts(_batch(3) + _batch(5)) == 8
+    assert batch_record_counts(b"") == 0
+
+
+def _dispatch(harness, req, version):
+    d = Dispatcher(harness.server, harness.server.api_specs)
+    frame = memoryview(encode_request(7, "t", req, version))[4:]
+    out = d.dispatch(None, frame)
+    if hasattr(out, "__await__"):
+        out = harness.loop.run_until_complete(out)
+    return out
+
+
+def _scrape(server):
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(BrokerCollector(server, server.request_metrics))
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(generate_latest(reg).decode()) for s in f.samples}
+
+
+def test_produce_counts_bytes_messages_and_errors(broker):  # noqa: F811
+    T = CreateTopicsRequest.CreatableTopic
+    _dispatch(broker, CreateTopicsRequest(topics=[T(name="mt", num_partitions=2, replication_factor=1)], timeout_ms=1000), 7)
+    P = ProduceRequest.TopicProduceData
+    good, bad = _batch(4, 20), _batch(2)
+    req = ProduceRequest(acks=1, timeout_ms=1000, topic_data=[P(name="mt", partition_data=[
+        P.PartitionProduceData(index=0, records=good), P.PartitionProduceData(index=9, records=bad)])])
+    _dispatch(broker, req, 9)
+    m = _scrape(broker.server)
+    assert m[("kafka_server_brokertopicmetrics_messagesin_total", (("topic", "mt"),))] == 4
+    assert m[("kafka_server_brokertopicmetrics_bytesin_total", (("topic", "mt"),))] == len(good)
+    assert m[("kafka_server_brokertopicmetrics_bytesrejected_total", (("topic", "mt"),))] == len(bad)
+    assert m[("kafka_server_brokertopicmetrics_failedproducerequests_total", (("topic", "mt"),))] == 1
+    assert m[("kafka_network_requestmetrics_errors_total",
+              (("error", "UNKNOWN_TOPIC_OR_PARTITION"), ("request", "Produce")))] == 1
+    assert m[("kafka_network_requestmetrics_requests_total", (("request", "Produce"), ("version", "9")))] == 1
+    assert m[("kafka_log_log_size", (("partition", "0"), ("topic", "mt")))] == len(good)
+    assert m[("kafka_log_log_logendoffset", (("partition", "0"), ("topic", "mt")))] == 4
+    assert m[("kafka_controller_kafkacontroller_globaltopiccount", ())] == 1
+    assert m[("kafka_server_replicamanager_partitioncount", ())] == 2
