@@ -50,6 +50,9 @@ def _main(args) -> int:
                 _dump_txnindex(path)
             else:
                 print(f"Ignoring unknown file {path}", file=sys.stderr)
+        except BrokenPipeError:
+            sys.stdout = None   # stdout closed early (`... | head`)
+            return 0
         except (OSError, ValueError) as e:
             print(f"Could not dump {path}: {e}", file=sys.stderr)
             status = 1
