@@ -117,6 +117,18 @@ def test_kafka_tools_against_kbroker(shared_broker, tmp_path):
 
     # wave 2: read it all back with Kafka's consumers and describe tools
     seg = Path(shared_broker.data_dir) / "logs" / "kt-0" / "00000000000000000000.log"
+    meta = Path(shared_broker.data_dir) / "logs" / "__cluster_metadata-0" / "00000000000000000000.log"
+    # a producer-state snapshot and a transaction index as kbroker writes them
+    from kbroker.txn.producer_snapshot import SnapshotEntry, write_snapshot_file
+    from kbroker.txn.txn_index import AbortedTxn, TransactionIndex
+    snap = tmp_path / "00000000000000000042.snapshot"
+    write_snapshot_file(snap, [SnapshotEntry(7, 1, 9, 41, 4, 1700000000000, 3, -1),
+                               SnapshotEntry(8, 0, 2, 30, 2, 1700000000001, -1, 25)])
+    txn = TransactionIndex(str(tmp_path / "00000000000000000000.txnindex"), 0)
+    txn.append(AbortedTxn(7, 10, 20, 21))
+    txn.flush()
+    txn.close()
+    dump_files = f"{seg},{snap},{tmp_path / '00000000000000000000.txnindex'}"
     w = _wave({
         "describe": ["kafka-topics.sh", *b, "--describe", "--topic", "kt"],
         "configs": ["kafka-configs.sh", *b, "--describe", "--entity-type", "topics", "--entity-name", "kt"],
@@ -127,7 +139,8 @@ def test_kafka_tools_against_kbroker(shared_broker, tmp_path):
                       "--max-messages", "200"],
         "offsets": ["kafka-get-offsets.sh", *b, "--topic", "kt"],
         "logdirs": ["kafka-log-dirs.sh", *b, "--describe", "--broker-list", "1", "--topic-list", "kt"],
-        "dump": ["kafka-dump-log.sh", "--files", str(seg), "--print-data-log"],
+        "dump": ["kafka-dump-log.sh", "--files", dump_files, "--print-data-log"],
+        "metadata": ["kafka-dump-log.sh", "--cluster-metadata-decoder", "--files", str(meta)],
     }, tmp_path)
     assert w["describe"] == kbroker("topics", *b, "--describe", "--topic", "kt").stdout.decode()
     assert w["configs"] == kbroker("configs", *b, "--describe", "--topic", "kt").stdout.decode()
@@ -141,7 +154,14 @@ def test_kafka_tools_against_kbroker(shared_broker, tmp_path):
     info = json.loads(w["logdirs"].strip().splitlines()[-1])
     parts = {p["partition"]: p["size"] for d in info["brokers"][0]["logDirs"] for p in d["partitions"]}
     assert parts["kt-0"] == seg.stat().st_size
-    assert w["dump"] == kbroker("dump-log", "--files", str(seg), "--print-data-log").stdout.decode()
+    assert w["dump"] == kbroker("dump-log", "--files", dump_files, "--print-data-log").stdout.decode()
+    assert "producerId: 8 producerEpoch: 0 coordinatorEpoch: -1 currentTxnFirstOffset: OptionalLong[25]" in w["dump"]
+    # Kafka decodes kbroker's metadata log (field-for-field equality needs per-version field
+    # lists the codec does not keep; the records and their types agree)
+    ours = kbroker("dump-log", "--cluster-metadata-decoder", "--files", str(meta)).stdout.decode()
+    kinds = lambda text: re.findall(r'payload: \{"type":"(\w+)","version":(\d+)', text)  # noqa: E731
+    assert kinds(w["metadata"]) == kinds(ours) and ("TOPIC_RECORD", "0") in kinds(ours)
+    assert re.search(r'"type":"TOPIC_RECORD","version":0,"data":\{"name":"kt"', w["metadata"])
 
     # wave 3: the group the console consumer left, and deleting records
     w = _wave({
