@@ -9,6 +9,23 @@ from __future__ import annotations
 import collections
 
 PRODUCE, FETCH = 0, 1
+# responses that can hold thousands of entries on a busy path: only the top-level code counts
+SHALLOW = frozenset({3, 18})   # Metadata, ApiVersions
+
+
+def _count_errors(msg, api_key: int, errors) -> None:
+    """Every non-zero ``error_code`` in a response, nested entries included (Kafka's
+    ``AbstractResponse.errorCounts``)."""
+    code = getattr(msg, "error_code", 0)
+    if code:
+        errors[(api_key, code)] += 1
+    for name in msg._FIELDS:
+        v = getattr(msg, name, None)
+        if type(v) is list and v and hasattr(v[0], "_FIELDS"):
+            for item in v:
+                _count_errors(item, api_key, errors)
+        elif hasattr(v, "_FIELDS"):
+            _count_errors(v, api_key, errors)
 
 
 def batch_record_counts(buf) -> int:
@@ -72,9 +89,12 @@ class RequestMetrics:
         elif api_key == FETCH:
             self._fetch(req, resp)
         elif resp is not None:
-            code = getattr(resp, "error_code", 0)
-            if code:
-                self.errors[(api_key, code)] += 1
+            if api_key in SHALLOW:
+                code = getattr(resp, "error_code", 0)
+                if code:
+                    self.errors[(api_key, code)] += 1
+            else:
+                _count_errors(resp, api_key, self.errors)
 
     def _produce(self, req, resp) -> None:
         # the handler answers topics and partitions in request order: walk both together
