@@ -3,8 +3,11 @@
 each invocation doing a batch of work, and every output is checked against what kbroker and
 a stock client (confluent-kafka) know.
 
+The broker runs Kafka's StandardAuthorizer with the anonymous PLAINTEXT user as super user, so
+kafka-acls has an authorizer to talk to and every other tool is allowed.
+
 Not here yet (other issues' APIs): kafka-metadata-quorum (DescribeQuorum), kafka-leader-election,
-kafka-acls, kafka-reassign-partitions."""
+kafka-reassign-partitions."""
 from __future__ import annotations
 
 import json
@@ -18,7 +21,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
-from compat_tests.brokers import REPO
+from compat_tests.brokers import REPO, BrokerProcess
 from compat_tests.ops_util import kbroker
 
 T = 60
@@ -55,7 +58,17 @@ def _wave(cmds: dict[str, list[str]], tmp: Path, inputs: dict[str, bytes] | None
     return out
 
 
-def test_kafka_tools_against_kbroker(shared_broker, tmp_path):
+@pytest.fixture(scope="module")
+def abroker(tmp_path_factory):
+    b = BrokerProcess(tmp_path_factory.mktemp("kafka-tools"), overrides={
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:ANONYMOUS"}).start()
+    yield b
+    b.stop()
+
+
+def test_kafka_tools_against_kbroker(abroker, tmp_path):
+    shared_broker = abroker
     bs = shared_broker.bootstrap
     b = ["--bootstrap-server", bs]
     admin = AdminClient({"bootstrap.servers": bs})
@@ -85,7 +98,10 @@ def test_kafka_tools_against_kbroker(shared_broker, tmp_path):
                   "--add-config", "segment.bytes=1048576,cleanup.policy=[delete]"],
         "features": ["kafka-features.sh", *b, "describe"],
         "txns": ["kafka-transactions.sh", *b, "list"],
+        "acl-add": ["kafka-acls.sh", *b, "--add", "--allow-principal", "User:alice", "--operation", "Read",
+                    "--operation", "Write", "--topic", "kt"],
     }, tmp_path, {"producer": lines})
+    assert "(principal=User:alice, host=*, operation=READ, permissionType=ALLOW)" in w["acl-add"]
     assert re.search(r"^5000 records sent, .* ms 99\.9th\.$", w["perf"], re.M)
     tool_data = [json.loads(x) for x in w["verifiable"].splitlines() if '"tool_data"' in x][-1]
     assert tool_data["sent"] == tool_data["acked"] == 200
@@ -141,7 +157,11 @@ def test_kafka_tools_against_kbroker(shared_broker, tmp_path):
         "logdirs": ["kafka-log-dirs.sh", *b, "--describe", "--broker-list", "1", "--topic-list", "kt"],
         "dump": ["kafka-dump-log.sh", "--files", dump_files, "--print-data-log"],
         "metadata": ["kafka-dump-log.sh", "--cluster-metadata-decoder", "--files", str(meta)],
+        "acl-list": ["kafka-acls.sh", *b, "--list", "--topic", "kt"],
     }, tmp_path)
+    acls = sorted(line.strip() for line in w["acl-list"].splitlines() if line.strip().startswith("(principal="))
+    assert acls == ["(principal=User:alice, host=*, operation=READ, permissionType=ALLOW)",
+                    "(principal=User:alice, host=*, operation=WRITE, permissionType=ALLOW)"]
     assert w["describe"] == kbroker("topics", *b, "--describe", "--topic", "kt").stdout.decode()
     assert w["configs"] == kbroker("configs", *b, "--describe", "--topic", "kt").stdout.decode()
     assert "  segment.bytes=1048576 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:segment.bytes=1048576" in w["configs"]
