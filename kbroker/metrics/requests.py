@@ -7,6 +7,7 @@ Prometheus families at scrape time."""
 from __future__ import annotations
 
 import collections
+import struct
 
 PRODUCE, FETCH = 0, 1
 # responses that can hold thousands of entries on a busy path: only the top-level code counts
@@ -28,18 +29,20 @@ def _count_errors(msg, api_key: int, errors) -> None:
             _count_errors(v, api_key, errors)
 
 
+_I32 = struct.Struct(">i").unpack_from
+
+
 def batch_record_counts(buf) -> int:
     """Records in a produce payload, from the batch headers (no decoding of records)."""
     n = 0
     pos = 0
     end = len(buf)
     while pos + 61 <= end:
-        length = int.from_bytes(buf[pos + 8:pos + 12], "big")
         if buf[pos + 16] == 2:
-            n += int.from_bytes(buf[pos + 57:pos + 61], "big")
+            n += _I32(buf, pos + 57)[0]
         else:
             n += 1   # legacy message set entry
-        pos += 12 + length
+        pos += 12 + _I32(buf, pos + 8)[0]
     return n
 
 
