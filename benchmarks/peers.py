@@ -41,7 +41,8 @@ class KafkaProcess:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 90.0) -> "KafkaProcess":
+    def start(self, timeout: float = 90.0, fresh: bool = True) -> "KafkaProcess":
+        """``fresh=False``: restart on the existing data (no format)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         props = {
             "process.roles": "broker,controller", "node.id": "1",
@@ -59,9 +60,14 @@ class KafkaProcess:
         cfg.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         env = {**os.environ, "LOG_DIR": str(self.data_dir / "applogs"),
                "KAFKA_HEAP_OPTS": f"-Xmx{self.heap} -Xms{self.heap}"}
+        if not fresh:
+            return self._launch(cfg, env, timeout)
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         subprocess.run([str(KAFKA_HOME / "bin/kafka-storage.sh"), "format", "-t", cluster_id, "-c", str(cfg)],
                        check=True, env=env, capture_output=True)
+        return self._launch(cfg, env, timeout)
+
+    def _launch(self, cfg, env, timeout):
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([str(KAFKA_HOME / "bin/kafka-server-start.sh"), str(cfg)],
                                      stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -104,8 +110,11 @@ def make_broker(kind: str, data_dir: Path, kbroker_overrides: dict | None = None
     return b
 
 
-def pid_of(broker) -> int:
-    return broker.proc.pid
+def open_fds(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return -1
 
 
 def rss_mb(pid: int) -> float:

@@ -109,3 +109,178 @@ class BrokerProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
+
+
+# ---------------------------------------------------------------------------------------------
+# Clusters: N kbroker nodes on loopback, formatted with one cluster id.
+
+class ClusterNode(BrokerProcess):
+    """One node of a KBrokerCluster: a BrokerProcess with a controller listener, static
+    voters and a data dir formatted for the cluster before its first start."""
+
+    def __init__(self, cluster: "KBrokerCluster", node_id: int, roles: str):
+        super().__init__(cluster.base_dir / f"node{node_id}", overrides=cluster.overrides, node_id=node_id)
+        self.cluster = cluster
+        self.roles = roles
+        self.controller_port = free_port() if "controller" in roles else None
+        self.log_path = self.data_dir / "kbroker.log"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
+
+    def properties(self) -> dict:
+        listeners = []
+        if "broker" in self.roles:
+            listeners.append(f"PLAINTEXT://127.0.0.1:{self.port}")
+        if self.controller_port:
+            listeners.append(f"CONTROLLER://127.0.0.1:{self.controller_port}")
+        props = {
+            "node.id": str(self.node_id), "process.roles": self.roles,
+            "listeners": ",".join(listeners), "controller.listener.names": "CONTROLLER",
+            "controller.quorum.voters": self.cluster.voters(),
+            "log.dirs": str(self.data_dir / "logs"),
+        }
+        props.update(self.cluster.overrides)
+        return props
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "kbroker", "serve"]
+        for k, v in self.properties().items():
+            cmd += ["--override", f"{k}={v}"]
+        return cmd
+
+    def format(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "kbroker", "format", "-t", self.cluster.cluster_id, "-g"]
+        for k, v in self.properties().items():
+            cmd += ["--override", f"{k}={v}"]
+        subprocess.run(cmd, check=True, capture_output=True, cwd=self.data_dir,
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+
+    def start(self, timeout: float = 60.0, wait: bool = True) -> "ClusterNode":
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
+                                     cwd=self.data_dir, env={**os.environ, "PYTHONPATH": str(REPO)})
+        if wait:
+            self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        port = self.port if "broker" in self.roles else self.controller_port
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"node {self.node_id} exited with {self.proc.returncode}:\n{self.tail()}")
+            if _api_versions_ok(port):
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"node {self.node_id} did not answer within {timeout}s:\n{self.tail()}")
+
+    def signal(self, sig: int) -> None:
+        """SIGKILL / SIGSTOP / SIGCONT this node's process (by the PID we started)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+            if sig == signal.SIGKILL:
+                self.proc.wait(10)
+
+
+class KBrokerCluster:
+    """N nodes on loopback (combined broker+controller by default), one cluster id.
+
+        with KBrokerCluster(tmp_path, 3) as c:
+            c.bootstrap                     # "127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3"
+            c.active_controller()           # node id of the Raft leader (DescribeQuorum)
+            c.kill(2); c.restart(2)         # kill -9 / start again on the same dirs and ports
+            c.stop_signal(3); c.cont(3)     # SIGSTOP / SIGCONT
+    """
+
+    def __init__(self, base_dir: Path, n: int = 3, *, roles: str = "broker,controller",
+                 overrides: dict | None = None, cluster_id: str = "kbrokerclusterAAAAAAAAA"):
+        self.base_dir = Path(base_dir)
+        self.cluster_id = cluster_id[:22]
+        self.overrides = {"controller.quorum.election.timeout.ms": "500",
+                          "controller.quorum.fetch.timeout.ms": "1000",
+                          "broker.session.timeout.ms": "4000", "broker.heartbeat.interval.ms": "500",
+                          **(overrides or {})}
+        self.nodes = {i: ClusterNode(self, i, roles) for i in range(1, n + 1)}
+
+    def voters(self) -> str:
+        return ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes.values() if n.controller_port)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{n.port}" for n in self.nodes.values() if "broker" in n.roles)
+
+    def start(self, timeout: float = 90.0) -> "KBrokerCluster":
+        for n in self.nodes.values():
+            n.format()
+        for n in self.nodes.values():
+            n.start(wait=False)
+        for n in self.nodes.values():
+            n.wait_ready(timeout)
+        return self
+
+    def kill(self, node_id: int) -> None:
+        self.nodes[node_id].signal(signal.SIGKILL)
+
+    def stop_signal(self, node_id: int) -> None:
+        self.nodes[node_id].signal(signal.SIGSTOP)
+
+    def cont(self, node_id: int) -> None:
+        self.nodes[node_id].signal(signal.SIGCONT)
+
+    def restart(self, node_id: int, wait: bool = True, timeout: float = 60.0) -> None:
+        n = self.nodes[node_id]
+        if n.proc is not None and n.proc.poll() is None:
+            n.stop()
+        n.start(wait=wait, timeout=timeout)
+
+    def describe_quorum(self, node_id: int | None = None, timeout: float = 5.0):
+        """A DescribeQuorum answer from a live controller (None if none answers)."""
+        import asyncio
+
+        from kbroker.net.client import ClientError, KafkaClient
+        from kbroker.wire import registry as wire
+
+        async def ask(port):
+            c = KafkaClient("127.0.0.1", port, request_timeout_ms=int(timeout * 1000))
+            try:
+                Req = wire.REQUESTS[55]
+                return await c.send(Req(topics=[Req.TopicData(topic_name="__cluster_metadata",
+                                                              partitions=[Req.TopicData.PartitionData(partition_index=0)])]))
+            except ClientError:
+                return None
+            finally:
+                await c.close()
+        ids = [node_id] if node_id is not None else list(self.nodes)
+        for i in ids:
+            n = self.nodes[i]
+            if n.pid is None or not n.controller_port:
+                continue
+            r = asyncio.run(ask(n.controller_port))
+            if r is not None and r.topics and r.topics[0].partitions[0].error_code == 0:
+                return r
+        return None
+
+    def active_controller(self, timeout: float = 30.0) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            r = self.describe_quorum()
+            if r is not None:
+                return r.topics[0].partitions[0].leader_id
+            time.sleep(0.1)
+        raise RuntimeError("no active controller")
+
+    def close(self) -> None:
+        for n in self.nodes.values():
+            if n.proc is not None and n.proc.poll() is None:
+                n.signal(signal.SIGCONT)
+                n.stop(timeout=15)
+
+    def __enter__(self) -> "KBrokerCluster":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()

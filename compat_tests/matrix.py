@@ -22,7 +22,7 @@ CLIENT_LABELS = {
     "spark-4.0": "Spark 4.0 `format(\"kafka\")` (spark-sql-kafka-0-10)",
 }
 FEATURES = ["produce + consume, 5 codecs, ListOffsets", "admin + configs", "classic groups",
-            "KIP-848 groups", "transactions"]
+            "KIP-848 groups", "transactions", "TLS + SASL (SCRAM, PLAIN, mTLS)"]
 
 # (feature, node-id regex, client). A client of None comes from the regex group "client";
 # "{v}" is filled from the group "v" (a Java version).
@@ -46,6 +46,7 @@ RULES = [
     (FEATURES[4], r"test_transactions_java\.py::\w+\[(?:java-)?(?P<v>[\d.]+)", "java-{v}"),
     (FEATURES[0], r"test_spark\w*\.py::test_(?!read_committed)", "spark-4.0"),
     (FEATURES[4], r"test_spark\.py::test_read_committed", "spark-4.0"),
+    (FEATURES[5], r"test_security\.py::test_client_roundtrip\[(?P<client>.+)-(?:sasl_ssl_scram512|mtls|sasl_plaintext_plain)\]", None),
 ]
 
 

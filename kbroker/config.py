@@ -165,6 +165,8 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("controller.quorum.request.timeout.ms", "int", 2000),
     ConfigDef("controller.listener.names", "list", []),
     ConfigDef("broker.rack", "string", None),
+    ConfigDef("broker.heartbeat.interval.ms", "int", 2000, at_least(1)),
+    ConfigDef("broker.session.timeout.ms", "int", 9000, at_least(1)),
     # Listeners
     ConfigDef("listeners", "list", ["PLAINTEXT://:9092"]),
     ConfigDef("advertised.listeners", "list", None),
@@ -190,6 +192,7 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("metadata.max.retention.bytes", "long", 104857600),
     ConfigDef("metadata.max.retention.ms", "long", 604800000),
     ConfigDef("metadata.log.max.record.bytes.between.snapshots", "long", 20971520),
+    ConfigDef("metadata.log.max.snapshot.interval.ms", "long", 3600000, at_least(0)),
     ConfigDef("num.partitions", "int", 1, at_least(1)),
     ConfigDef("default.replication.factor", "int", 1),
     ConfigDef("auto.create.topics.enable", "boolean", True),
@@ -238,6 +241,9 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("replica.fetch.response.max.bytes", "int", 10485760, at_least(0)),
     ConfigDef("num.replica.fetchers", "int", 1),
     ConfigDef("auto.leader.rebalance.enable", "boolean", True),
+    ConfigDef("replica.selector.class", "string", None),
+    ConfigDef("replica.high.watermark.checkpoint.interval.ms", "long", 5000),
+    ConfigDef("leader.imbalance.check.interval.seconds", "long", 300),
     # Fetch
     ConfigDef("fetch.max.bytes", "int", 57671680, at_least(1024)),
     ConfigDef("max.incremental.fetch.session.cache.slots", "int", 1000, at_least(0)),

@@ -18,8 +18,10 @@ logic that schedules anything for clients.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
+import time
 from collections import deque
 from dataclasses import dataclass
 
@@ -37,6 +39,8 @@ class LagSnapshot:
     mean_ms: float
     stalls: int           # lags above stall_ms since start
     stall_ms: float
+    gc_max_ms: float      # longest garbage-collector pause seen (any generation)
+    gc_ms_total: float    # time spent in the collector since start
 
 
 def _pct(sorted_vals: list[float], q: float) -> float:
@@ -59,18 +63,38 @@ class LoopLagProbe:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._handle: asyncio.TimerHandle | None = None
         self._due = 0.0
+        self._gc_start = 0.0
+        self._gc_since_tick = 0.0   # collector time inside the current interval (ms)
+        self.gc_max_ms = 0.0
+        self.gc_ms_total = 0.0
 
     # -- lifecycle --------------------------------------------------------------------------
 
     def start(self, loop: asyncio.AbstractEventLoop | None = None) -> "LoopLagProbe":
         self._loop = loop or asyncio.get_running_loop()
         self._schedule()
+        if self._on_gc not in gc.callbacks:
+            gc.callbacks.append(self._on_gc)
         return self
 
     def stop(self) -> None:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        # the collector runs on whichever thread allocates: a pause of every thread
+        if phase == "start":
+            self._gc_start = time.perf_counter()
+        elif self._gc_start:
+            ms = (time.perf_counter() - self._gc_start) * 1000.0
+            self._gc_start = 0.0
+            self._gc_since_tick += ms
+            self.gc_ms_total += ms
+            if ms > self.gc_max_ms:
+                self.gc_max_ms = ms
 
     @property
     def running(self) -> bool:
@@ -81,12 +105,13 @@ class LoopLagProbe:
         self._handle = self._loop.call_at(self._due, self._tick)
 
     def _tick(self) -> None:
-        self.record((self._loop.time() - self._due) * 1000.0)
+        gc_ms, self._gc_since_tick = self._gc_since_tick, 0.0
+        self.record((self._loop.time() - self._due) * 1000.0, gc_ms)
         self._schedule()
 
     # -- readings ---------------------------------------------------------------------------
 
-    def record(self, lag_ms: float) -> None:
+    def record(self, lag_ms: float, gc_ms: float = 0.0) -> None:
         """One sample (public so tests can feed it without a loop)."""
         lag_ms = max(0.0, lag_ms)
         self.samples += 1
@@ -96,7 +121,7 @@ class LoopLagProbe:
         if lag_ms > self.stall_ms:
             self.stalls += 1
             if lag_ms > self.log_ms:
-                log.warning("event loop held for %.0f ms", lag_ms)
+                log.warning("event loop held for %.0f ms (garbage collector: %.0f ms)", lag_ms, gc_ms)
 
     def reset_max(self) -> float:
         """Return the largest lag so far and start over (per-operation measurements)."""
@@ -108,4 +133,5 @@ class LoopLagProbe:
         return LagSnapshot(
             samples=self.samples, max_ms=self.max_ms, window_max_ms=vals[-1] if vals else 0.0,
             p50_ms=_pct(vals, 0.50), p99_ms=_pct(vals, 0.99), p999_ms=_pct(vals, 0.999),
-            mean_ms=sum(vals) / len(vals) if vals else 0.0, stalls=self.stalls, stall_ms=self.stall_ms)
+            mean_ms=sum(vals) / len(vals) if vals else 0.0, stalls=self.stalls, stall_ms=self.stall_ms,
+            gc_max_ms=self.gc_max_ms, gc_ms_total=self.gc_ms_total)

@@ -24,3 +24,18 @@ def test_probe_sees_a_blocking_callback():
         return p.snapshot()
     s = asyncio.run(main())
     assert s.max_ms >= 50 and s.stalls >= 1 and not LoopLagProbe().running
+
+
+def test_probe_times_the_garbage_collector():
+    import gc
+
+    async def main():
+        p = LoopLagProbe(interval_s=0.001, log_ms=1e9).start()
+        junk = [[i] for i in range(200_000)]
+        gc.collect()
+        await asyncio.sleep(0.01)
+        p.stop()
+        del junk
+        return p
+    p = asyncio.run(main())
+    assert p.snapshot().gc_max_ms > 0 and p._on_gc not in gc.callbacks

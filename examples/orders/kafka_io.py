@@ -12,12 +12,13 @@ from examples.orders.model import AGGREGATES_TOPIC, DEAD_LETTER_TOPIC, TOPIC, Ev
 TIMEOUT = 30
 
 
-def create_topics(bootstrap: str, partitions: int = 3) -> None:
+def create_topics(bootstrap: str, partitions: int = 3, aggregates_config: dict | None = None) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     topics = [NewTopic(TOPIC, partitions, 1),
               NewTopic(DEAD_LETTER_TOPIC, 1, 1),
               # One value per window and category: a rewritten row replaces the older one.
-              NewTopic(AGGREGATES_TOPIC, 2, 1, config={"cleanup.policy": "compact"})]
+              NewTopic(AGGREGATES_TOPIC, 2, 1,
+                       config={"cleanup.policy": "compact", **(aggregates_config or {})})]
     for name, f in admin.create_topics(topics).items():
         try:
             f.result(TIMEOUT)
@@ -71,10 +72,14 @@ def read_topic(bootstrap: str, topic: str, idle_s: float = 3.0) -> list:
 
 
 def latest_aggregates(bootstrap: str) -> dict[str, dict]:
-    """The output topic as a table: the latest value per key (what compaction keeps)."""
+    """The output topic as a table: the latest value per key (what compaction keeps); a
+    tombstone (null value) removes its key."""
     table = {}
     for m in sorted(read_topic(bootstrap, AGGREGATES_TOPIC), key=lambda m: (m.partition(), m.offset())):
-        table[m.key().decode()] = json.loads(m.value())
+        if m.value() is None:
+            table.pop(m.key().decode(), None)
+        else:
+            table[m.key().decode()] = json.loads(m.value())
     return table
 
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 
 class ProducerIdManager:
-    def __init__(self, runtime, broker_id: int, broker_epoch: int = -1) -> None:
+    def __init__(self, runtime, broker_id: int, broker_epoch: int = -1, allocate=None) -> None:
+        """``allocate``: coroutine function -> (first id, size) asking the active controller
+        over the network (AllocateProducerIds); without it, the local controller runtime."""
         self.runtime = runtime
+        self.allocate = allocate
         self.broker_id = broker_id
         self.broker_epoch = broker_epoch
         self._next = 0
@@ -32,5 +35,8 @@ class ProducerIdManager:
         pid = self.next_id_nowait()
         if pid is not None:
             return pid
-        block = await self.runtime.submit(self._op)
+        if self.allocate is not None:
+            block = await self.allocate(self.broker_id, self.broker_epoch)
+        else:
+            block = await self.runtime.submit(self._op)
         return self._take(block)

@@ -14,12 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import uuid
 from typing import Any, Iterable
 
 from kbroker.broker.storage import uuid_to_str
 from kbroker.kraft.image import TOPIC_RESOURCE
+from kbroker.replication.delayed_produce import DelayedProduces
+from kbroker.replication.hw_checkpoint import HighWatermarkCheckpoints
 from kbroker.replication.partition import AppendResult, Partition  # noqa: F401 (re-export)
+from kbroker.replication.roles import RoleChange, apply_partition_state
+from kbroker.wire.errors import Errors
 from kbroker.txn.partition_txns import PartitionTxns
 from kbroker.txn.producer_state import ProducerStateManager
 
@@ -43,6 +48,10 @@ class ReplicaManager:
         self.image = image
         self.log_config_for = log_config_for
         self.topics: dict[str, dict[int, Partition]] = {}
+        self.broker_epoch = -1
+        self.delayed = DelayedProduces()           # acks=all produces awaiting the ISR
+        self.role_listeners: list = []             # (part, RoleChange): the replica fetchers
+        self.hw_checkpoints = HighWatermarkCheckpoints()
 
     # -- lookup ------------------------------------------------------------------------------
 
@@ -61,6 +70,7 @@ class ReplicaManager:
             for p in t.partitions.values():
                 if self.node_id in p.replicas:
                     self._open(t.name, t.topic_id, p.partition_id, p.leader_epoch)
+                    self.sync_role(t.name, p.partition_id)
 
     def on_metadata_record(self, rec: Any, change: Any, offset: int) -> None:
         kind = type(rec).__name__
@@ -69,6 +79,14 @@ class ReplicaManager:
                 t = self.image.topics_by_id.get(rec.topic_id)
                 if t is not None:
                     self._open(t.name, t.topic_id, rec.partition_id, rec.leader_epoch)
+                    self.sync_role(t.name, rec.partition_id)
+        elif kind == "PartitionChangeRecord":
+            t = self.image.topics_by_id.get(rec.topic_id)
+            st = t.partitions.get(rec.partition_id) if t is not None else None
+            if st is not None and self.node_id in st.replicas and self.get(t.name, rec.partition_id) is None:
+                self._open(t.name, t.topic_id, rec.partition_id, st.leader_epoch)  # reassigned here
+            if t is not None:
+                self.sync_role(t.name, rec.partition_id)
         elif kind == "RemoveTopicRecord":
             if change is not None:
                 self._remove_topic(change.name)
@@ -100,7 +118,7 @@ class ReplicaManager:
         def install(plog, psm, txns) -> Partition:
             part = Partition(topic, index, topic_id, plog, psm, leader_epoch, cfg)
             part.txns = txns
-            part.advance_high_watermark(plog.log_end_offset)  # one replica: all of it committed
+            part.advance_high_watermark(self._recovered_high_watermark(topic, index, plog))
             self.topics.setdefault(topic, {})[index] = part
             return part
 
@@ -124,6 +142,7 @@ class ReplicaManager:
                 self.log_manager.delete(topic, index, self.now_ms())   # the topic went meanwhile
                 return
             install(plog, psm, txns)
+            self.sync_role(topic, index)   # the metadata record's sync_role ran before it existed
         fut.add_done_callback(created)
         return None
 
@@ -139,6 +158,106 @@ class ReplicaManager:
         except Exception:
             log.exception("deleting the logs of %s failed", topic)
         log.info("deleted topic %s (%d partitions)", topic, len(parts))
+
+    # -- roles -------------------------------------------------------------------------------
+
+    def sync_role(self, topic: str, index: int) -> RoleChange:
+        """Make the local replica of ``topic-index`` what the image says: leader (tracking
+        followers, serving produce and fetch) or follower (fetching from the leader)."""
+        part = self.get(topic, index)
+        t = self.image.topics_by_name.get(topic)
+        st = t.partitions.get(index) if t is not None else None
+        if part is None or st is None:
+            return RoleChange.NONE
+        if self._on_hw not in part.hw_listeners:
+            part.hw_listeners.append(self._on_hw)
+        if self.node_id not in st.replicas:
+            change = RoleChange.BECAME_FOLLOWER if part.leader_state is not None else RoleChange.NONE
+            part.leader_state = None
+            part.leader_id = st.leader
+            part.replicas, part.isr = list(st.replicas), list(st.isr)
+        else:
+            change = apply_partition_state(part, self.node_id, st.leader, st.leader_epoch,
+                                           st.partition_epoch, st.replicas, st.isr, self.now_ms())
+        if change is RoleChange.BECAME_FOLLOWER:
+            self._complete(self.delayed.fail(part, Errors.NOT_LEADER_OR_FOLLOWER))
+        elif change is RoleChange.ISR_CHANGED:
+            self._on_hw(part)
+        if change is not RoleChange.NONE and change is not RoleChange.STALE:
+            for listener in self.role_listeners:
+                try:
+                    listener(part, change)
+                except Exception:
+                    log.exception("role listener failed for %s", part)
+        return change
+
+    def is_leader(self, part: Partition) -> bool:
+        return part.leader_state is not None
+
+    # -- acks=all ------------------------------------------------------------------------------
+
+    def min_insync_replicas(self, part: Partition) -> int:
+        return getattr(part.config, "min_insync_replicas", 1)
+
+    def await_replication(self, waits: list[tuple[Partition, int]], timeout_ms: int) -> "asyncio.Future":
+        """A future of {partition: error} once every (partition, last offset) is below its
+        high watermark (or the partition's ISR fell under min.insync.replicas, it lost
+        leadership, or ``timeout_ms`` passed)."""
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        results: dict = {}
+        left = len(waits)
+
+        def one(part, err):
+            nonlocal left
+            results[part] = err
+            left -= 1
+            if left == 0 and not done.done():
+                done.set_result(results)
+
+        deadline = self.now_ms() + timeout_ms
+        for part, last in waits:
+            self.delayed.add(part, last, deadline, (one, part))
+            self._on_hw(part)
+        loop.call_later(timeout_ms / 1000 + 0.001, self._expire)
+        return done
+
+    def _expire(self) -> None:
+        now = self.now_ms()
+        self._complete(self.delayed.expire(now))
+        nxt = self.delayed.next_deadline()
+        if nxt is not None:   # timer fired a hair early, or later deadlines remain
+            asyncio.get_running_loop().call_later(max(1, nxt - now) / 1000, self._expire)
+
+    def _on_hw(self, part: Partition) -> None:
+        ls = part.leader_state
+        if ls is None or part not in self.delayed.by_key:
+            return
+        self._complete(self.delayed.on_high_watermark(part, part.high_watermark, len(ls.isr),
+                                                      self.min_insync_replicas(part)))
+
+    @staticmethod
+    def _complete(done) -> None:
+        for (cb, part), err in done:
+            cb(part, err)
+
+    # -- high watermark checkpoints ----------------------------------------------------------
+
+    def _recovered_high_watermark(self, topic: str, index: int, plog) -> int:
+        """A partition only this node replicates has all of its log committed; otherwise the
+        last checkpointed high watermark (the leader's answers move it on)."""
+        t = self.image.topics_by_name.get(topic)
+        st = t.partitions.get(index) if t is not None else None
+        if st is None or list(st.replicas) == [self.node_id]:
+            return plog.log_end_offset
+        return self.hw_checkpoints.recovered(os.path.dirname(plog.dir), topic, index)
+
+    def checkpoint_high_watermarks(self) -> None:
+        """Write ``replication-offset-checkpoint`` in every log dir (Kafka: every
+        replica.high.watermark.checkpoint.interval.ms, and at shutdown)."""
+        self.hw_checkpoints.write(
+            ((os.path.dirname(p.log.dir), p.topic, p.index, p.high_watermark)
+             for p in self.all_partitions()))
 
     # -- the write path ----------------------------------------------------------------------
 
@@ -176,6 +295,10 @@ class ReplicaManager:
     def close(self) -> None:
         """Wake every waiter and snapshot producer state at each log end (the LogManager
         then flushes and closes the logs)."""
+        try:
+            self.checkpoint_high_watermarks()
+        except Exception:
+            log.exception("writing the high watermark checkpoints failed")
         for p in self.all_partitions():
             self._wake(p)
             try:

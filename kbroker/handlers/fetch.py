@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from kbroker.broker.fetch_sessions import CachedPartition
 from kbroker.log.errors import LogError, OffsetOutOfRangeError
+from kbroker.replication import leader_hints
+from kbroker.replication.replica_fetch import handle_replica_fetch, replica_of
 from kbroker.wire.errors import Errors
 from kbroker.wire.generated.fetch_response import FetchResponse
 from kbroker.wire.primitives import ZERO_UUID
@@ -33,7 +35,7 @@ class _Result:
     __slots__ = ("entry", "part", "error", "records", "hw", "lso", "log_start", "aborted")
 
 
-def _read(entries, replicas, budget: int, read_committed: bool):
+def _read(entries, replicas, budget: int, read_committed: bool, follower_reads: bool = False):
     results = []
     total = 0
     errors = False
@@ -46,7 +48,13 @@ def _read(entries, replicas, budget: int, read_committed: bool):
         part = replicas.get(e.topic, e.partition) if e.topic is not None else None
         r.part = part
         if part is None:
-            r.error = Errors.UNKNOWN_TOPIC_ID if e.topic is None else Errors.UNKNOWN_TOPIC_OR_PARTITION
+            r.error = Errors.UNKNOWN_TOPIC_ID if e.topic is None else \
+                leader_hints.not_served_here(replicas.image, e.topic, e.partition)
+            errors = True
+            results.append(r)
+            continue
+        if part.leader_state is None and not (follower_reads and part.leader_id >= 0):
+            r.error = Errors.NOT_LEADER_OR_FOLLOWER   # (v11+ may read from a follower: KIP-392)
             errors = True
             results.append(r)
             continue
@@ -90,6 +98,8 @@ def _error_response(code: int) -> FetchResponse:
 def handle(ctx, req):
     broker = ctx.broker
     v = ctx.api_version
+    if replica_of(req, v)[0] >= 0:   # a follower replica: the leader's side of replication
+        return handle_replica_fetch(ctx, req)
     image = broker.image
     now = ctx.now_ms
     use_ids = v >= 13
@@ -161,13 +171,16 @@ def handle(ctx, req):
     budget = min(req.max_bytes, broker.config["fetch.max.bytes"])
     read_committed = req.isolation_level == 1
     replicas = broker.replicas
-    results, total, errors = _read(entries, replicas, budget, read_committed)
+    follower_reads = v >= 11
+    results, total, errors = _read(entries, replicas, budget, read_committed, follower_reads)
     if total >= req.min_bytes or errors or req.max_wait_ms <= 0 or not entries:
         return _respond(results, session, incremental, use_ids, read_committed)
-    return _long_poll(broker, req, entries, budget, read_committed, session, incremental, use_ids)
+    return _long_poll(broker, req, entries, budget, read_committed, session, incremental, use_ids,
+                      follower_reads)
 
 
-async def _long_poll(broker, req, entries, budget, read_committed, session, incremental, use_ids):
+async def _long_poll(broker, req, entries, budget, read_committed, session, incremental, use_ids,
+                     follower_reads=False):
     clock = broker.clock
     replicas = broker.replicas
     deadline = clock.monotonic_ms() + req.max_wait_ms
@@ -176,7 +189,7 @@ async def _long_poll(broker, req, entries, budget, read_committed, session, incr
         parts = [p for e in entries if (p := replicas.get(e.topic, e.partition)) is not None] if left > 0 else []
         if parts:
             await replicas.wait_for_append(parts, left / 1000)
-        results, total, errors = _read(entries, replicas, budget, read_committed)
+        results, total, errors = _read(entries, replicas, budget, read_committed, follower_reads)
         if total >= req.min_bytes or errors or clock.monotonic_ms() >= deadline or not parts:
             return _respond(results, session, incremental, use_ids, read_committed)
 

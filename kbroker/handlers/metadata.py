@@ -50,8 +50,55 @@ def topic_response(t, version: int, include_ops: bool) -> _Topic:
                   topic_authorized_operations=TOPIC_OPS if include_ops else AUTHORIZED_OPS_OMITTED)
 
 
+class _EncodedMetadataResponse(MetadataResponse):
+    """A full-cluster Metadata response that keeps its encoding: clients ask for every topic
+    again and again (librdkafka every metadata.max.age.ms, admin tools), and building and
+    encoding 10,000 partitions costs ~20 ms of the event loop each time. Reused while the
+    metadata image and the request's shape are unchanged."""
+
+    __slots__ = ("_encoded",)
+
+    def encode_into(self, w, version: int) -> None:
+        key = (version, self.throttle_time_ms)   # a quota may set the throttle time later
+        enc = self._encoded.get(key)
+        if enc is None:
+            start = len(w)
+            super().encode_into(w, version)
+            if not w.regions:
+                self._encoded[key] = bytes(w[start:])
+            return
+        w += enc
+
+
+_all_topics_cache: dict = {}   # (image id, image offset, version, listener, flags) -> response
+
+
+def _cached_all_topics(key, build) -> MetadataResponse:
+    resp = _all_topics_cache.get(key)
+    if resp is None:
+        resp = build()
+        if any(k[:3] != key[:3] for k in _all_topics_cache) or len(_all_topics_cache) > 16:
+            _all_topics_cache.clear()   # one image at a time: older entries are stale
+        _all_topics_cache[key] = resp
+    return resp
+
+
 def _error_topic(name, topic_id, code) -> _Topic:
     return _Topic(error_code=code, name=name, topic_id=topic_id or ZERO_UUID, is_internal=False, partitions=[])
+
+
+def _response(cls, broker, image, listener_name, v, cluster_ops: bool, topics) -> MetadataResponse:
+    resp = cls(
+        throttle_time_ms=0,
+        brokers=brokers_for_listener(image, listener_name),
+        cluster_id=broker.cluster_id,
+        controller_id=broker.node_id,
+        topics=topics,
+        cluster_authorized_operations=CLUSTER_OPS if cluster_ops else AUTHORIZED_OPS_OMITTED,
+    )
+    if cls is _EncodedMetadataResponse:
+        resp._encoded = {}
+    return resp
 
 
 def handle(ctx, req):
@@ -63,7 +110,12 @@ def handle(ctx, req):
     topics: list = []
     missing: list[str] = []
     if all_topics:
-        topics = [topic_response(t, v, include_ops) for t in image.topics_by_name.values()]
+        cluster_ops = 8 <= v <= 10 and req.include_cluster_authorized_operations
+        key = (id(image), image.offset, len(image.topics_by_name), v, ctx.listener_name, include_ops,
+               cluster_ops, broker.cluster_id, broker.node_id)
+        return _cached_all_topics(key, lambda: _response(
+            _EncodedMetadataResponse, broker, image, ctx.listener_name, v, cluster_ops,
+            [topic_response(t, v, include_ops) for t in image.topics_by_name.values()]))
     else:
         seen = set()
         for rt in req.topics:
@@ -104,15 +156,8 @@ def handle(ctx, req):
                     out.append(_error_topic(name, None, code))
             else:
                 out.append(t)
-        return MetadataResponse(
-            throttle_time_ms=0,
-            brokers=brokers_for_listener(image, ctx.listener_name),
-            cluster_id=broker.cluster_id,
-            controller_id=broker.node_id,
-            topics=out,
-            cluster_authorized_operations=CLUSTER_OPS if (8 <= v <= 10 and req.include_cluster_authorized_operations)
-            else AUTHORIZED_OPS_OMITTED,
-        )
+        return _response(MetadataResponse, broker, image, ctx.listener_name, v,
+                         8 <= v <= 10 and req.include_cluster_authorized_operations, out)
 
     if missing and allow:
         async def create_then_answer():

@@ -3,8 +3,10 @@ kbroker.broker.legacy_produce): one append per partition through ReplicaManager 
 state check, log validation of headers + CRC, offsets rewritten in place, one pwrite).
 
 acks=0 gets no response; if such a request fails, the connection is closed so the client
-notices (as Kafka does). acks=1 and acks=-1 are the same on a single node: the append is
-committed when it returns.
+notices (as Kafka does). acks=1 answers after the leader's append; acks=-1 first needs
+min.insync.replicas in the ISR (else NOT_ENOUGH_REPLICAS, nothing appended), then waits until
+every in-sync replica has the batch (kbroker.replication.delayed_produce). A broker that does
+not lead the partition answers NOT_LEADER_OR_FOLLOWER with the current leader (KIP-951, v10+).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 from kbroker.broker.legacy_produce import is_legacy, up_convert
 from kbroker.log.errors import LogError
 from kbroker.net.connection import CloseConnection
+from kbroker.replication import leader_hints
+from kbroker.replication.delayed_produce import check_before_append
 from kbroker.txn.verification import verify_produce
 from kbroker.wire.errors import Errors
 from kbroker.wire.generated.produce_response import ProduceResponse
@@ -23,6 +27,7 @@ MAX_VERSION = 11
 _Topic = ProduceResponse.TopicProduceResponse
 _Part = _Topic.PartitionProduceResponse
 _RecordError = _Part.BatchIndexAndErrorMessage
+_Leader = _Part.LeaderIdAndEpoch
 
 
 def handle(ctx, req):
@@ -31,6 +36,8 @@ def handle(ctx, req):
     acks = req.acks
     bad_acks = acks not in (0, 1, -1)
     responses = []
+    waits = []   # acks=all: (partition, last offset, its response) not yet replicated
+    moved = []   # leaders named in NOT_LEADER_OR_FOLLOWER answers (KIP-951)
     failed = False
     txn_rt = getattr(ctx.broker, "txn_coordinator", None)
     for td in req.topic_data:
@@ -42,11 +49,24 @@ def handle(ctx, req):
                 out.append(_Part(index=pd.index, error_code=Errors.INVALID_REQUIRED_ACKS, base_offset=-1))
                 failed = True
                 continue
-            if part is None:
-                out.append(_Part(index=pd.index, error_code=Errors.UNKNOWN_TOPIC_OR_PARTITION, base_offset=-1,
-                                 error_message=None))
+            if part is None or part.leader_state is None:
+                code = leader_hints.not_served_here(ctx.broker.image, td.name, pd.index)
+                r = _Part(index=pd.index, error_code=code, base_offset=-1, error_message=None)
+                if code == Errors.NOT_LEADER_OR_FOLLOWER and ctx.api_version >= 10:
+                    lid, lep = leader_hints.current_leader(ctx.broker.image, td.name, pd.index)
+                    r.current_leader = _Leader(leader_id=lid, leader_epoch=lep)
+                    moved.append(lid)
+                out.append(r)
                 failed = True
                 continue
+            if acks == -1:
+                code = check_before_append(acks, len(part.leader_state.isr),
+                                           replicas.min_insync_replicas(part))
+                if code:
+                    out.append(_Part(index=pd.index, error_code=code, base_offset=-1,
+                                     log_start_offset=part.log.log_start_offset))
+                    failed = True
+                    continue
             records = pd.records
             if not records:
                 out.append(_Part(index=pd.index, error_code=Errors.INVALID_RECORD, base_offset=-1,
@@ -86,9 +106,28 @@ def handle(ctx, req):
             else:
                 out.append(_Part(index=pd.index, error_code=0, base_offset=r.base_offset,
                                  log_append_time_ms=r.log_append_time, log_start_offset=r.log_start_offset))
+                if acks == -1 and r.last_offset >= part.high_watermark:
+                    waits.append((part, r.last_offset, out[-1]))
         responses.append(_Topic(name=td.name, partition_responses=out))
     if acks == 0:
         if failed:
             raise CloseConnection("acks=0 produce request failed; closing so the producer notices")
         return None
-    return ProduceResponse(responses=responses, throttle_time_ms=0)
+    resp = ProduceResponse(responses=responses, throttle_time_ms=0)
+    if moved and ctx.api_version >= 10:
+        resp.node_endpoints = leader_hints.node_endpoints(ctx.broker.image, moved, ctx.listener_name,
+                                                          ProduceResponse.NodeEndpoint)
+    if waits:
+        return _after_replication(replicas, waits, req.timeout_ms, resp)
+    return resp
+
+
+async def _after_replication(replicas, waits, timeout_ms: int, resp):
+    """acks=all: answer once the in-sync replicas have every appended batch."""
+    errors = await replicas.await_replication([(p, last) for p, last, _ in waits], timeout_ms)
+    for part, _, out in waits:
+        err = errors.get(part, Errors.NONE)
+        if err:
+            out.error_code = err
+            out.base_offset = -1
+    return resp

@@ -16,8 +16,10 @@ The rules (Kafka's, with its defaults in config):
   leaderships (``kbroker.kraft.partition_change.move_off``);
 * ``want_shut_down`` puts it in controlled shutdown: its leaderships move away at once; the
   answer says ``should_shut_down`` once it leads nothing, and the broker is fenced then;
-* a broker with another incarnation id may take over a registration only once the old one's
-  session has expired (else DUPLICATE_BROKER_REGISTRATION).
+* a broker with another incarnation id may take over a registration only if the old one is
+  fenced or this controller has not heard from it for a session timeout (else
+  DUPLICATE_BROKER_REGISTRATION): after a failover, or a restart of a combined node, the
+  restarted broker registers at once.
 """
 
 from __future__ import annotations
@@ -58,7 +60,8 @@ class ClusterControl:
         self.controller = controller          # its image is the controller's view
         self.cluster_id = cluster_id
         self.session_timeout_ms = session_timeout_ms
-        self.last_contact: dict[int, int] = {}
+        self.last_contact: dict[int, int] = {}   # for fencing (fresh on activation)
+        self.heard_from: dict[int, int] = {}     # real requests only (duplicate registrations)
 
     @property
     def image(self):
@@ -79,8 +82,9 @@ class ClusterControl:
         if reg.cluster_id != self.cluster_id:
             return ControllerResult([], (Errors.INCONSISTENT_CLUSTER_ID, -1))
         old = self.image.brokers.get(reg.broker_id)
-        if old is not None and old.incarnation_id != reg.incarnation_id and self._alive(reg.broker_id, now_ms) \
-                and not old.fenced:
+        heard = self.heard_from.get(reg.broker_id)
+        if old is not None and old.incarnation_id != reg.incarnation_id and not old.fenced \
+                and heard is not None and now_ms - heard < self.session_timeout_ms:
             return ControllerResult([], (Errors.DUPLICATE_BROKER_REGISTRATION, -1))
         level = self.image.features.get(METADATA_VERSION_FEATURE, 0)
         lo, hi = reg.features.get(METADATA_VERSION_FEATURE, (1, 0))
@@ -94,11 +98,11 @@ class ClusterControl:
                   features=[Reg.BrokerFeature(name=n, min_supported_version=a, max_supported_version=b)
                             for n, (a, b) in sorted(reg.features.items())],
                   rack=reg.rack, fenced=True)
+        # (leaderships stay: the new registration is fenced until it has caught up, and a
+        # restarted broker usually takes its partitions straight back; if it does not come
+        # back its session expires and fencing moves them)
         records = [rec]
-        if old is not None and not old.fenced:
-            # the previous incarnation's leaderships cannot stay with a process that is gone
-            records += move_off(self.image, {reg.broker_id})
-        self.last_contact[reg.broker_id] = now_ms
+        self.last_contact[reg.broker_id] = self.heard_from[reg.broker_id] = now_ms
         return ControllerResult(records, (Errors.NONE, epoch))
 
     def unregister(self, broker_id: int, now_ms: int) -> ControllerResult:
@@ -119,7 +123,7 @@ class ClusterControl:
             return ControllerResult([], HeartbeatAnswer(Errors.BROKER_ID_NOT_REGISTERED))
         if b.epoch != broker_epoch:
             return ControllerResult([], HeartbeatAnswer(Errors.STALE_BROKER_EPOCH))
-        self.last_contact[broker_id] = now_ms
+        self.last_contact[broker_id] = self.heard_from[broker_id] = now_ms
         caught_up = metadata_offset >= b.epoch
         records: list = []
         fenced = b.fenced

@@ -214,6 +214,8 @@ class RaftNode:
             self._fetch_deadline = now_ms + config.fetch_timeout_ms
         else:
             self._reset_election_timer(now_ms)
+            if self.voters == {node_id}:
+                self._election_deadline = now_ms      # the only voter stands at once (Kafka too)
 
     # ============================================================== public state
 
@@ -289,8 +291,10 @@ class RaftNode:
         self._granted.clear()
         self._rejected.clear()
         self._snapshot_fetch = None if role != FOLLOWER or prev != FOLLOWER else self._snapshot_fetch
-        self._pending = {c: p for c, p in self._pending.items()
-                         if p.kind not in ("vote", "prevote", "begin", "end")}
+        dropped = ("vote", "prevote", "begin", "end")
+        if changed or role != prev:
+            dropped += ("fetch", "snapshot")   # a fetch to an old leader would block the next
+        self._pending = {c: p for c, p in self._pending.items() if p.kind not in dropped}
         self._fetch_deadline = NEVER
         self._election_deadline = NEVER
         if self._voter_change is not None and role != LEADER:
@@ -332,10 +336,9 @@ class RaftNode:
 
     def _start_prevote(self, now_ms: int) -> None:
         if not self.is_voter:
-            self._become(UNATTACHED, self.epoch, -1 if self.role != FOLLOWER else self.leader_id,
-                         self.voted_id, now_ms)
+            self._become(UNATTACHED, self.epoch, -1, self.voted_id, now_ms)
             return
-        self._become(PROSPECTIVE, self.epoch, self.leader_id if self.role == FOLLOWER else -1,
+        self._become(PROSPECTIVE, self.epoch, self.leader_id if self.role in (FOLLOWER, PROSPECTIVE) else -1,
                      self.voted_id, now_ms)
 
     def _maybe_win(self, now_ms: int) -> None:
@@ -345,6 +348,10 @@ class RaftNode:
                 self._become(CANDIDATE, self.epoch + 1, -1, self.node_id, now_ms)
             elif self.role == CANDIDATE:
                 self._become_leader(now_ms)
+        elif len(self._rejected & self.voters) * 2 >= n and self.role == PROSPECTIVE \
+                and self.leader_id >= 0:
+            # KIP-996: the others still follow our old leader; so do we again
+            self._become(FOLLOWER, self.epoch, self.leader_id, self.voted_id, now_ms)
         elif len(self._rejected & self.voters) * 2 >= n and self.role in (PROSPECTIVE, CANDIDATE):
             # lost: back off (Kafka's exponential election backoff, capped) and try again
             backoff = self.rng.randrange(max(1, self.config.election_backoff_max_ms))
@@ -510,8 +517,8 @@ class RaftNode:
             # KIP-996: grant only if the log is as good and we have no live leader; never
             # change our own state for a pre-vote
             live_leader = (self.role == LEADER or
-                           (self.role == FOLLOWER and now_ms < self._fetch_deadline and
-                            not self._leader_resigned()))
+                           (self.role == FOLLOWER and not self._leader_resigned() and
+                            now_ms - self._leader_contact_ms < self.config.fetch_timeout_ms))
             granted = p.candidate_epoch >= self.epoch and log_ok and not live_leader
         else:
             if p.candidate_epoch > self.epoch:
@@ -535,6 +542,7 @@ class RaftNode:
         return self._fetch_deadline != NEVER and self._resigned_leader_epoch == self.epoch
 
     _resigned_leader_epoch = -1
+    _leader_contact_ms = -NEVER        # last successful fetch from the leader (KIP-996 check)
 
     def _handle_BeginQuorumEpochRequest(self, env: Envelope, now_ms: int) -> None:
         p = env.msg.topics[0].partitions[0]
@@ -547,6 +555,7 @@ class RaftNode:
             if self.role != FOLLOWER or self.leader_id != p.leader_id or p.leader_epoch > self.epoch:
                 self._become(FOLLOWER, p.leader_epoch, p.leader_id,
                              self.voted_id if p.leader_epoch == self.epoch else -1, now_ms)
+            self._leader_contact_ms = now_ms
         part = BeginQuorumEpochResponse.TopicData.PartitionData(
             partition_index=0, error_code=int(err), leader_id=self.leader_id, leader_epoch=self.epoch)
         self._reply(env, BeginQuorumEpochResponse(topics=[
@@ -853,6 +862,7 @@ class RaftNode:
             self._next_fetch_ms = now_ms + self.config.retry_backoff_ms
             return
         self._fetch_deadline = now_ms + self.config.fetch_timeout_ms
+        self._leader_contact_ms = now_ms
         self._resigned_leader_epoch = -1
         self._next_fetch_ms = now_ms
         div = part.diverging_epoch

@@ -146,10 +146,7 @@ class MemoryRaftLog(_EpochIndex):
     def truncate_to(self, offset: int) -> None:
         if offset >= self.end_offset:
             return
-        i = self._index(offset)
-        if i >= 0 and self._bases[i] < offset:
-            i += 1                     # keep a batch that ends before offset; drop from next
-        i = max(i, 0)
+        i = max(self._index(offset), 0)     # the whole batch holding offset goes, as on disk
         del self._batches[i:]
         del self._bases[i:]
         self.end_offset = max(self.start_offset, RecordBatch(self._batches[-1]).next_offset

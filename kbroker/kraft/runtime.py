@@ -110,7 +110,10 @@ class ControllerRuntime:
         self.mlog = mlog
         self.quorum = quorum
         self.now_ms = now_ms
-        self.publishers: list[Publisher] = []
+        from kbroker.kraft.loader import MetadataLoader
+        self.loader = MetadataLoader(image)   # the broker's image is fed by committed records only
+        self.publishers = self.loader.publishers
+        self.active = True                    # a single voter is always the active controller
         self._lock = asyncio.Lock()
 
     # -- start-up ----------------------------------------------------------------------------
@@ -148,11 +151,8 @@ class ControllerRuntime:
         now = self.now_ms()
         first = self.mlog.append(records, self.quorum.epoch, now)
         for i, rec in enumerate(records):
-            off = first + i
-            self.controller.replay(rec, off)
-            change = self.image.apply(rec, off)
-            for pub in self.publishers:
-                pub(rec, change, off)
+            self.controller.replay(rec, first + i)
+        self.loader.apply_batch(first, records)
 
     def close(self) -> None:
         """The metadata log itself is closed by the LogManager that opened it."""

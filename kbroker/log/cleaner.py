@@ -24,9 +24,11 @@ Memory: the offset map (bounded), one batch, and an output buffer of ~1 MiB.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import os
+import time
 from dataclasses import dataclass
 
 from kbroker.txn.compaction import CleanedTxnTracker
@@ -72,6 +74,14 @@ class Cleanable:
     def ratio(self) -> float:
         total = self.clean_bytes + self.dirty_bytes
         return self.dirty_bytes / total if total else 0.0
+
+
+def _still_consecutive(segs: list, group: list) -> bool:
+    try:
+        i = segs.index(group[0])
+    except ValueError:
+        return False
+    return segs[i:i + len(group)] == group
 
 
 def _key_hash(key: bytes) -> bytes:
@@ -126,6 +136,23 @@ class LogCleaner:
 
     def clean_logs(self, logs, now_ms: int, max_logs: int | None = None) -> CleanerStats:
         """Clean every compacted log that is due (dirtiest first)."""
+        total = CleanerStats()
+        for c in self._due(logs, now_ms, max_logs):
+            total.add(self.clean(c.log, now_ms, c))
+        return total
+
+    async def clean_logs_async(self, logs, now_ms: int, max_logs: int | None = None) -> CleanerStats:
+        """``clean_logs`` in slices (``clean_async``); a log deleted meanwhile is skipped."""
+        total = CleanerStats()
+        for c in self._due(logs, now_ms, max_logs):
+            try:
+                total.add(await self.clean_async(c.log, now_ms, c))
+            except Exception:
+                if not getattr(c.log, "closed", False):
+                    raise
+        return total
+
+    def _due(self, logs, now_ms: int, max_logs: int | None) -> list:
         cands = []
         for plog in logs:
             if getattr(plog, "closed", False):
@@ -140,14 +167,37 @@ class LogCleaner:
             if c.must_clean or tombstones_due or c.ratio >= plog.config.min_cleanable_dirty_ratio:
                 cands.append(c)
         cands.sort(key=lambda c: (not c.must_clean, -c.ratio))
-        total = CleanerStats()
-        for c in cands[: max_logs if max_logs is not None else len(cands)]:
-            total.add(self.clean(c.log, now_ms, c))
-        return total
+        return cands[: max_logs if max_logs is not None else len(cands)]
 
     # ------------------------------------------------------------------ cleaning
     def clean(self, plog, now_ms: int, c: Cleanable | None = None) -> CleanerStats:
         """One compaction pass over ``plog`` (whether or not the ratio says it is due)."""
+        steps = self.clean_steps(plog, now_ms, c)
+        try:
+            while True:
+                next(steps)
+        except StopIteration as done:
+            return done.value
+
+    async def clean_async(self, plog, now_ms: int, c: Cleanable | None = None,
+                          slice_s: float = 0.004) -> CleanerStats:
+        """``clean`` in slices of about ``slice_s`` of work, yielding to the event loop in
+        between (compacting a large log in one go held every client for seconds). Appends
+        go on meanwhile (the active segment is never cleaned); if retention, a truncation
+        or a delete changed the segments under a group, the pass stops there."""
+        steps = self.clean_steps(plog, now_ms, c)
+        t0 = time.perf_counter()
+        try:
+            while True:
+                next(steps)
+                if time.perf_counter() - t0 > slice_s:
+                    await asyncio.sleep(0)
+                    t0 = time.perf_counter()
+        except StopIteration as done:
+            return done.value
+
+    def clean_steps(self, plog, now_ms: int, c: Cleanable | None = None):
+        """Generator: one pass, yielding after each batch; returns the CleanerStats."""
         stats = CleanerStats(logs_cleaned=1, segments_before=plog.num_segments)
         c = c or self.cleanable(plog, now_ms)
         if c is None:
@@ -173,6 +223,7 @@ class LogCleaner:
                 map_txns.add_aborted(txns.aborted_transactions(s.base_offset, u))
             seg_map: dict[bytes, int] = {}
             for _p, b in s.iter_batches():
+                yield
                 stats.bytes_read += b.size
                 if b.is_control:
                     map_txns.on_control(b)
@@ -198,6 +249,7 @@ class LogCleaner:
         last_marker: dict[int, int] = {}
         for s in segs:
             for _p, b in s.iter_batches():
+                yield
                 if b.producer_id >= 0:
                     (last_marker if b.is_control else last_data)[b.producer_id] = b.base_offset
         last_batch_of_pid = {**last_marker, **last_data}
@@ -221,8 +273,12 @@ class LogCleaner:
         self._horizon: int | None = None
         tracker = CleanedTxnTracker()  # one per pass: a transaction may span groups
         for g, g_upper in groups:
-            self._clean_group(plog, g, g_upper, offset_map, c.first_dirty, last_batch_of_pid,
-                              now_ms, stats, tracker)
+            ok = yield from self._clean_group(plog, g, g_upper, offset_map, c.first_dirty,
+                                              last_batch_of_pid, now_ms, stats, tracker)
+            if not ok:
+                log.info("%s-%d: segments changed during compaction; next pass continues",
+                         plog.topic, plog.partition)
+                return stats
         plog.first_dirty_offset = end_offset
         # when the earliest kept tombstone may go (a pass then runs even with nothing dirty)
         plog.tombstone_horizon_ms = self._horizon
@@ -267,6 +323,7 @@ class LogCleaner:
                     s_upper = group[i + 1].base_offset if i + 1 < len(group) else group_upper
                     tracker.add_aborted(txns.aborted_transactions(s.base_offset, s_upper))
                 for pos, b in s.iter_batches():
+                    yield
                     is_group_tail = s is last_seg and pos + b.size == s.size
                     kept = self._filter_batch(b, offset_map, first_dirty, last_batch_of_pid,
                                               now_ms, cfg.delete_retention_ms, is_group_tail,
@@ -282,10 +339,14 @@ class LogCleaner:
         except BaseException:
             cleaned.delete_files()
             raise
+        if plog.closed or not _still_consecutive(plog.segments, group):
+            cleaned.delete_files()   # retention/truncation/deletion ran between slices
+            return False
         plog._replace_segments(group, cleaned, now_ms)
         if txns is not None:  # the cleaned segment's .txnindex: aborts whose marker stayed
             txns.indexes.replace_range(base, group_upper, base,
                                        tracker.retained_aborts[retained_before:])
+        return True
 
     def _filter_marker(self, b: RecordBatch, last_batch_of_pid, now_ms: int,
                        delete_retention_ms: int, keep_empty: bool,

@@ -628,26 +628,38 @@ class LogSegment:
         self.time_index.close()
         self.handle.close()
 
-    def change_suffix(self, new_suffix: str) -> None:
+    def change_suffix(self, new_suffix: str, defer=None) -> None:
         """Rename the three files (e.g. to ``.deleted`` or from ``.cleaned``). Open
-        descriptors stay valid."""
+        descriptors stay valid. ``defer(renames)``: the renames [(old, new)] run later
+        (a worker thread, in order) instead of now; the paths change at once."""
         d, b = self.dir, self.base_offset
-        os.replace(log_file(d, b, self.suffix), log_file(d, b, new_suffix))
+        renames = [(log_file(d, b, self.suffix), log_file(d, b, new_suffix))]
         self.handle.path = log_file(d, b, new_suffix)
         for idx, fn in ((self.offset_index, index_file), (self.time_index, time_index_file)):
             old, new = fn(d, b, self.suffix), fn(d, b, new_suffix)
-            if os.path.exists(old):
-                os.replace(old, new)
+            renames.append((old, new))
             idx.path = new
         self.suffix = new_suffix
+        if defer is not None:
+            defer(renames)
+            return
+        os.replace(*renames[0])
+        for old, new in renames[1:]:
+            if os.path.exists(old):
+                os.replace(old, new)
 
-    def delete_files(self) -> None:
+    def delete_files(self, defer=None) -> None:
         """Unlink the files. The log descriptor is left to the FileHandle's last reference
-        (regions in flight keep reading the unlinked file); the indexes close now."""
+        (regions in flight keep reading the unlinked file); the indexes close now.
+        ``defer(paths)``: the unlinks run later (a worker thread) instead of now."""
         self.offset_index.close()
         self.time_index.close()
         d, b, s = self.dir, self.base_offset, self.suffix
-        for p in (log_file(d, b, s), index_file(d, b, s), time_index_file(d, b, s)):
+        paths = (log_file(d, b, s), index_file(d, b, s), time_index_file(d, b, s))
+        if defer is not None:
+            defer(paths)
+            return
+        for p in paths:
             try:
                 os.unlink(p)
             except FileNotFoundError:

@@ -98,6 +98,26 @@ class Partition:
         hw = self.log.high_watermark
         return hw if first is None else min(first, hw)
 
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.log.latest_epoch
+
+    def end_offset_for(self, epoch: int) -> tuple[int, int]:
+        """(largest epoch <= ``epoch`` in this log, its end offset); (-1, -1) if none."""
+        return self.log.leader_epoch_cache.end_offset_for(epoch, self.log.log_end_offset)
+
+    def assign_epoch(self, epoch: int, start_offset: int) -> None:
+        """This replica leads from ``start_offset`` in ``epoch`` (leader-epoch cache)."""
+        self.log.leader_epoch_cache.assign(epoch, start_offset)
+
     def set_config(self, config: Any) -> None:
         """A new effective topic config (ConfigRecord, or broker defaults changed)."""
         self.config = config
@@ -202,6 +222,9 @@ class Partition:
         state and the aborted-txn index are rebuilt from the last snapshot below the cut."""
         plog = self.log
         if not plog.truncate_to(offset, now_ms):
+            # Nothing to cut, but an epoch this replica began as leader and never wrote in
+            # must go, or the next fetch reports it and diverges again (Kafka does the same).
+            plog.leader_epoch_cache.truncate_from_end(plog.log_end_offset)
             return False
         log.info("%s truncated to %d", self, offset)
         if self.txns is not None:
@@ -209,6 +232,15 @@ class Partition:
             self.txns.recover(plog, now_ms)
         self.wake()
         return True
+
+    def truncate_fully_and_start_at(self, offset: int, now_ms: int) -> None:
+        """The leader's log starts above everything here: restart empty at ``offset``."""
+        self.log.truncate_fully_and_start_at(offset, now_ms)
+        self.producer_state.truncate_fully_and_start_at(offset)
+        if self.txns is not None:
+            self.txns.truncate_to(-1)
+            self.txns.indexes.retain_segments(s.base_offset for s in self.log.segments)
+        self.wake()
 
     def _snapshot_at_roll(self, first_offset: int) -> None:
         psm = self.producer_state

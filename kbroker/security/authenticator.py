@@ -31,11 +31,17 @@ API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
 _PRE_AUTH = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE})
 
 
-def close_after_response(conn) -> None:
-    """Close once what is queued (the error response) has reached the socket."""
+def close_after_response(conn, delay_ms: int = 100) -> None:
+    """Stop reading and close once the error response has reached the socket, after Kafka's
+    ``failed.authentication.delay.ms`` (so a client reads the error before the EOF, and a
+    client retrying wrong credentials is slowed down)."""
     if conn is None or conn.closed:
         return
-    conn.loop.call_soon(lambda: asyncio.ensure_future(conn.shutdown(5.0)))
+    sec = getattr(getattr(conn, "dispatcher", None), "broker", None)
+    sec = getattr(sec, "security", None)
+    if sec is not None:
+        delay_ms = sec.failed_auth_delay_ms
+    conn.loop.call_later(delay_ms / 1000, lambda: asyncio.ensure_future(conn.shutdown(5.0)))
 
 
 def gate(security, conn, api_key: int, api_name: str, now_ms: int) -> None:

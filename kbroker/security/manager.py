@@ -70,6 +70,7 @@ class SecurityManager:
         props = dict(config.originals)
         self.props = props
         self.reauth_ms = int(props.get("connections.max.reauth.ms", "0"))
+        self.failed_auth_delay_ms = int(props.get("failed.authentication.delay.ms", "100"))
         self.listeners: dict[str, ListenerSecurity] = {}
         for ep in config.listeners:
             self.listeners[ep.listener_name] = self._listener(ep.listener_name, ep.security_protocol, props)

@@ -652,10 +652,16 @@ class ProducerStateManager:
             except FileNotFoundError:
                 pass
 
-    def delete_snapshots_before(self, offset: int) -> None:
-        """Delete snapshots below ``offset`` (segments deleted by retention)."""
-        for off in [o for o in self._snapshots if o < offset]:
-            self._delete_snapshot(off)
+    def delete_snapshots_before(self, offset: int, unlink=None) -> None:
+        """Delete snapshots below ``offset`` (segments deleted by retention). ``unlink(paths)``
+        removes the files elsewhere (the broker's IO thread) instead of here."""
+        if unlink is None:
+            for off in [o for o in self._snapshots if o < offset]:
+                self._delete_snapshot(off)
+            return
+        paths = [self._snapshots.pop(o) for o in [o for o in self._snapshots if o < offset]]
+        if paths:
+            unlink(paths)
 
     def delete_snapshots_above(self, offset: int) -> None:
         """Delete snapshots above ``offset`` (log truncated to ``offset``)."""

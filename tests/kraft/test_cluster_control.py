@@ -131,3 +131,11 @@ def test_failover_gives_everyone_a_fresh_session():
     cc2.reset_sessions(50_000)
     assert commit(c, cc2.expire_sessions(50_000 + SESSION - 1)) == []
     assert commit(c, cc2.expire_sessions(50_000 + SESSION)) == [1, 2]
+
+
+def test_restarted_broker_registers_at_once_with_a_new_active_controller():
+    c, cc, epochs = cluster(2)
+    cc2 = ClusterControl(c, "cid", SESSION)     # the controller restarted (or failed over)
+    cc2.reset_sessions(100)
+    err, epoch = commit(c, cc2.register(reg(2, inc=uuid.UUID(int=77)), 200))
+    assert err == 0 and epoch > epochs[2]

@@ -80,3 +80,35 @@ def _one_batch() -> bytes:
     b = BatchBuilder()
     b.append(key=None, value=b"v", timestamp=0)
     return b.build()
+
+
+def test_retention_renames_and_unlinks_in_the_io_thread(tmp_path):
+    from kbroker.log.background import BackgroundIO
+    from kbroker.log.partition_log import PartitionLog
+
+    io = BackgroundIO()
+    plog = PartitionLog.open(str(tmp_path / "r-0"), LogConfig.from_props({"segment.bytes": "200"}), 0, io=io)
+    for _ in range(20):
+        plog.append(bytearray(_one_batch()), 0)
+    assert len([n for n in os.listdir(plog.dir) if n.endswith(".log")]) >= 10
+    plog.high_watermark = plog.log_end_offset
+    plog.delete_records(15)
+    done = []
+    gate = io.submit(lambda: done.append(1))   # the thread is free: queue a marker
+    gate.result()
+    # hold the IO thread: the renames queue behind this job, the loop's call returns at once
+    import threading
+    release = threading.Event()
+    io.submit(release.wait)
+    n = plog.delete_old_segments(0)
+    assert n > 0 and not any(f.endswith(".deleted") for f in os.listdir(plog.dir))
+    release.set()
+    io.drain()
+    assert sum(f.endswith(".log.deleted") for f in os.listdir(plog.dir)) == n
+    assert plog.log_start_offset == 15 and plog.log_end_offset == 20
+    assert [b.base_offset for b in plog.batches(15)] == list(range(15, 20))
+    plog.delete_pending(plog.config.file_delete_delay_ms + 1)
+    io.drain()
+    assert not any(f.endswith(".deleted") for f in os.listdir(plog.dir))
+    plog.close()
+    io.close()

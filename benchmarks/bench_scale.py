@@ -1,0 +1,317 @@
+"""Scaling with partitions: kbroker, Apache Kafka 4.0 and Tansu in the same run.
+
+    python benchmarks/bench_scale.py [--partitions 1,100,1000] [--records 50000]
+                                     [--brokers kbroker,kafka,tansu] [--out ...md] [--plot ...png]
+
+For each partition count P (topics of at most 1,000 partitions, Kafka's per-request limit),
+each broker in turn (the order rotates with P, so load noise hits all of them):
+
+* idle memory: the broker's resident memory after the topics exist minus before, per
+  partition, and its open file descriptors;
+* produce throughput: ``--records`` 1 KiB records spread round-robin over all P partitions
+  (acks=1, linger 5 ms, confluent-kafka), MB/s until every record is acknowledged;
+* produce latency: 1,000 records paced 1 ms apart over the P partitions, acks=1, p50/p99 of
+  the acknowledgement latency;
+* consume throughput: one consumer assigned all P partitions reads everything back
+  (librdkafka uses an incremental fetch session, KIP-227, for them).
+
+Then, with every topic still there: restart time after a clean stop and after kill -9
+(kbroker and Kafka; Tansu runs from memory), measured until the broker answers a Metadata
+request listing all partitions. And fsync durability: produce throughput to a topic with
+``flush.messages=1`` (every append fsynced before the acknowledgement; kbroker groups the
+fsyncs of concurrent appends) next to the same without it.
+
+The machine may be shared: compare the brokers of one run, not runs.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from confluent_kafka import Consumer, Producer, TopicPartition, OFFSET_BEGINNING  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from peers import NAMES, make_broker, open_fds, rss_mb  # noqa: E402
+
+VALUE = os.urandom(1024)
+
+
+def topics_for(p: int, tag: str) -> list[tuple[str, int]]:
+    out, left, j = [], p, 0
+    while left > 0:
+        n = min(left, 1000)
+        out.append((f"s{tag}-{j}", n))
+        left -= n
+        j += 1
+    return out
+
+
+def create(b, topics, configs=None):
+    a = AdminClient({"bootstrap.servers": b})
+    for name, n in topics:
+        a.create_topics([NewTopic(name, n, 1, config=configs or {})])[name].result(600)
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        md = a.list_topics(timeout=30)
+        if all(name in md.topics and len(md.topics[name].partitions) == n for name, n in topics):
+            return
+        time.sleep(0.2)
+    raise RuntimeError("topics did not appear")
+
+
+def delete(b, topics):
+    a = AdminClient({"bootstrap.servers": b})
+    for f in a.delete_topics([t for t, _ in topics]).values():
+        try:
+            f.result(600)
+        except Exception:
+            pass
+
+
+def targets(topics):
+    return [(t, i) for t, n in topics for i in range(n)]
+
+
+def produce(b, topics, count, acks="1"):
+    tps = targets(topics)
+    p = Producer({"bootstrap.servers": b, "acks": acks, "linger.ms": 5, "batch.size": 1_000_000,
+                  "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576,
+                  "delivery.report.only.error": True})
+    p.list_topics(timeout=30)
+    t0 = time.perf_counter()
+    for i in range(count):
+        t, part = tps[i % len(tps)]
+        while True:
+            try:
+                p.produce(t, VALUE, partition=part)
+                break
+            except BufferError:
+                p.poll(0.001)
+        if not i % 10000:
+            p.poll(0)
+    left = p.flush(300)
+    dt = time.perf_counter() - t0
+    if left:
+        raise RuntimeError(f"{left} records not acknowledged")
+    return count * len(VALUE) / dt / 1e6
+
+
+def latency(b, topics, n=1000):
+    tps = targets(topics)
+    p = Producer({"bootstrap.servers": b, "acks": "1", "linger.ms": 0})
+    p.list_topics(timeout=30)
+    lat = []
+    t0 = time.perf_counter()
+    for i in range(n):
+        due = t0 + i * 0.001
+        while (w := due - time.perf_counter()) > 0:
+            p.poll(w)
+        sent = time.perf_counter()
+        t, part = tps[(i * 7919) % len(tps)]
+        p.produce(t, VALUE, partition=part, on_delivery=lambda e, m, s=sent: lat.append(time.perf_counter() - s))
+        p.poll(0)
+    p.flush(60)
+    lat.sort()
+    return lat[len(lat) // 2] * 1000, lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000
+
+
+def consume(b, topics, count):
+    c = Consumer({"bootstrap.servers": b, "group.id": "scale", "enable.auto.commit": False,
+                  "fetch.queue.backoff.ms": 5})
+    c.list_topics(timeout=30)
+    c.assign([TopicPartition(t, i, OFFSET_BEGINNING) for t, i in targets(topics)])
+    got = 0
+    t0 = time.perf_counter()
+    deadline = t0 + 300
+    while got < count and time.perf_counter() < deadline:
+        got += sum(1 for m in c.consume(10000, timeout=1) if not m.error())
+    dt = time.perf_counter() - t0
+    c.close()
+    if got < count:
+        raise RuntimeError(f"consumed {got} of {count}")
+    return count * len(VALUE) / dt / 1e6
+
+
+def wait_metadata(b, partitions, timeout=600):
+    """Seconds until the broker lists ``partitions`` partitions."""
+    t0 = time.perf_counter()
+    a = AdminClient({"bootstrap.servers": b})
+    while time.perf_counter() - t0 < timeout:
+        try:
+            md = a.list_topics(timeout=5)
+            if sum(len(t.partitions) for n, t in md.topics.items() if n.startswith("s")) >= partitions:
+                return time.perf_counter() - t0
+        except Exception:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError("metadata incomplete after restart")
+
+
+def restart(broker, kill: bool):
+    t0 = time.perf_counter()
+    if kill:
+        broker.kill()
+    else:
+        broker.stop()
+    t1 = time.perf_counter()
+    if broker.kind == "kafka":
+        broker.start(fresh=False, timeout=600)
+    else:
+        broker.start(timeout=600)
+    return t1 - t0, time.perf_counter() - t1
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--brokers", default="kbroker,kafka,tansu")
+    ap.add_argument("--partitions", default="1,100,1000")
+    ap.add_argument("--records", type=int, default=50000)
+    ap.add_argument("--out", default="")
+    ap.add_argument("--plot", default="")
+    args = ap.parse_args()
+    kinds = args.brokers.split(",")
+    counts = [int(x) for x in args.partitions.split(",")]
+    tmp = Path(tempfile.mkdtemp(prefix="bench-scale-"))
+    brokers = {}
+    rows: dict[int, dict[str, dict]] = {}
+    extra: dict[str, dict] = {}
+    try:
+        for k in kinds:
+            brokers[k] = make_broker(k, tmp, kafka_overrides={"num.partitions": "1"}).start()
+        for step, p in enumerate(counts):
+            rows[p] = {}
+            order = kinds[step % len(kinds):] + kinds[:step % len(kinds)]
+            for k in order:
+                b = brokers[k]
+                topics = topics_for(p, str(p))
+                r = {}
+                try:
+                    m0 = rss_mb(b.proc.pid)
+                    create(b.bootstrap, topics)
+                    time.sleep(2)
+                    r["mem_mb"] = rss_mb(b.proc.pid)
+                    r["kb_per_partition"] = (r["mem_mb"] - m0) * 1024 / p
+                    r["fds"] = open_fds(b.proc.pid)
+                    r["produce_mbs"] = produce(b.bootstrap, topics, args.records)
+                    r["p50_ms"], r["p99_ms"] = latency(b.bootstrap, topics)
+                    r["consume_mbs"] = consume(b.bootstrap, topics, args.records + 1000)
+                except Exception as e:
+                    r["error"] = f"{type(e).__name__}: {e}"[:150]
+                rows[p][k] = r
+                print(f"P={p:6d} {NAMES[k]:8s} {r}", flush=True)
+        # fsync durability: flush.messages=1 vs none, one partition, acks=all
+        for k in kinds:
+            b = brokers[k]
+            try:
+                create(b.bootstrap, [("sfsync-0", 1)], {"flush.messages": "1"})
+                create(b.bootstrap, [("snofsync-0", 1)])
+                n = max(args.records // 2, 5000)
+                extra.setdefault("fsync", {})[k] = {
+                    "with": produce(b.bootstrap, [("sfsync-0", 1)], n, acks="all"),
+                    "without": produce(b.bootstrap, [("snofsync-0", 1)], n, acks="all")}
+            except Exception as e:
+                extra.setdefault("fsync", {})[k] = {"error": f"{type(e).__name__}: {e}"[:150]}
+            print("fsync", NAMES[k], extra["fsync"][k], flush=True)
+        total = sum(counts) + 2
+        for k in kinds:
+            if k == "tansu":
+                continue
+            b = brokers[k]
+            res = {}
+            try:
+                for kill in (False, True):
+                    _stop_s, up_s = restart(b, kill)
+                    res["kill9" if kill else "clean"] = up_s + wait_metadata(b.bootstrap, total)
+            except Exception as e:
+                res["error"] = f"{type(e).__name__}: {e}"[:150]
+            extra.setdefault("restart", {})[k] = res
+            print("restart", NAMES[k], res, flush=True)
+    finally:
+        for b in brokers.values():
+            b.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    report(rows, extra, kinds, counts, args)
+
+
+def report(rows, extra, kinds, counts, args) -> None:
+    L = [f"# Scaling with partitions ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
+         f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; shared with "
+         "other jobs while it ran (compare brokers within this run, not across runs). "
+         f"{args.records} x 1 KiB records per produce row, acks=1, confluent-kafka.", ""]
+    metrics = [("produce_mbs", "produce MB/s", "{:.1f}"), ("consume_mbs", "consume MB/s", "{:.1f}"),
+               ("p50_ms", "produce p50 ms", "{:.2f}"), ("p99_ms", "produce p99 ms", "{:.2f}"),
+               ("kb_per_partition", "idle KiB / partition", "{:.0f}"), ("mem_mb", "RSS MB", "{:.0f}"),
+               ("fds", "open fds", "{:d}")]
+    L.append("| partitions | metric | " + " | ".join(NAMES[k] for k in kinds) +
+             (" | kbroker / Kafka |" if "kafka" in kinds and "kbroker" in kinds else " |"))
+    L.append("|---:|---|" + "---:|" * (len(kinds) + ("kafka" in kinds and "kbroker" in kinds)))
+    for p in counts:
+        for key, label, fmt in metrics:
+            cells = []
+            for k in kinds:
+                r = rows[p].get(k, {})
+                cells.append(fmt.format(r[key]) if key in r else "n/a")
+            if "kafka" in kinds and "kbroker" in kinds:
+                a, b = rows[p].get("kbroker", {}).get(key), rows[p].get("kafka", {}).get(key)
+                if a is None or b is None or not b or not a:
+                    cells.append("n/a")
+                elif key in ("produce_mbs", "consume_mbs"):
+                    cells.append(f"{a / b:.2f}x")
+                else:   # lower is better: Kafka's / ours
+                    cells.append(f"{b / a:.2f}x")
+            L.append(f"| {p} | {label} | " + " | ".join(cells) + " |")
+    L += ["", "Ratios: above 1.0 means kbroker is better (throughput: ours / Kafka's; latency, memory, "
+          "descriptors: Kafka's / ours).", ""]
+    if "fsync" in extra:
+        L += ["fsync durability, 1 partition, acks=all (MB/s):", "",
+              "| broker | flush.messages=1 | default (no fsync per append) | with / without |", "|---|---:|---:|---:|"]
+        for k, r in extra["fsync"].items():
+            if "error" in r:
+                L.append(f"| {NAMES[k]} | {r['error']} | | |")
+            else:
+                L.append(f"| {NAMES[k]} | {r['with']:.1f} | {r['without']:.1f} | {r['with'] / r['without']:.2f} |")
+        L.append("")
+    if "restart" in extra:
+        L += [f"Restart with {sum(counts)} partitions (+ internal topics), seconds until Metadata lists them all:", "",
+              "| broker | after a clean stop | after kill -9 |", "|---|---:|---:|"]
+        for k, r in extra["restart"].items():
+            L.append(f"| {NAMES[k]} | {r.get('clean', float('nan')):.1f} | {r.get('kill9', float('nan')):.1f} |"
+                     + (f" {r['error']}" if "error" in r else ""))
+        L.append("")
+    errs = [f"- P={p}, {NAMES[k]}: {r['error']}" for p in counts for k, r in rows[p].items() if "error" in r]
+    if errs:
+        L += ["Errors:", ""] + errs + [""]
+    text = "\n".join(L) + "\n"
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+    if args.plot:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, axes = plt.subplots(1, 4, figsize=(16, 4))
+        for ax, (key, label) in zip(axes, [("produce_mbs", "produce MB/s"), ("consume_mbs", "consume MB/s"),
+                                           ("p99_ms", "produce p99 ms"), ("mem_mb", "RSS MB")]):
+            for k in kinds:
+                xs = [p for p in counts if key in rows[p].get(k, {})]
+                ax.plot(xs, [rows[p][k][key] for p in xs], marker="o", label=NAMES[k])
+            ax.set_xscale("log")
+            ax.set_xlabel("partitions")
+            ax.set_title(label)
+        axes[0].legend()
+        fig.tight_layout()
+        fig.savefig(args.plot, dpi=100)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""The metadata loader (Kafka's MetadataLoader): committed metadata records -> the broker's
+image -> publishers.
+
+Only committed records reach it: batches the metadata quorum has committed (the Raft driver's
+committed-batch listener, or the single-voter runtime once its append is durable) and
+snapshots. ``apply_batch(first_offset, records)`` applies each record to the broker's
+``MetadataImage`` and hands every publisher ``(record, change, offset)`` — the delta the
+replica manager and the coordinators act on — in log order. ``load_snapshot(image_records,
+end_offset)`` replaces the image by a snapshot's records (a broker that was too far behind)
+and tells publishers with ``reload(image)``.
+
+``changed(timeout)`` lets a waiter (a forwarded CreateTopics, the broker's start-up) sleep
+until the image moves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Callable
+
+from kbroker.kraft.image import MetadataImage
+
+log = logging.getLogger("kbroker.kraft.loader")
+
+Publisher = Callable[[Any, Any, int], None]   # (record, change, offset)
+
+
+class MetadataLoader:
+    def __init__(self, image: MetadataImage) -> None:
+        self.image = image
+        self.publishers: list[Publisher] = []
+        self.reloaders: list[Callable[[MetadataImage], None]] = []
+        self._waiters: list[asyncio.Future] = []
+
+    @property
+    def offset(self) -> int:
+        """The offset of the last record applied (-1: none)."""
+        return self.image.offset
+
+    def apply_batch(self, first_offset: int, records: list) -> None:
+        for i, rec in enumerate(records):
+            off = first_offset + i
+            if off <= self.image.offset:
+                continue                          # already applied (a replayed batch)
+            change = self.image.apply(rec, off)
+            for pub in self.publishers:
+                pub(rec, change, off)
+        self._wake()
+
+    def load_snapshot(self, records: list, end_offset: int) -> None:
+        """Rebuild the image from a snapshot's records (covering offsets < end_offset)."""
+        image = MetadataImage()
+        for rec in records:
+            image.apply(rec)
+        image.offset = end_offset - 1
+        # the image object is shared (handlers hold the server's), so move state into it
+        self.image.__dict__.update(image.__dict__)
+        for fn in self.reloaders:
+            fn(self.image)
+        self._wake()
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
+    async def changed(self, timeout_s: float) -> None:
+        """Return when the image next changes, or after ``timeout_s``."""
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            await asyncio.wait_for(fut, max(0.0, timeout_s))
+        except asyncio.TimeoutError:
+            pass

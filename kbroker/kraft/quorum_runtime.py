@@ -1,0 +1,223 @@
+"""The controller on Raft (Kafka's QuorumController over KafkaRaftClient).
+
+Every node runs a RaftNode for ``__cluster_metadata`` (voter or observer) under a RaftDriver.
+Committed batches (and snapshots) arrive through the driver's listener, in log order, and are
+applied here twice: to the controller's image (``Controller.replay``: a standby controller is
+always ready to take over) and, through the ``MetadataLoader``, to the broker's image and its
+publishers. Nothing uncommitted reaches either image.
+
+The node is the *active* controller when its Raft node leads and it has applied everything
+up to the start of its epoch (the previous leaders' records, committed together with the
+epoch's LeaderChange record): only then is its controller image the whole truth.
+``submit(op)`` runs one operation at a time: the operation reads the controller image,
+its records are appended as leader and the response is released once they are committed and
+applied. A node that is not active, or loses leadership before the commit, raises
+NotControllerError; the request is answered NOT_CONTROLLER and the broker's channel retries
+with the new leader (the records may still commit: the caller treats that as unknown, as
+Kafka does).
+
+On becoming active the node gives every broker a fresh session (``on_activate``) and, on a
+new cluster, writes the bootstrap records (metadata.version). Snapshots: after
+``metadata.log.max.record.bytes.between.snapshots`` of committed records (or
+``metadata.log.max.snapshot.interval.ms``) the node writes the controller image as a
+snapshot (``image_records``) and the log below it is cleaned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Callable
+
+from kbroker.kraft.controller import Controller, ControllerResult
+from kbroker.kraft.controller_apis import NotControllerError
+from kbroker.kraft.image import MetadataImage
+from kbroker.kraft.loader import MetadataLoader
+from kbroker.kraft.raft import LEADER, CommittedBatch, NotLeaderError, SnapshotLoaded
+from kbroker.kraft.records import decode_record, encode_record
+from kbroker.kraft.snapshots import SnapshotPolicy
+
+log = logging.getLogger("kbroker.kraft")
+
+
+def image_records(image: MetadataImage) -> list:
+    """Records that rebuild ``image`` when replayed (a snapshot's content)."""
+    from kbroker.kraft.records import TYPE_BY_NAME, record_class
+    R = lambda name: record_class(TYPE_BY_NAME[name])  # noqa: E731
+    out: list = []
+    for name, level in sorted(image.features.items()):
+        out.append(R("FeatureLevelRecord")(name=name, feature_level=level))
+    Reg = R("RegisterBrokerRecord")
+    for b in sorted(image.brokers.values(), key=lambda b: b.broker_id):
+        out.append(Reg(broker_id=b.broker_id, incarnation_id=b.incarnation_id, broker_epoch=b.epoch,
+                       end_points=[Reg.BrokerEndpoint(name=n, host=h, port=p, security_protocol=sp)
+                                   for n, (h, p, sp) in b.endpoints.items()],
+                       features=[], rack=b.rack, fenced=b.fenced, in_controlled_shutdown=b.in_controlled_shutdown))
+    for t in image.topics_by_name.values():
+        out.append(R("TopicRecord")(name=t.name, topic_id=t.topic_id))
+        for p in t.partitions.values():
+            out.append(R("PartitionRecord")(
+                partition_id=p.partition_id, topic_id=t.topic_id, replicas=list(p.replicas), isr=list(p.isr),
+                removing_replicas=list(p.removing_replicas), adding_replicas=list(p.adding_replicas),
+                leader=p.leader, leader_epoch=p.leader_epoch, partition_epoch=p.partition_epoch))
+    Config = R("ConfigRecord")
+    for (rtype, rname), cfg in sorted(image.configs.items()):
+        for k, v in sorted(cfg.items()):
+            out.append(Config(resource_type=rtype, resource_name=rname, name=k, value=v))
+    if image.next_producer_id:
+        out.append(R("ProducerIdsRecord")(broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id))
+    return out
+
+
+class RaftControllerRuntime:
+    def __init__(self, controller: Controller | None, image: MetadataImage, driver, *,
+                 now_ms: Callable[[], int], snapshot_policy: SnapshotPolicy | None = None) -> None:
+        self.controller = controller      # None on a broker-only node (an observer)
+        self.image = image
+        self.driver = driver
+        self.node = driver.node
+        self.now_ms = now_ms
+        self.loader = MetadataLoader(image)
+        self.publishers = self.loader.publishers
+        self.applied = 0                  # next offset to apply
+        self.on_activate: list[Callable[[int], Any]] = []
+        self.snapshot_policy = snapshot_policy or SnapshotPolicy()
+        self._bytes_since_snapshot = 0
+        self._last_snapshot_ms = now_ms()
+        self._lock = asyncio.Lock()
+        self._was_active = False
+        self._applied_waiters: list[tuple[int, asyncio.Future]] = []
+        driver.add_listener(self._on_committed)
+
+    # -- state -------------------------------------------------------------------------------
+
+    @property
+    def active(self) -> bool:
+        node = self.node
+        return (self.controller is not None and node.role == LEADER
+                and self.applied > getattr(node, "_epoch_start", 0))
+
+    @property
+    def leader_id(self) -> int:
+        return self.node.leader_id
+
+    def caught_up(self) -> bool:
+        """Leader known and everything committed so far applied."""
+        return self.node.leader_id >= 0 and self.applied >= self.node.high_watermark
+
+    # -- committed records in ----------------------------------------------------------------
+
+    def _on_committed(self, item) -> None:
+        if isinstance(item, SnapshotLoaded):
+            recs = [decode_record(v) for v in item.records]
+            end = item.snapshot_id.end_offset
+            if self.controller is not None:
+                self.controller.image = MetadataImage()
+                for r in recs:
+                    self.controller.image.apply(r)
+                self.controller.image.offset = end - 1
+                self.controller.next_offset = end
+            self.loader.load_snapshot(recs, end)
+            self.applied = end
+            log.info("loaded metadata snapshot at offset %d (%d records)", end, len(recs))
+        elif isinstance(item, CommittedBatch):
+            if not item.is_control and item.records:
+                recs = [decode_record(v) for v in item.records]
+                if self.controller is not None:
+                    for i, r in enumerate(recs):
+                        self.controller.replay(r, item.base_offset + i)
+                self.loader.apply_batch(item.base_offset, recs)
+                self._bytes_since_snapshot += sum(len(v) for v in item.records)
+            self.applied = item.last_offset + 1
+            if self.controller is not None:
+                self.controller.next_offset = max(self.controller.next_offset, self.applied)
+        self._wake_applied()
+        self._check_activation()
+
+    def _wake_applied(self) -> None:
+        keep = []
+        for off, fut in self._applied_waiters:
+            if fut.done():
+                continue
+            if self.applied > off:
+                fut.set_result(None)
+            else:
+                keep.append((off, fut))
+        self._applied_waiters = keep
+
+    def _check_activation(self) -> None:
+        now_active = self.active
+        if now_active and not self._was_active:
+            log.info("node %d is the active controller (epoch %d)", self.node.node_id, self.node.epoch)
+            for fn in self.on_activate:
+                try:
+                    fn(self.now_ms())
+                except Exception:
+                    log.exception("on_activate hook failed")
+        self._was_active = now_active
+
+    async def watch(self) -> None:
+        """Notice leadership changes that come without a committed batch (losing it), and
+        take snapshots when due."""
+        while True:
+            await asyncio.sleep(0.05)
+            self._check_activation()
+            try:
+                self.maybe_snapshot()
+            except Exception:
+                log.exception("metadata snapshot failed")
+
+    async def wait_caught_up(self, timeout_s: float) -> bool:
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout_s
+        while not self.caught_up():
+            if loop.time() >= end:
+                return False
+            await asyncio.sleep(0.02)
+        return True
+
+    # -- operations --------------------------------------------------------------------------
+
+    async def submit(self, op: Callable[[Controller, int], ControllerResult]) -> Any:
+        async with self._lock:
+            if not self.active:
+                raise NotControllerError(f"node {self.node.node_id} is not the active controller "
+                                         f"(leader {self.node.leader_id})")
+            c = self.controller
+            c.next_offset = self.node.log_end_offset
+            result = op(c, self.now_ms())
+            if result.records:
+                framed = [encode_record(r) for r in result.records]
+                try:
+                    last = await self.driver.append(framed)
+                except NotLeaderError as e:
+                    raise NotControllerError(str(e)) from None
+                if self.applied <= last:
+                    fut = asyncio.get_running_loop().create_future()
+                    self._applied_waiters.append((last, fut))
+                    await fut
+            return result.response
+
+    def submit_now(self, op):
+        raise RuntimeError("a Raft quorum commits asynchronously: use submit()")
+
+    # -- snapshots ---------------------------------------------------------------------------
+
+    def maybe_snapshot(self, force: bool = False) -> int | None:
+        """Write a snapshot of the applied state when the policy says so; its end offset."""
+        now = self.now_ms()
+        if not force and not self.snapshot_policy.due(self._bytes_since_snapshot, self._last_snapshot_ms, now):
+            return None
+        end = self.applied
+        if end <= self.node.log.start_offset or end > self.node.high_watermark:
+            return None
+        image = self.controller.image if self.controller is not None else self.image
+        framed = [encode_record(r) for r in image_records(image)]
+        sid = self.node.create_snapshot(end, framed, now)
+        self._bytes_since_snapshot = 0
+        self._last_snapshot_ms = now
+        log.info("metadata snapshot %s (%d records); log cleaned below it", sid.file_name(), len(framed))
+        return end
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,37 @@
+"""Full-cluster Metadata responses are reused while the image is unchanged, and rebuilt when
+it changes (a new topic, a deleted one); the cached encoding is the codec's own."""
+from kbroker.wire.generated.metadata_request import MetadataRequest
+from kbroker.wire.generated.metadata_response import MetadataResponse
+from kbroker.wire.primitives import Writer
+
+from tests.handlers.test_handlers import create
+
+
+def _all(h, version):
+    resp = h.call(3, version, MetadataRequest(topics=None, allow_auto_topic_creation=False))
+    w = Writer()
+    resp.encode_into(w, version)
+    return resp, bytes(w)
+
+
+def test_all_topics_response_is_reused_until_the_image_changes(broker):
+    h = broker
+    create(h, "a", partitions=3)
+    r1, b1 = _all(h, 12)
+    r2, b2 = _all(h, 12)
+    assert r2 is r1 and b2 == b1
+    # what the cache returns decodes to what an uncached build says
+    assert MetadataResponse.decode(b1, 12) == MetadataResponse.decode(
+        MetadataResponse(throttle_time_ms=0, brokers=r1.brokers, cluster_id=r1.cluster_id,
+                         controller_id=r1.controller_id, topics=r1.topics).encode(12), 12)
+    # another version is its own entry, encoded at that version
+    r9, b9 = _all(h, 9)
+    assert MetadataResponse.decode(b9, 9).topics[0].name == "a"
+    create(h, "b", partitions=2)
+    r3, b3 = _all(h, 12)
+    assert r3 is not r1
+    assert sorted(t.name for t in MetadataResponse.decode(b3, 12).topics) == ["a", "b"]
+    r3.throttle_time_ms = 7        # a quota sets it later: the encoding follows
+    w = Writer()
+    r3.encode_into(w, 12)
+    assert MetadataResponse.decode(bytes(w), 12).throttle_time_ms == 7

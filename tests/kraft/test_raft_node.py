@@ -1,0 +1,99 @@
+"""Targeted RaftNode behaviours, driven by the simulation's loop (fake clock, seeded)."""
+
+import random
+
+from kbroker.kraft.quorum_store import MemoryQuorumStore
+from kbroker.kraft.raft import FOLLOWER, LEADER, NotLeaderError, RaftConfig, RaftNode
+from kbroker.kraft.raft_log import MemoryRaftLog
+from kbroker.kraft.snapshots import MemorySnapshotStore
+from kbroker.kraft.transport import Envelope
+from kbroker.wire.errors import Errors
+from kbroker.wire.generated.add_raft_voter_request import AddRaftVoterRequest
+from tests.sim.raft_sim import ADMIN, CONFIG, QUIET, Sim
+
+import pytest
+
+
+def stable(seed=1, voters=3, observers=1):
+    sim = Sim(QUIET, seed, voters=voters, observers=observers)
+    sim.run(end_ms=600, final=False)
+    lead = sim.current_leader()
+    assert lead is not None and sim.live()
+    return sim, lead
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_prevote_keeps_a_healed_follower_from_deposing_the_leader(seed):
+    sim, lead = stable(seed)
+    epoch = sim.nodes[lead].node.epoch
+    victim = next(v for v in sorted(sim.static_voters) if v != lead)
+    sim.net.isolate(victim, sim.nodes)
+    sim.run(end_ms=sim.t + 20 * CONFIG["election_timeout_ms"], final=False)
+    v = sim.nodes[victim].node
+    assert v.epoch == epoch, "an isolated node must not bump its epoch (pre-vote fails)"
+    sim.net.heal_all()
+    sim.run(end_ms=sim.t + 10 * CONFIG["fetch_timeout_ms"], final=False)
+    assert sim.current_leader() == lead and sim.nodes[lead].node.epoch == epoch
+    assert v.role == FOLLOWER and v.leader_id == lead and v.epoch == epoch
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_resigning_leader_hands_over_before_a_fetch_timeout(seed):
+    sim, lead = stable(seed)
+    t0 = sim.t
+    sim.nodes[lead].node.resign(sim.nodes[lead].local(sim.t))
+    sim.nodes[lead].deadline = sim.t
+    while sim.t < t0 + CONFIG["fetch_timeout_ms"]:
+        sim.run(end_ms=sim.t + 5, final=False)
+        new = sim.current_leader()
+        if new is not None and new != lead:
+            break
+    assert new is not None and new != lead, "no successor within one fetch timeout"
+
+
+def test_observer_replicates_and_never_votes():
+    sim, lead = stable(3, observers=2)
+    sim.run(end_ms=sim.t + 300, final=False)
+    for o in (100, 101):
+        n = sim.nodes[o].node
+        assert not n.is_voter and n.role == FOLLOWER and n.leader_id == lead
+        assert n.high_watermark > 0 and sim.nodes[o].values == [v for _e, v in sim.committed[:n.high_watermark] if v]
+    assert all(v not in (100, 101) for v in sim.leaders.values())
+
+
+def test_single_voter_elects_itself_and_commits():
+    node = RaftNode(1, MemoryRaftLog(), MemoryQuorumStore(), MemorySnapshotStore(), RaftConfig(),
+                    random.Random(0), voters={1}, now_ms=0)
+    with pytest.raises(NotLeaderError):
+        node.append([b"x"], 0)
+    node.poll(0, [])                     # the only voter stands at once
+    assert node.role == LEADER and node.epoch == 1 and node.store.read().epoch == 1
+    off = node.append([b"a", b"b"], 10)
+    node.poll(10, [])
+    assert node.high_watermark == off + 1
+    batches = node.take_committed()
+    assert batches[-1].records == [b"a", b"b"] and batches[0].is_control    # LeaderChange first
+
+
+def test_vote_is_persisted_before_it_is_granted():
+    store = MemoryQuorumStore()
+    node = RaftNode(2, MemoryRaftLog(), store, MemorySnapshotStore(), RaftConfig(), random.Random(0),
+                    voters={1, 2, 3}, now_ms=0)
+    from kbroker.wire.generated.vote_request import VoteRequest
+    P = VoteRequest.TopicData.PartitionData
+    req = VoteRequest(topics=[VoteRequest.TopicData(topic_name="__cluster_metadata", partitions=[
+        P(candidate_epoch=1, candidate_id=1, last_offset_epoch=0, last_offset=0)])])
+    out, _ = node.poll(10, [Envelope(1, 2, 5, req)])
+    part = out[0].msg.topics[0].partitions[0]
+    assert part.vote_granted and store.read().voted_id == 1 and store.read().epoch == 1
+    # a second candidate in the same epoch is refused
+    req.topics[0].partitions[0].candidate_id = 3
+    out, _ = node.poll(11, [Envelope(3, 2, 6, req)])
+    assert not out[0].msg.topics[0].partitions[0].vote_granted
+
+
+def test_static_voters_refuse_add_raft_voter():
+    sim, lead = stable(2)
+    sim.net.send(Envelope(ADMIN, lead, 1, AddRaftVoterRequest(voter_id=100, listeners=[])), sim.t)
+    sim.run(end_ms=sim.t + 50, final=False)
+    assert sim.stats[f"admin_AddRaftVoterResponse{int(Errors.UNSUPPORTED_VERSION)}"] == 1

@@ -1,0 +1,141 @@
+"""The control plane over real loopback sockets, in one process: a combined node's broker
+registers and heartbeats through its controller listener, the controller listener serves
+only controller APIs, admin writes sent to the broker listener are forwarded, Raft requests
+reach the driver through TcpTransport, NOT_CONTROLLER makes the channel move on."""
+
+import asyncio
+
+import pytest
+
+from kbroker.config import BrokerConfig
+from kbroker.kraft.controller_channel import ControllerChannel, ControllerUnavailable
+from kbroker.kraft.tcp_transport import TcpTransport, raft_source
+from kbroker.kraft.transport import Envelope
+from kbroker.net.client import KafkaClient
+from kbroker.server import KafkaServer
+from kbroker.wire import registry as wire
+from kbroker.wire.errors import Errors
+
+pytestmark = pytest.mark.timeout(60)
+
+CONTROLLER_ONLY = {52, 53, 54, 55, 59, 62, 63, 64, 67, 70, 80, 81, 82}
+
+
+async def start_node(tmp_path, *extra):
+    cfg = BrokerConfig.load(None, [f"log.dirs={tmp_path / 'data'}",
+                                   "listeners=PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+                                   "controller.listener.names=CONTROLLER", *extra])
+    server = KafkaServer(cfg)
+    await server.start()
+    ports = {lst.name: lst.bound_port for lst in server.listeners}
+    return server, ports
+
+
+def test_combined_node_registers_over_its_controller_listener_and_forwards_admin_writes(tmp_path):
+    async def main():
+        server, ports = await start_node(tmp_path)
+        try:
+            assert server.control.networked and not server.image.brokers[1].fenced
+            assert server.broker_epoch == server.control.lifecycle.epoch >= 0
+            # listeners advertise different API sets
+            ctl = KafkaClient("127.0.0.1", ports["CONTROLLER"])
+            brk = KafkaClient("127.0.0.1", ports["PLAINTEXT"])
+            await ctl.connect()
+            await brk.connect()
+            cv, bv = set(ctl._conn.versions), set(brk._conn.versions)
+            assert CONTROLLER_ONLY <= cv and not (CONTROLLER_ONLY & bv)
+            assert 0 not in cv and 3 not in cv       # no Produce / Metadata on the controller listener
+            # CreateTopics to the broker listener is forwarded and the image has it on return
+            Req = wire.REQUESTS[19]
+            resp = await brk.send(Req(timeout_ms=5000, topics=[Req.CreatableTopic(
+                name="fwd", num_partitions=2, replication_factor=1)]))
+            assert resp.topics[0].error_code == 0
+            assert len(server.image.topic("fwd").partitions) == 2
+            # a heartbeat from a broker the controller does not know
+            HB = wire.REQUESTS[63]
+            r = await ctl.send(HB(broker_id=42, broker_epoch=1, current_metadata_offset=0))
+            assert r.error_code == Errors.BROKER_ID_NOT_REGISTERED
+            await ctl.close()
+            await brk.close()
+        finally:
+            await server.shutdown(timeout=5)
+    asyncio.run(main())
+
+
+def test_not_controller_answers_make_the_channel_give_up_after_its_timeout(tmp_path, monkeypatch):
+    async def main():
+        server, ports = await start_node(tmp_path)
+        try:
+            standby = [True]                          # this node as a standby controller
+            monkeypatch.setattr(type(server.controller), "active",
+                                property(lambda self: not standby[0]))
+            ch = ControllerChannel(lambda: [(1, "127.0.0.1", ports["CONTROLLER"])], request_timeout_ms=600)
+            Req = wire.REQUESTS[19]
+            with pytest.raises(ControllerUnavailable, match="not the active controller"):
+                await ch.send(Req(timeout_ms=100, topics=[Req.CreatableTopic(name="x", num_partitions=1,
+                                                                             replication_factor=1)]))
+            assert server.image.topic("x") is None
+            standby[0] = False
+            resp = await ch.send(Req(timeout_ms=100, topics=[Req.CreatableTopic(name="x", num_partitions=1,
+                                                                                replication_factor=1)]))
+            assert resp.topics[0].error_code == 0
+            await ch.close()
+        finally:
+            await server.shutdown(timeout=5)
+    asyncio.run(main())
+
+
+class EchoDriver:
+    """Stands in for the Raft driver on the server side: answers Vote requests."""
+
+    def __init__(self):
+        self.seen = []
+
+    async def handle_request(self, src, req):
+        self.seen.append((src, type(req).__name__))
+        R = wire.RESPONSES[52]
+        part = req.topics[0].partitions[0]
+        return R(error_code=0, topics=[R.TopicData(topic_name=req.topics[0].topic_name, partitions=[
+            R.TopicData.PartitionData(partition_index=0, error_code=0, leader_id=-1,
+                                      leader_epoch=part.candidate_epoch, vote_granted=True)])])
+
+
+def vote(candidate, epoch):
+    V = wire.REQUESTS[52]
+    return V(cluster_id=None, topics=[V.TopicData(topic_name="__cluster_metadata", partitions=[
+        V.TopicData.PartitionData(partition_index=0, candidate_epoch=epoch, candidate_id=candidate,
+                                  last_offset_epoch=0, last_offset=0)])])
+
+
+def test_tcp_transport_carries_raft_requests_to_the_driver_and_responses_back(tmp_path):
+    async def main():
+        server, ports = await start_node(tmp_path)
+        driver = server.raft = EchoDriver()
+        got = []
+        t = TcpTransport(7, lambda n: ("127.0.0.1", ports["CONTROLLER"]) if n == 1 else None)
+        t.set_receiver(got.append)
+        try:
+            for i in range(5):
+                t.send(Envelope(7, 1, 100 + i, vote(7, i + 1)))
+            t.send(Envelope(7, 2, 200, vote(7, 9)))      # unknown endpoint: lost
+            for _ in range(200):
+                if len(got) == 5:
+                    break
+                await asyncio.sleep(0.01)
+            assert sorted(e.corr for e in got) == [100, 101, 102, 103, 104]
+            assert all(e.src == 1 and e.dst == 7 and e.is_response for e in got)
+            assert {e.corr: e.msg.topics[0].partitions[0].leader_epoch for e in got} == {100 + i: i + 1 for i in range(5)}
+            assert driver.seen == [(7, "VoteRequest")] * 5 and t.lost == 1
+        finally:
+            await t.close()
+            server.raft = None
+            await server.shutdown(timeout=5)
+    asyncio.run(main())
+
+
+def test_raft_source_names_the_sender():
+    assert raft_source(vote(3, 1)) == 3
+    F = wire.REQUESTS[1]
+    assert raft_source(F(replica_id=5)) == 5
+    assert raft_source(F(replica_state=F.ReplicaState(replica_id=6))) == 6
+    assert raft_source(wire.REQUESTS[55]()) == -1
