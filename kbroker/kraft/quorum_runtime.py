@@ -32,41 +32,13 @@ from typing import Any, Callable
 from kbroker.kraft.controller import Controller, ControllerResult
 from kbroker.kraft.controller_apis import NotControllerError
 from kbroker.kraft.image import MetadataImage
+from kbroker.kraft.image_snapshot import image_records   # one definition: snapshots keep security records too
 from kbroker.kraft.loader import MetadataLoader
 from kbroker.kraft.raft import LEADER, CommittedBatch, NotLeaderError, SnapshotLoaded
 from kbroker.kraft.records import decode_record, encode_record
 from kbroker.kraft.snapshots import SnapshotPolicy
 
 log = logging.getLogger("kbroker.kraft")
-
-
-def image_records(image: MetadataImage) -> list:
-    """Records that rebuild ``image`` when replayed (a snapshot's content)."""
-    from kbroker.kraft.records import TYPE_BY_NAME, record_class
-    R = lambda name: record_class(TYPE_BY_NAME[name])  # noqa: E731
-    out: list = []
-    for name, level in sorted(image.features.items()):
-        out.append(R("FeatureLevelRecord")(name=name, feature_level=level))
-    Reg = R("RegisterBrokerRecord")
-    for b in sorted(image.brokers.values(), key=lambda b: b.broker_id):
-        out.append(Reg(broker_id=b.broker_id, incarnation_id=b.incarnation_id, broker_epoch=b.epoch,
-                       end_points=[Reg.BrokerEndpoint(name=n, host=h, port=p, security_protocol=sp)
-                                   for n, (h, p, sp) in b.endpoints.items()],
-                       features=[], rack=b.rack, fenced=b.fenced, in_controlled_shutdown=b.in_controlled_shutdown))
-    for t in image.topics_by_name.values():
-        out.append(R("TopicRecord")(name=t.name, topic_id=t.topic_id))
-        for p in t.partitions.values():
-            out.append(R("PartitionRecord")(
-                partition_id=p.partition_id, topic_id=t.topic_id, replicas=list(p.replicas), isr=list(p.isr),
-                removing_replicas=list(p.removing_replicas), adding_replicas=list(p.adding_replicas),
-                leader=p.leader, leader_epoch=p.leader_epoch, partition_epoch=p.partition_epoch))
-    Config = R("ConfigRecord")
-    for (rtype, rname), cfg in sorted(image.configs.items()):
-        for k, v in sorted(cfg.items()):
-            out.append(Config(resource_type=rtype, resource_name=rname, name=k, value=v))
-    if image.next_producer_id:
-        out.append(R("ProducerIdsRecord")(broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id))
-    return out
 
 
 class RaftControllerRuntime:
