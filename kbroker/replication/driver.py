@@ -200,7 +200,7 @@ class ReplicationDriver:
         req = R(broker_id=self.server.node_id, broker_epoch=self.server.broker_epoch, topics=[
             R.TopicData(topic_name=part.topic, topic_id=part.topic_id, partitions=[P(
                 partition_index=part.index, leader_epoch=prop.leader_epoch,
-                new_isr=list(prop.new_isr),
+                # v3 (what brokers here negotiate) carries members with their broker epochs
                 new_isr_with_epochs=[P.BrokerState(broker_id=b, broker_epoch=e)
                                      for b, e in zip(prop.new_isr, prop.broker_epochs)],
                 partition_epoch=prop.partition_epoch)])])
