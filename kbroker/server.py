@@ -200,6 +200,8 @@ class KafkaServer:
         self.replicas = ReplicaManager(self.node_id, self.log_manager, self.image, self.log_config_for,
                                        self.clock.now_ms, producer_id_expiration_ms=cfg["producer.id.expiration.ms"])
         self.controller.publishers.append(self.replicas.on_metadata_record)
+        from kbroker import state_change_log
+        state_change_log.attach(self)   # leader / ISR / fencing lines on kbroker.state.change
         self.control.follow_leader_epochs(self.replicas)
         self.replicas.load_from_image(self.image)
         n_parts = sum(1 for _ in self.replicas.all_partitions())
