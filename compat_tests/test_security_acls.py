@@ -112,3 +112,24 @@ def test_kafka_acls_tool_and_enforcement(acl_broker, tmp_path):
                              "--topic", "orders", "--resource-pattern-type", "prefixed"]}, tmp_path)
     acks = produce(b, "alice", "orders", 1)
     assert acks[0] is not None and acks[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_kafka_configs_tool_users_and_clients(acl_broker, tmp_path):
+    """Kafka's kafka-configs.sh manages SCRAM credentials (AlterUserScramCredentials) and client
+    quotas (AlterClientQuotas/DescribeClientQuotas) on kbroker; the new SCRAM user is stored
+    (quota enforcement is not built yet: only storage is checked)."""
+    b = acl_broker
+    props = tmp_path / "admin.properties"
+    props.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                     f"sasl.jaas.config={JAAS.split(' user_')[0]};\n")
+    base = ["kafka-configs.sh", "--bootstrap-server", b.sasl, "--command-config", str(props)]
+    _wave({"scram": base + ["--alter", "--entity-type", "users", "--entity-name", "carol", "--add-config",
+                            "SCRAM-SHA-512=[iterations=8192,password=carol-pw]"],
+           "user": base + ["--alter", "--entity-type", "users", "--entity-name", "carol", "--add-config",
+                           "producer_byte_rate=1024"],
+           "client": base + ["--alter", "--entity-type", "clients", "--entity-default", "--add-config",
+                             "consumer_byte_rate=2048"]}, tmp_path)
+    out = _wave({"user": base + ["--describe", "--entity-type", "users", "--entity-name", "carol"],
+                 "client": base + ["--describe", "--entity-type", "clients", "--entity-default"]}, tmp_path)
+    assert "producer_byte_rate=1024" in out["user"] and "SCRAM-SHA-512=iterations=8192" in out["user"], out["user"]
+    assert "consumer_byte_rate=2048" in out["client"], out["client"]
