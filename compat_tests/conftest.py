@@ -33,3 +33,13 @@ def pytest_runtest_logreport(report):
 
 def pytest_sessionfinish(session, exitstatus):
     _matrix.write(DEPS / "compat-matrix.md")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--duration", type=float, default=0.0,
+                     help="seconds of extra load around each fault in compat_tests/cluster_faults")
+
+
+@pytest.fixture
+def duration(request) -> float:
+    return request.config.getoption("--duration")

@@ -15,16 +15,20 @@ import subprocess
 import sys
 import time
 
-from compat_tests.brokers import REPO, BrokerProcess
-from compat_tests.spark_support import wait_for
+import pytest
 from confluent_kafka import Producer
 
+from compat_tests.brokers import REPO, BrokerProcess
+from compat_tests.spark_support import wait_for
 from examples.orders.kafka_io import (create_topics, dead_letters, latest_aggregates, produce,
                                       read_topic)
-from examples.orders.model import AGGREGATES_TOPIC, MALFORMED, TOPIC, WINDOW_MS, generate, minute, reference_aggregates
+from examples.orders.model import (AGGREGATES_TOPIC, MALFORMED, TOPIC, WINDOW_MS, generate, minute,
+                                   reference_aggregates)
 from examples.spark_env import local_jar_dirs, local_jars
 
 N = 600
+# Each test starts two or three Spark drivers (a JVM each): minutes on a loaded 2-core machine.
+pytestmark = pytest.mark.timeout(900)
 
 
 def spark_job(module: str, args: list[str], log) -> subprocess.Popen:

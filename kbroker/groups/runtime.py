@@ -189,8 +189,12 @@ class GroupCoordinatorRuntime:
     async def _create_offsets_topic(self) -> None:
         from kbroker.kraft.controller import NewTopic
         cfg = self.broker.config
-        live = max(1, len(self.broker.image.live_brokers()))
-        rf = min(int(cfg.get("offsets.topic.replication.factor", 3) or 3), live)
+        from kbroker.kraft.partition_change import internal_topic_replication_factor
+        rf, why = internal_topic_replication_factor(int(cfg.get("offsets.topic.replication.factor", 3) or 3),
+                                                    len(self.broker.image.live_brokers()))
+        if why:   # never silently fewer replicas: FindCoordinator answers COORDINATOR_NOT_AVAILABLE
+            log.warning("not creating %s yet: %s", OFFSETS_TOPIC, why)
+            return
         configs = {"cleanup.policy": "compact", "compression.type": "producer",
                    "segment.bytes": str(cfg.get("offsets.topic.segment.bytes", 104857600))}
         results = await self.broker.create_topics([NewTopic(OFFSETS_TOPIC, self.config.num_partitions, rf, None, configs)])

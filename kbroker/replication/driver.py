@@ -91,6 +91,8 @@ class ReplicationDriver:
             self.fetchers[leader] = f
             self.wakeups[leader] = asyncio.Event()
         f.broker_epoch = self.server.broker_epoch
+        log.info("%s follows broker %d (leader epoch %d) from offset %d", part, leader,
+                 part.leader_epoch, part.log_end_offset)
         f.add(part.topic, part.index, part.topic_id, part.leader_epoch, part)
         task = self.tasks.get(leader)
         if task is None or task.done():
@@ -126,6 +128,7 @@ class ReplicationDriver:
     async def _fetch_loop(self, leader: int) -> None:
         f = self.fetchers[leader]
         wake = self.wakeups[leader]
+        last_error = None
         while not self._stopped:
             if not f.partitions:
                 wake.clear()
@@ -150,9 +153,12 @@ class ReplicationDriver:
             except asyncio.CancelledError:
                 raise
             except Exception as e:
-                log.debug("fetch from broker %d failed: %s", leader, e)
+                if repr(e) != last_error:   # once per distinct failure, not every retry
+                    log.warning("fetch from broker %d failed: %r", leader, e)
+                    last_error = repr(e)
                 f.backoff_all(self.now_ms)
                 continue
+            last_error = None
             try:
                 f.handle_response(req, resp, self.now_ms)
             except Exception:
@@ -194,7 +200,7 @@ class ReplicationDriver:
         req = R(broker_id=self.server.node_id, broker_epoch=self.server.broker_epoch, topics=[
             R.TopicData(topic_name=part.topic, topic_id=part.topic_id, partitions=[P(
                 partition_index=part.index, leader_epoch=prop.leader_epoch,
-                new_isr=list(prop.new_isr),
+                # v3 (what brokers here negotiate) carries members with their broker epochs
                 new_isr_with_epochs=[P.BrokerState(broker_id=b, broker_epoch=e)
                                      for b, e in zip(prop.new_isr, prop.broker_epochs)],
                 partition_epoch=prop.partition_epoch)])])

@@ -15,8 +15,8 @@ Per partition, as Kafka's AbstractFetcherThread:
   that epoch) and fetch again (repeats until the logs agree, KIP-101/KIP-279);
 * OFFSET_OUT_OF_RANGE: below the leader's log start, restart empty at it; above the
   leader's log end, truncate to the leader's high watermark (nothing above it is committed);
-* FENCED_LEADER_EPOCH / NOT_LEADER_OR_FOLLOWER / UNKNOWN_*: stop fetching the partition
-  until metadata names its leader again (``mark_stale``); other errors back off;
+* FENCED_LEADER_EPOCH: stop fetching the partition until metadata gives it a newer epoch;
+  other errors (the leader is behind on metadata, still creating the partition) back off;
 * the follower's high watermark = min(leader's high watermark, local log end).
 
 A follower partition is any object with ``log_end_offset``, ``latest_epoch``,
@@ -42,8 +42,10 @@ REPLICA_FETCH_MAX_BYTES = 10 * 1024 * 1024
 REPLICA_FETCH_RESPONSE_MAX_BYTES = 10 * 1024 * 1024
 REPLICA_FETCH_BACKOFF_MS = 1000
 
-_STALE = (Errors.FENCED_LEADER_EPOCH, Errors.NOT_LEADER_OR_FOLLOWER, Errors.UNKNOWN_LEADER_EPOCH,
-          Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.UNKNOWN_TOPIC_ID)
+# Our epoch is older than the leader's: wait for metadata. Anything else (the leader has not
+# applied the same metadata yet: UNKNOWN_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER, a partition
+# it is still creating) is retried after the backoff.
+_STALE = (Errors.FENCED_LEADER_EPOCH,)
 
 
 @dataclass(slots=True)
@@ -118,8 +120,9 @@ class ReplicaFetcher:
                 log_start_offset=r.log_start_offset, partition_max_bytes=self.partition_max_bytes))
         if not by_topic:
             return None
+        # (ReplicaState from v15; the top-level ReplicaId field of older versions stays -1:
+        # brokers of this project talk v15+ to each other)
         return FetchRequest(
-            replica_id=self.replica_id,
             replica_state=FetchRequest.ReplicaState(replica_id=self.replica_id,
                                                     replica_epoch=self.broker_epoch),
             max_wait_ms=self.max_wait_ms, min_bytes=self.min_bytes, max_bytes=self.max_bytes,

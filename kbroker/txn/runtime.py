@@ -120,10 +120,16 @@ class TxnRuntime:
             if not replicas.topics.get(TRANSACTION_STATE_TOPIC):
                 from kbroker.kraft.controller import NewTopic
 
+                from kbroker.kraft.partition_change import internal_topic_replication_factor
+
                 cfg = self.broker.config
-                topic = NewTopic(TRANSACTION_STATE_TOPIC, self.config.num_partitions,
-                                 min(cfg["transaction.state.log.replication.factor"],
-                                     max(1, len(list(self.broker.image.live_brokers())))),
+                rf, why = internal_topic_replication_factor(
+                    cfg["transaction.state.log.replication.factor"],
+                    len(list(self.broker.image.live_brokers())))
+                if why:   # never silently fewer replicas
+                    log.warning("not creating %s yet: %s", TRANSACTION_STATE_TOPIC, why)
+                    return E.COORDINATOR_NOT_AVAILABLE
+                topic = NewTopic(TRANSACTION_STATE_TOPIC, self.config.num_partitions, rf,
                                  configs={"cleanup.policy": "compact",
                                           "compression.type": "uncompressed",
                                           "segment.bytes":

@@ -1,0 +1,105 @@
+"""Load and read-back for the fault tests: confluent-kafka producers record every send in a
+``History`` (invoke before produce, ok/fail/info from the delivery report); ``read_all``
+reads every partition back from its start to its high watermark."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+from compat_tests.cluster_faults.checker import History
+
+# Errors that mean the record was certainly not appended (refused before the append).
+DEFINITE = {KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.INVALID_RECORD, KafkaError.MSG_SIZE_TOO_LARGE,
+            KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError._INVALID_ARG}
+
+
+class ProducerLoad:
+    """A thread producing ``name-<seq>`` round-robin over ``partitions`` until stopped."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, history: History, *,
+                 name: str = "p1", acks: str = "all", idempotent: bool = True,
+                 rate_per_s: float = 200.0) -> None:
+        self.topic, self.partitions, self.history, self.name = topic, partitions, history, name
+        self.rate = rate_per_s
+        self.producer = Producer({"bootstrap.servers": bootstrap, "acks": acks,
+                                  "enable.idempotence": idempotent, "linger.ms": 5,
+                                  "message.timeout.ms": 60000, "retry.backoff.ms": 100,
+                                  "metadata.max.age.ms": 2000})
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.sent = 0
+
+    def acked(self) -> int:
+        return sum(1 for s in self.history.sends.values() if s.producer == self.name and s.outcome == "ok")
+
+    def _on_delivery(self, err, msg) -> None:
+        value = msg.value().decode()
+        if err is None:
+            self.history.ok(value, msg.partition(), msg.offset())
+        elif err.code() in DEFINITE:
+            self.history.fail(value, err.name())
+        else:
+            self.history.info(value, err.name())
+
+    def _run(self) -> None:
+        interval = 1.0 / self.rate
+        while not self.stop_event.is_set():
+            value = f"{self.name}-{self.sent}"
+            part = self.sent % self.partitions
+            self.history.invoke(value, self.name, part)
+            while True:
+                try:
+                    self.producer.produce(self.topic, value=value.encode(), partition=part,
+                                          on_delivery=self._on_delivery)
+                    break
+                except BufferError:
+                    self.producer.poll(0.1)
+            self.sent += 1
+            self.producer.poll(0)
+            time.sleep(interval)
+
+    def start(self) -> "ProducerLoad":
+        self.thread.start()
+        return self
+
+    def stop(self, flush_s: float = 90.0) -> None:
+        self.stop_event.set()
+        self.thread.join()
+        left = self.producer.flush(flush_s)
+        assert left == 0, f"{left} sends never got a delivery report"
+
+
+def read_all(bootstrap: str, topic: str, partitions: int, timeout_s: float = 60.0) -> dict:
+    """partition -> [(offset, value)] from the log start to the high watermark."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{time.time()}",
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                  "isolation.level": "read_uncommitted"})
+    out = {}
+    try:
+        for p in range(partitions):
+            lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
+            c.assign([TopicPartition(topic, p, lo)])
+            rows = []
+            deadline = time.monotonic() + timeout_s
+            while (not rows or rows[-1][0] < hi - 1) and hi > lo:
+                assert time.monotonic() < deadline, f"partition {p}: read {len(rows)} of {hi - lo}"
+                for m in c.consume(500, 1.0):
+                    if m.error() is None:
+                        rows.append((m.offset(), m.value().decode()))
+            out[p] = rows
+    finally:
+        c.close()
+    return out
+
+
+def wait_until(cond, timeout_s: float, what: str, step: float = 0.2):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
