@@ -4,17 +4,20 @@ passwords and untrusted certificates are refused, the connection is closed, and 
 serving everyone else. Certificates are made at test time (compat_tests/security_certs.py)."""
 from __future__ import annotations
 
+import os
 import socket
 import ssl
+import subprocess
+import sys
 import struct
 import time
 
 import pytest
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import (AdminClient, NewTopic, ScramCredentialInfo, ScramMechanism,
-                                   UserScramCredentialUpsertion)
+                                   UserScramCredentialDeletion, UserScramCredentialUpsertion)
 
-from compat_tests.brokers import BrokerProcess, free_port
+from compat_tests.brokers import REPO, BrokerProcess, free_port
 from compat_tests.clients.java import available as java_available
 from compat_tests.security_certs import make_certs
 from compat_tests.security_clients import MODES, Target, roundtrip
@@ -40,12 +43,13 @@ def secure(tmp_path_factory):
         "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
     })
+    # alice's SCRAM credential comes from `kbroker format --add-scram` (kafka-storage.sh's syntax)
+    fmt = [sys.executable, "-m", "kbroker", "format", "--add-scram", "SCRAM-SHA-512=[name=alice,iterations=8192,password=alice-secret]"]
+    fmt += b.command()[4:]   # the same --override list serve gets
+    (d / "broker").mkdir(parents=True, exist_ok=True)
+    subprocess.run(fmt, check=True, cwd=d / "broker", env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True)
     b.start()
-    admin = AdminClient({"bootstrap.servers": b.bootstrap})
-    for f in admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
-            "alice", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), b"alice-secret")]).values():
-        f.result(30)
-    b.ports, b.certs, b.admin = ports, certs, admin
+    b.ports, b.certs, b.admin = ports, certs, AdminClient({"bootstrap.servers": b.bootstrap})
     yield b
     b.stop()
 
@@ -195,3 +199,24 @@ def test_tls_versions(secure, version):
                 n = struct.unpack(">i", _recv(s, 4))[0]
                 assert struct.unpack(">i", _recv(s, n)[:4])[0] == corr
             assert s.version() == version.replace("_", ".")
+
+
+def test_scram_credentials_api(secure):
+    """AlterUserScramCredentials / DescribeUserScramCredentials through a stock admin client;
+    the new user authenticates at once, a deleted one no longer does."""
+    admin = secure.admin
+    for f in admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+            "carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"carol-pw")]).values():
+        f.result(30)
+    desc = admin.describe_user_scram_credentials(["alice", "carol"]).result(30) \
+        if hasattr(admin.describe_user_scram_credentials(["alice"]), "result") else \
+        {u: f.result(30) for u, f in admin.describe_user_scram_credentials(["alice", "carol"]).items()}
+    assert [(i.mechanism, i.iterations) for i in desc["alice"].scram_credential_infos] == [(ScramMechanism.SCRAM_SHA_512, 8192)]
+    assert [i.iterations for i in desc["carol"].scram_credential_infos] == [4096]
+    topic = _topic(secure, "sec-carol")
+    carol = _target(secure, "sasl_ssl_scram512", user="carol", password="carol-pw")
+    assert roundtrip("confluent-kafka", carol, topic, [b"c"]) == [b"c"]
+    for f in admin.alter_user_scram_credentials([UserScramCredentialDeletion("carol", ScramMechanism.SCRAM_SHA_512)]).values():
+        f.result(30)
+    errors, delivered = _confluent_attempt(carol, topic)
+    assert delivered == 0 and any(e.code() == KafkaError._AUTHENTICATION for e in errors)

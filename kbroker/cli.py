@@ -43,6 +43,8 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("-t", "--cluster-id", help="cluster id (default: a random one)")
     f.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
     f.add_argument("-g", "--ignore-formatted", action="store_true")
+    f.add_argument("-S", "--add-scram", action="append", default=[], metavar="SCRAM",
+                   help="a SCRAM credential for the new cluster: 'SCRAM-SHA-512=[name=alice,password=alice-secret]'")
     f.add_argument("-s", "--standalone", action="store_true",
                    help="a dynamic quorum of this controller alone (KIP-853)")
     f.add_argument("-I", "--initial-controllers", metavar="ID@HOST:PORT:DIRID,...",
@@ -104,6 +106,12 @@ def _format(args) -> int:
     from kbroker.broker.storage import StorageError, ensure_formatted, read_meta
     cfg = BrokerConfig.load(args.config, args.override)
     dirs = list(dict.fromkeys(cfg.log_dirs + [cfg.metadata_log_dir]))
+    from kbroker.security import bootstrap as security_bootstrap
+    try:
+        scram = [security_bootstrap.parse_add_scram(a) for a in args.add_scram]
+    except ValueError as e:
+        print(f"kbroker: {e}", file=sys.stderr)
+        return 1
     if not args.ignore_formatted:
         for d in dirs:
             if read_meta(d) is not None:
@@ -115,6 +123,8 @@ def _format(args) -> int:
     except StorageError as e:
         print(f"kbroker: {e}", file=sys.stderr)
         return 1
+    if scram:
+        security_bootstrap.write(cfg.metadata_log_dir, scram)
     if args.standalone or args.initial_controllers:
         from kbroker.kraft.format_quorum import FormatError, write_voters
         if args.standalone and args.initial_controllers:

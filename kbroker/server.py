@@ -158,6 +158,8 @@ class KafkaServer:
                     "default.replication.factor": cfg["default.replication.factor"],
                     "delete.topic.enable": cfg["delete.topic.enable"]}
         controller = Controller(self.node_id, defaults, config_validator=self.validate_topic_configs)
+        from kbroker.security import bootstrap as security_bootstrap
+        controller.bootstrap_records = security_bootstrap.read(cfg.metadata_log_dir)
         meta_cfg = LogConfig(segment_bytes=cfg["metadata.log.segment.bytes"], segment_ms=cfg["metadata.log.segment.ms"],
                              retention_ms=-1, retention_bytes=-1)
         # The metadata log is a partition log like the others (Kafka keeps it in the first

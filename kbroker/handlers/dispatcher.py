@@ -69,7 +69,7 @@ class Dispatcher:
             raise CloseConnection(f"malformed {spec.name} v{version} request from client {header.client_id!r}: {e}") from None
         ctx = RequestContext(self.broker, conn, api_key, version, corr, header.client_id,
                              self._now_ms(), conn.listener_name if conn is not None else "PLAINTEXT")
-        if security is not None and security.authorizer is not None:
+        if security is not None and security.enforces(ctx.listener_name):
             result = authorized_handle(spec, ctx, req)   # Kafka's per-API ACL checks
         else:
             result = spec.handle(ctx, req)

@@ -65,6 +65,8 @@ HANDLER_MODULES: tuple[str, ...] = (
     "create_acls",
     "describe_acls",
     "delete_acls",
+    "describe_client_quotas",
+    "alter_client_quotas",
 )
 
 

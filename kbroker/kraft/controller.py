@@ -106,6 +106,7 @@ class Controller:
             uuid_factory = random_uuid
         self._uuid = uuid_factory
         self._validate_configs = config_validator
+        self.bootstrap_records: list = []   # extra records of a new cluster (format --add-scram)
 
     def replay(self, record: Any, offset: int = -1) -> None:
         self.image.apply(record, offset)
@@ -119,7 +120,8 @@ class Controller:
         if METADATA_VERSION_FEATURE in self.image.features:
             return ControllerResult([], None)
         rec = _cls("FeatureLevelRecord")(name=METADATA_VERSION_FEATURE, feature_level=METADATA_VERSION)
-        return ControllerResult([rec], None)
+        # + what `format` asked for (kbroker format --add-scram: kbroker.security.bootstrap)
+        return ControllerResult([rec] + list(self.bootstrap_records), None)
 
     def register_broker(self, broker_id: int, incarnation_id: uuid.UUID,
                         endpoints: list[tuple[str, str, int, int]], rack: str | None,

@@ -18,6 +18,7 @@ table of Kafka's documentation lives here in one place. APIs without a filter ne
 
 from __future__ import annotations
 
+import copy
 import inspect
 
 from kbroker.net.connection import CloseConnection
@@ -49,11 +50,12 @@ def authorized_handle(spec, ctx, req):
     res = spec.handle(ctx, req)
     if inspect.isawaitable(res):
         return _after(res, out)
-    return out(res)
+    return out(copy.copy(res))
 
 
 async def _after(awaitable, post):
-    return post(await awaitable)
+    # a shallow copy: handlers may answer from a cache shared by every principal (Metadata)
+    return post(copy.copy(await awaitable))
 
 
 def _cluster(ctx, op) -> bool:
@@ -237,14 +239,24 @@ def _metadata(ctx, req):
         if all_topics:
             ok = ctx.authorized(DESCRIBE, R_TOPIC, [t.name for t in topics])
             topics = [t for t in topics if t.name in ok]
-        for t in topics:
-            if t.error_code == 0 and t.topic_authorized_operations != OPS_OMITTED:
-                t.topic_authorized_operations = ops_bitmask(ctx, R_TOPIC, t.name, TOPIC_OPS)
-        resp.topics = topics + errs
-        if resp.cluster_authorized_operations != OPS_OMITTED:
-            resp.cluster_authorized_operations = ops_bitmask(ctx, R_CLUSTER, CLUSTER_NAME, CLUSTER_OPS)
-        return resp
+        topics = [_with_ops(ctx, t) for t in topics]
+        cluster_ops = resp.cluster_authorized_operations
+        if cluster_ops != OPS_OMITTED:
+            cluster_ops = ops_bitmask(ctx, R_CLUSTER, CLUSTER_NAME, CLUSTER_OPS)
+        # a new plain response: the handler's may be a shared one that keeps its encoding
+        return R(throttle_time_ms=resp.throttle_time_ms, brokers=resp.brokers, cluster_id=resp.cluster_id,
+                 controller_id=resp.controller_id, topics=topics + errs, cluster_authorized_operations=cluster_ops)
     return post
+
+
+def _with_ops(ctx, t):
+    """The topic entry with this principal's authorized operations (a copy: never mutate a
+    cached response)."""
+    if t.error_code != 0 or t.topic_authorized_operations == OPS_OMITTED:
+        return t
+    t = copy.copy(t)
+    t.topic_authorized_operations = ops_bitmask(ctx, R_TOPIC, t.name, TOPIC_OPS)
+    return t
 
 
 def _describe_topic_partitions(ctx, req):
@@ -262,9 +274,7 @@ def _describe_topic_partitions(ctx, req):
         if listing:
             ok = ctx.authorized(DESCRIBE, R_TOPIC, [t.name for t in topics])
             topics = [t for t in topics if t.name in ok]
-        for t in topics:
-            if t.error_code == 0 and t.topic_authorized_operations != OPS_OMITTED:
-                t.topic_authorized_operations = ops_bitmask(ctx, R_TOPIC, t.name, TOPIC_OPS)
+        topics = [_with_ops(ctx, t) for t in topics]
         resp.topics = sorted(topics + errs, key=lambda t: t.name or "")
         return resp
     if names and not req.topics:

@@ -125,3 +125,48 @@ def delete_acls(filters: list[A.AclFilter]):
             out.append((Outcome(), matched))
         return ControllerResult(records, out)
     return op
+
+
+# -- client quotas ----------------------------------------------------------------------------
+
+QUOTA_KEYS = {"user": {"producer_byte_rate", "consumer_byte_rate", "request_percentage", "controller_mutation_rate"},
+              "client-id": {"producer_byte_rate", "consumer_byte_rate", "request_percentage", "controller_mutation_rate"},
+              "ip": {"connection_creation_rate"}}
+
+
+def validate_quota(entity: list[tuple[str, str | None]], ops: list[tuple[str, float, bool]]) -> str | None:
+    types = [t for t, _ in entity]
+    if not entity or len(set(types)) != len(types):
+        return "Invalid quota entity: empty or with a repeated entity type"
+    if any(t not in QUOTA_KEYS for t in types):
+        return f"Invalid quota entity type {[t for t in types if t not in QUOTA_KEYS][0]}"
+    if "ip" in types and len(types) > 1:
+        return "Invalid quota entity combination: ip quotas apply to ip alone"
+    allowed = set.intersection(*(QUOTA_KEYS[t] for t in types))
+    for key, value, remove in ops:
+        if key not in allowed:
+            return f"Invalid configuration key {key}"
+        if not remove and (value <= 0 or (key.endswith("byte_rate") and value != int(value))):
+            return f"Invalid value {value} for configuration {key}"
+    return None
+
+
+def alter_client_quotas(entries, validate_only: bool):
+    """entries: [(entity [(type, name|None)], ops [(key, value, remove)])]; response: [Outcome]."""
+    from kbroker.wire.generated.client_quota_record import ClientQuotaRecord
+
+    def op(c, now_ms):
+        records, out = [], []
+        for entity, ops in entries:
+            why = validate_quota(entity, ops)
+            if why:
+                out.append(Outcome(Errors.INVALID_REQUEST, why))
+                continue
+            out.append(Outcome())
+            if validate_only:
+                continue
+            ents = [ClientQuotaRecord.EntityData(entity_type=t, entity_name=n) for t, n in entity]
+            for key, value, remove in ops:
+                records.append(ClientQuotaRecord(entity=ents, key=key, value=0.0 if remove else float(value), remove=remove))
+        return ControllerResult(records, out)
+    return op

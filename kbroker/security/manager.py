@@ -74,6 +74,11 @@ class SecurityManager:
         self.listeners: dict[str, ListenerSecurity] = {}
         for ep in config.listeners:
             self.listeners[ep.listener_name] = self._listener(ep.listener_name, ep.security_protocol, props)
+        # Requests on controller listeners come from brokers that authorized the client's
+        # request already (CreateTopics forwarded to the active controller ...). Until the
+        # cluster listeners are secured (SASL/mTLS between nodes, CLUSTER_ACTION for the
+        # broker principal), they are trusted rather than re-authorized as ANONYMOUS.
+        self.trusted_listeners = set(config.controller_listener_names)
         cls = (props.get("authorizer.class.name") or "").strip()
         self.authorizer: A.Authorizer | None = None
         if cls:
@@ -153,8 +158,12 @@ class SecurityManager:
 
     # -- authorization -----------------------------------------------------------------------
 
+    def enforces(self, listener_name: str) -> bool:
+        """Does this listener's traffic go through the authorizer?"""
+        return self.authorizer is not None and listener_name not in self.trusted_listeners
+
     def authorize(self, conn, op: int, resource_type: int, name: str) -> bool:
-        if self.authorizer is None:
+        if self.authorizer is None or (conn is not None and conn.listener_name in self.trusted_listeners):
             return True
         return self.authorizer.authorize(principal_of(conn), host_of(conn), op, resource_type, name)
 

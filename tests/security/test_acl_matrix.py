@@ -231,6 +231,11 @@ CASES = [
                  host_filter=None, operation=1, permission_type=1),
      [acl(A.DESCRIBE, A.R_CLUSTER, A.CLUSTER_NAME)], Errors.CLUSTER_AUTHORIZATION_FAILED),
     (50, 0, dict(users=None), [acl(A.DESCRIBE, A.R_CLUSTER, A.CLUSTER_NAME)], Errors.CLUSTER_AUTHORIZATION_FAILED),
+    (48, 1, dict(components=[], strict=False), [acl(A.DESCRIBE_CONFIGS, A.R_CLUSTER, A.CLUSTER_NAME)],
+     Errors.CLUSTER_AUTHORIZATION_FAILED),
+    (49, 1, dict(entries=[dict(entity=[dict(entity_type="user", entity_name="bob")],
+                               ops=[dict(key="producer_byte_rate", value=1024.0, remove=False)])], validate_only=True),
+     [acl(A.ALTER_CONFIGS, A.R_CLUSTER, A.CLUSTER_NAME)], Errors.CLUSTER_AUTHORIZATION_FAILED),
     (51, 0, dict(deletions=[dict(name="bob", mechanism=1)], upsertions=[]),
      [acl(A.ALTER, A.R_CLUSTER, A.CLUSTER_NAME)], Errors.CLUSTER_AUTHORIZATION_FAILED),
 ]
@@ -329,3 +334,31 @@ def test_cluster_and_group_authorized_operations(h):
     h.grant(acl(A.DESCRIBE, A.R_CLUSTER, A.CLUSTER_NAME), acl(A.ALTER_CONFIGS, A.R_CLUSTER, A.CLUSTER_NAME))
     out = h.call(60, 1, _req(60, include_cluster_authorized_operations=True, endpoint_type=1))
     assert out.cluster_authorized_operations == (1 << A.DESCRIBE) | (1 << A.ALTER_CONFIGS) | (1 << A.DESCRIBE_CONFIGS)
+
+
+def test_client_quotas_stored_and_described(h):
+    def alter(entity, ops, validate_only=False):
+        req = _req(49, entries=[dict(entity=[dict(entity_type=t, entity_name=n) for t, n in entity],
+                                     ops=[dict(key=k, value=v, remove=r) for k, v, r in ops])], validate_only=validate_only)
+        return h.call(49, 1, req, principal="User:admin").entries[0]
+
+    def describe(components, strict=False):
+        out = h.call(48, 1, _req(48, components=[dict(entity_type=t, match_type=m, match=x) for t, m, x in components],
+                                 strict=strict), principal="User:admin")
+        assert out.error_code == 0
+        return {tuple((e.entity_type, e.entity_name) for e in x.entity): {v.key: v.value for v in x.values}
+                for x in out.entries}
+    assert alter([("user", "alice")], [("producer_byte_rate", 1048576, False), ("consumer_byte_rate", 2097152, False)]).error_code == 0
+    assert alter([("user", None)], [("producer_byte_rate", 4096, False)]).error_code == 0            # default user
+    assert alter([("user", "alice"), ("client-id", "app")], [("request_percentage", 50, False)]).error_code == 0
+    assert alter([("user", "bob")], [("producer_byte_rate", 1, False)], validate_only=True).error_code == 0
+    assert alter([("user", "x")], [("connection_creation_rate", 5, False)]).error_code == Errors.INVALID_REQUEST
+    assert alter([("ip", "1.2.3.4"), ("user", "x")], [("connection_creation_rate", 5, False)]).error_code == Errors.INVALID_REQUEST
+    assert alter([("user", "x")], [("producer_byte_rate", -5, False)]).error_code == Errors.INVALID_REQUEST
+    assert describe([("user", 0, "alice")], strict=True) == {
+        (("user", "alice"),): {"producer_byte_rate": 1048576.0, "consumer_byte_rate": 2097152.0}}
+    assert set(describe([("user", 0, "alice")])) == {(("user", "alice"),), (("client-id", "app"), ("user", "alice"))}
+    assert describe([("user", 1, None)]) == {(("user", None),): {"producer_byte_rate": 4096.0}}
+    assert (("user", "bob"),) not in describe([("user", 2, None)])                                 # validate_only stored nothing
+    assert alter([("user", "alice")], [("consumer_byte_rate", 0, True)]).error_code == 0
+    assert describe([("user", 0, "alice")], strict=True) == {(("user", "alice"),): {"producer_byte_rate": 1048576.0}}

@@ -48,3 +48,24 @@ def test_tampered_nonce_is_refused():
     final = cli.final(sf).replace(b"r=", b"r=X", 1)
     with pytest.raises(ScramError):
         srv.final(final)
+
+
+def test_add_scram_syntax_and_bootstrap_file(tmp_path):
+    from kbroker.security import bootstrap
+    from kbroker.security.scram import ScramClient
+    r = bootstrap.parse_add_scram("SCRAM-SHA-512=[name=alice,password=alice-secret]")
+    assert (r.name, r.mechanism, r.iterations) == ("alice", 2, 4096)
+    r2 = bootstrap.parse_add_scram('SCRAM-SHA-256=[name="bob",iterations=8192,salt="c2FsdA==",password="p,w"]')
+    assert (r2.name, r2.mechanism, r2.iterations, r2.salt) == ("bob", 1, 8192, b"salt")
+    for bad in ("SCRAM-SHA-1=[name=a,password=b]", "SCRAM-SHA-512=[password=b]", "SCRAM-SHA-512=[name=a,iterations=10,password=b]"):
+        with pytest.raises(ValueError):
+            bootstrap.parse_add_scram(bad)
+    bootstrap.write(str(tmp_path), [r, r2])
+    back = bootstrap.read(str(tmp_path))
+    assert back == [r, r2]
+    # the stored credential authenticates the password it was made from
+    cred = make_credential("SCRAM-SHA-256", "p,w", 8192, b"salt")
+    assert (cred.stored_key, cred.server_key) == (bytes(r2.stored_key), bytes(r2.server_key))
+    cli = ScramClient("SCRAM-SHA-256", "bob", "p,w")
+    srv = ScramServer("SCRAM-SHA-256", lambda u: cred)
+    assert cli.verify(srv.final(cli.final(srv.first(cli.first()))))
