@@ -18,6 +18,7 @@ from kbroker.groups.config import GroupConfig
 from kbroker.groups.partitioning import OFFSETS_TOPIC, offsets_partition_for
 from kbroker.groups.result import Result
 from kbroker.groups.shard import GroupShard
+from kbroker.slices import run_in_slices, run_to_end
 from kbroker.wire.records import BatchBuilder
 
 log = logging.getLogger("kbroker.groups.runtime")
@@ -115,20 +116,11 @@ class GroupCoordinatorRuntime:
             self._load_in_slices(partition, plog), name=f"load-{OFFSETS_TOPIC}-{partition}")
 
     async def _load_in_slices(self, partition: int, plog) -> None:
-        import time
-        slice_s = self.load_slice_s
-        steps = self._load_steps(partition, plog)
-        t0 = time.perf_counter()
         try:
-            while True:
-                next(steps)
-                if time.perf_counter() - t0 > slice_s:
-                    await asyncio.sleep(0)
-                    t0 = time.perf_counter()
-        except StopIteration as done:
+            shard = await run_in_slices(self._load_steps(partition, plog), self.load_slice_s)
             if self._loading.get(partition) is asyncio.current_task():
                 del self._loading[partition]
-                self.shards[partition] = done.value
+                self.shards[partition] = shard
                 self._wake.set()
         except Exception:   # noqa: BLE001 - the log went away (topic deleted, leadership lost)
             if self._loading.get(partition) is asyncio.current_task():
@@ -136,12 +128,7 @@ class GroupCoordinatorRuntime:
             log.exception("loading %s-%d failed", OFFSETS_TOPIC, partition)
 
     def _load(self, partition: int, plog) -> GroupShard:
-        steps = self._load_steps(partition, plog)
-        try:
-            while True:
-                next(steps)
-        except StopIteration as done:
-            return done.value
+        return run_to_end(self._load_steps(partition, plog))
 
     def _load_steps(self, partition: int, plog):
         """Generator: replays the partition, yielding after each batch; returns the shard."""

@@ -109,13 +109,17 @@ def handle(ctx, req):
     all_topics = req.topics is None or (v == 0 and not req.topics)
     topics: list = []
     missing: list[str] = []
-    if all_topics:
+    security = getattr(broker, "security", None)
+    if all_topics and (security is None or security.authorizer is None):
+        # (with an authorizer the response is filtered per principal afterwards: not shared)
         cluster_ops = 8 <= v <= 10 and req.include_cluster_authorized_operations
         key = (id(image), image.offset, len(image.topics_by_name), v, ctx.listener_name, include_ops,
                cluster_ops, broker.cluster_id, broker.node_id)
         return _cached_all_topics(key, lambda: _response(
             _EncodedMetadataResponse, broker, image, ctx.listener_name, v, cluster_ops,
             [topic_response(t, v, include_ops) for t in image.topics_by_name.values()]))
+    if all_topics:
+        topics = [topic_response(t, v, include_ops) for t in image.topics_by_name.values()]
     else:
         seen = set()
         for rt in req.topics:

@@ -24,13 +24,12 @@ Memory: the offset map (bounded), one batch, and an output buffer of ~1 MiB.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import os
-import time
 from dataclasses import dataclass
 
+from kbroker.slices import run_in_slices, run_to_end
 from kbroker.txn.compaction import CleanedTxnTracker
 from kbroker.wire.records import BatchBuilder, RecordBatch, iter_batches
 
@@ -172,12 +171,7 @@ class LogCleaner:
     # ------------------------------------------------------------------ cleaning
     def clean(self, plog, now_ms: int, c: Cleanable | None = None) -> CleanerStats:
         """One compaction pass over ``plog`` (whether or not the ratio says it is due)."""
-        steps = self.clean_steps(plog, now_ms, c)
-        try:
-            while True:
-                next(steps)
-        except StopIteration as done:
-            return done.value
+        return run_to_end(self.clean_steps(plog, now_ms, c))
 
     async def clean_async(self, plog, now_ms: int, c: Cleanable | None = None,
                           slice_s: float = 0.004) -> CleanerStats:
@@ -185,16 +179,7 @@ class LogCleaner:
         between (compacting a large log in one go held every client for seconds). Appends
         go on meanwhile (the active segment is never cleaned); if retention, a truncation
         or a delete changed the segments under a group, the pass stops there."""
-        steps = self.clean_steps(plog, now_ms, c)
-        t0 = time.perf_counter()
-        try:
-            while True:
-                next(steps)
-                if time.perf_counter() - t0 > slice_s:
-                    await asyncio.sleep(0)
-                    t0 = time.perf_counter()
-        except StopIteration as done:
-            return done.value
+        return await run_in_slices(self.clean_steps(plog, now_ms, c), slice_s)
 
     def clean_steps(self, plog, now_ms: int, c: Cleanable | None = None):
         """Generator: one pass, yielding after each batch; returns the CleanerStats."""

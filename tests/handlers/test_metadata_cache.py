@@ -35,3 +35,19 @@ def test_all_topics_response_is_reused_until_the_image_changes(broker):
     w = Writer()
     r3.encode_into(w, 12)
     assert MetadataResponse.decode(bytes(w), 12).throttle_time_ms == 7
+
+
+def test_not_shared_when_an_authorizer_filters_per_principal(broker):
+    """The ACL layer filters and edits the response per principal afterwards: each request
+    must get its own response object, never the shared cached one."""
+    from types import SimpleNamespace
+    h = broker
+    create(h, "a", partitions=1)
+    saved = getattr(h.server, "security", None)
+    h.server.security = SimpleNamespace(authorizer=object())
+    try:
+        r1, _ = _all(h, 12)
+        r2, _ = _all(h, 12)
+        assert r1 is not r2 and type(r1) is MetadataResponse
+    finally:
+        h.server.security = saved
