@@ -128,8 +128,8 @@ def test_orders_command_runs_everything_and_stops_cleanly(tmp_path):
     """`python -m examples.orders`: its own kbroker, the streaming job fed live, the batch
     replay, each checked against the reference by the command (exit status 0), then stopped."""
     assert local_jars(), f"Spark's Kafka connector jars not found in {local_jar_dirs()}"
-    run = subprocess.run([sys.executable, "-m", "examples.orders", "--count", "400", "--rate", "400",
-                          "--span-minutes", "3"], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+    run = subprocess.run([sys.executable, "-m", "examples.orders", "--count", "300", "--rate", "600",
+                          "--span-minutes", "2"], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
                          capture_output=True, text=True, timeout=600, start_new_session=True)
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-3000:]

@@ -58,9 +58,10 @@ def setup(levels: str = "INFO", fmt: str = "kafka", stream=None) -> None:
 
 # -- state-change lines (the cluster helpers call these) --------------------------------------
 
-def leader_change(topic: str, partition: int, leader: int, epoch: int, isr, cause: str = "") -> None:
-    state_change.info("Partition %s-%d: leader %d, leader epoch %d, ISR [%s]%s", topic, partition, leader, epoch,
-                      ",".join(map(str, isr)), f" ({cause})" if cause else "")
+def leader_change(topic: str, partition: int, leader: int, epoch: int, isr, cause: str = "",
+                  level: int = logging.INFO) -> None:
+    state_change.log(level, "Partition %s-%d: leader %d, leader epoch %d, ISR [%s]%s", topic, partition, leader, epoch,
+                     ",".join(map(str, isr)), f" ({cause})" if cause else "")
 
 
 def isr_change(topic: str, partition: int, old, new, cause: str = "") -> None:

@@ -200,6 +200,8 @@ class KafkaServer:
         self.replicas = ReplicaManager(self.node_id, self.log_manager, self.image, self.log_config_for,
                                        self.clock.now_ms, producer_id_expiration_ms=cfg["producer.id.expiration.ms"])
         self.controller.publishers.append(self.replicas.on_metadata_record)
+        from kbroker import state_change_log
+        state_change_log.attach(self)   # leader / ISR / fencing lines on kbroker.state.change
         self.control.follow_leader_epochs(self.replicas)
         self.replicas.load_from_image(self.image)
         n_parts = sum(1 for _ in self.replicas.all_partitions())
@@ -254,6 +256,9 @@ class KafkaServer:
                 lst.start_accepting()
         self.loop_probe.start()
         self.control.start_timers()
+        from kbroker.replication.driver import ReplicationDriver
+        self.replication = ReplicationDriver(self)   # replica fetchers, ISR changes
+        self.replication.start()
         self._tasks.append(asyncio.create_task(self._maintenance(), name="log-maintenance"))
         log.info("kbroker node %d started (cluster %s)", self.node_id, self.cluster_id)
 
@@ -339,6 +344,8 @@ class KafkaServer:
             await self.txn_coordinator.stop()
         if self.groups is not None:
             await self.groups.shutdown()
+        if getattr(self, "replication", None) is not None:
+            await self.replication.stop()
         if self.replicas is not None:
             self.replicas.close()   # producer-state snapshots
         for lm in self._log_managers:

@@ -157,8 +157,9 @@ class RaftDriver:
         for offset, epoch, fut in self._appends:
             if fut.done():
                 continue
-            if offset < hw and node.log.epoch_for_offset(offset) == epoch:
-                fut.set_result(offset)
+            if offset < hw and (node.log.epoch_for_offset(offset) == epoch or
+                                (offset < node.log.start_offset and node.epoch == epoch)):
+                fut.set_result(offset)       # committed (a snapshot may already cover it)
             elif node.epoch != epoch or node.role != LEADER:
                 fut.set_exception(NotLeaderError(
                     f"leadership moved before offset {offset} committed (now epoch {node.epoch})"))

@@ -895,7 +895,8 @@ class RaftNode:
         div = part.diverging_epoch
         if div is not None and (div.epoch >= 0 or div.end_offset >= 0):
             e, mine = self.log.end_offset_for_epoch(div.epoch)
-            target = min(div.end_offset, mine) if e == div.epoch else min(div.end_offset, mine)
+            # Kafka's truncateToEndOffset: to where both logs last agree on that epoch
+            target = min(div.end_offset, mine) if e == div.epoch else mine
             self._truncate(max(target, self.log.start_offset))
             return
         sid = part.snapshot_id

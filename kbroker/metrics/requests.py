@@ -7,8 +7,29 @@ Prometheus families at scrape time."""
 from __future__ import annotations
 
 import collections
+import struct
 
 PRODUCE, FETCH = 0, 1
+# responses that can hold thousands of entries on a busy path: only the top-level code counts
+SHALLOW = frozenset({3, 18})   # Metadata, ApiVersions
+
+
+def _count_errors(msg, api_key: int, errors) -> None:
+    """Every non-zero ``error_code`` in a response, nested entries included (Kafka's
+    ``AbstractResponse.errorCounts``)."""
+    code = getattr(msg, "error_code", 0)
+    if code:
+        errors[(api_key, code)] += 1
+    for name in msg._FIELDS:
+        v = getattr(msg, name, None)
+        if type(v) is list and v and hasattr(v[0], "_FIELDS"):
+            for item in v:
+                _count_errors(item, api_key, errors)
+        elif hasattr(v, "_FIELDS"):
+            _count_errors(v, api_key, errors)
+
+
+_I32 = struct.Struct(">i").unpack_from
 
 
 def batch_record_counts(buf) -> int:
@@ -17,12 +38,11 @@ def batch_record_counts(buf) -> int:
     pos = 0
     end = len(buf)
     while pos + 61 <= end:
-        length = int.from_bytes(buf[pos + 8:pos + 12], "big")
         if buf[pos + 16] == 2:
-            n += int.from_bytes(buf[pos + 57:pos + 61], "big")
+            n += _I32(buf, pos + 57)[0]
         else:
             n += 1   # legacy message set entry
-        pos += 12 + length
+        pos += 12 + _I32(buf, pos + 8)[0]
     return n
 
 
@@ -72,9 +92,12 @@ class RequestMetrics:
         elif api_key == FETCH:
             self._fetch(req, resp)
         elif resp is not None:
-            code = getattr(resp, "error_code", 0)
-            if code:
-                self.errors[(api_key, code)] += 1
+            if api_key in SHALLOW:
+                code = getattr(resp, "error_code", 0)
+                if code:
+                    self.errors[(api_key, code)] += 1
+            else:
+                _count_errors(resp, api_key, self.errors)
 
     def _produce(self, req, resp) -> None:
         # the handler answers topics and partitions in request order: walk both together

@@ -1,20 +1,19 @@
-"""The tools' blocking client: kbroker's own codec over a socket (``kbroker.groups.admin_client``
-plus the topic, config, record and produce/fetch calls the tools need).
+"""The tools' client: the calls of ``kbroker.groups.admin_client`` (metadata, groups, offsets)
+plus the topic, config, record and produce/fetch calls the tools need, sent through
+``kbroker.net.client.KafkaClient`` (the asyncio client the nodes use) on a private event loop,
+so a tool reads as plain blocking code.
 
 Why our own protocol code rather than confluent-kafka or kafka-python: those are test
 dependencies only, and the tools must work from a plain ``pip install kbroker``; the codec is
-already here, generated from Kafka's schemas. (When ``kbroker/net/client.py``, the asyncio
-node-to-node client, lands, this can sit on it.)"""
+already here, generated from Kafka's schemas."""
 
 from __future__ import annotations
 
-import socket
-import struct
-import time
+import asyncio
 
 from kbroker.groups.admin_client import EARLIEST, LATEST, AdminClient, KafkaError  # noqa: F401
 from kbroker.wire.errors import Errors
-from kbroker.wire.frame import decode_response, encode_request
+from kbroker.net.client import ClientError, KafkaClient
 from kbroker.wire.generated.create_partitions_request import CreatePartitionsRequest
 from kbroker.wire.generated.create_topics_request import CreateTopicsRequest
 from kbroker.wire.generated.delete_records_request import DeleteRecordsRequest
@@ -46,6 +45,29 @@ def _check(code: int, what: str, message: str | None = None) -> None:
 class ToolClient(AdminClient):
     def __init__(self, bootstrap: str, timeout: float = 30.0, client_id: str = "kbroker-tools"):
         super().__init__(bootstrap, timeout, client_id)
+        self.loop = asyncio.new_event_loop()
+        self._clients: dict[tuple[str, int], KafkaClient] = {}
+
+    def kafka_client(self, addr: tuple[str, int] | None = None) -> KafkaClient:
+        addr = addr or self.bootstrap
+        c = self._clients.get(addr)
+        if c is None:
+            c = self._clients[addr] = KafkaClient(addr[0], addr[1], client_id=self.client_id,
+                                                  request_timeout_ms=int(self.timeout * 1000))
+        return c
+
+    def call(self, req, version: int, addr: tuple[str, int] | None = None):
+        try:
+            return self.loop.run_until_complete(self.kafka_client(addr).send(req, version))
+        except ClientError as e:
+            raise ConnectionError(str(e)) from None
+
+    def close(self):
+        for c in self._clients.values():
+            self.loop.run_until_complete(c.close())
+        self._clients.clear()
+        if not self.loop.is_closed():
+            self.loop.close()
 
     # -- topics ------------------------------------------------------------------------------
 
@@ -100,7 +122,7 @@ class ToolClient(AdminClient):
 
     # -- records -----------------------------------------------------------------------------
 
-    def _leader_addr(self, topic: str, partition: int):
+    def leader_addr(self, topic: str, partition: int):
         leader = self.partitions(topic).get(partition)
         if leader is None:
             raise KafkaError(Errors.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition}: no such partition")
@@ -122,7 +144,7 @@ class ToolClient(AdminClient):
         P = ProduceRequest.TopicProduceData
         req = ProduceRequest(acks=acks, timeout_ms=int(self.timeout * 1000), topic_data=[P(name=topic, partition_data=[
             P.PartitionProduceData(index=partition, records=batch)])])
-        r = self.call(req, 9, self._leader_addr(topic, partition)).responses[0].partition_responses[0]
+        r = self.call(req, 9, self.leader_addr(topic, partition)).responses[0].partition_responses[0]
         _check(r.error_code, f"Produce({topic}-{partition})", r.error_message)
         return r.base_offset
 
@@ -136,7 +158,7 @@ class ToolClient(AdminClient):
                                partition=partition, current_leader_epoch=-1, fetch_offset=offset,
                                log_start_offset=-1, partition_max_bytes=max_bytes)])],
                            forgotten_topics_data=[], rack_id="")
-        p = self.call(req, 12, self._leader_addr(topic, partition)).responses[0].partitions[0]
+        p = self.call(req, 12, self.leader_addr(topic, partition)).responses[0].partitions[0]
         _check(p.error_code, f"Fetch({topic}-{partition} at {offset})")
         return whole_batches(bytes(p.records or b"")), p.high_watermark
 
@@ -150,49 +172,3 @@ def whole_batches(data: bytes) -> list:
     except TruncatedRecordError:
         pass
     return out
-
-
-class Pipeline:
-    """Several produce requests in flight on one connection (the perf tool): ``send`` returns
-    at once; ``poll`` reads the responses that have arrived, in order."""
-
-    def __init__(self, host: str, port: int, client_id: str = "kbroker-perf"):
-        self.sock = socket.create_connection((host, port))
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.client_id = client_id
-        self.corr = 0
-        self.pending: dict[int, tuple[float, object]] = {}   # corr -> (sent at, tag)
-        self._buf = bytearray()
-
-    def send(self, req, version: int, tag=None) -> None:
-        self.corr += 1
-        self.sock.sendall(encode_request(self.corr, self.client_id, req, version))
-        self.pending[self.corr] = (time.perf_counter(), tag, req.API_KEY, version)
-
-    def poll(self, block: bool) -> list:
-        """[(tag, latency seconds, response)] for every complete response read."""
-        self.sock.setblocking(block)
-        try:
-            chunk = self.sock.recv(1 << 20)
-            if not chunk:
-                raise ConnectionError("connection closed by the broker")
-            self._buf += chunk
-        except BlockingIOError:
-            pass
-        finally:
-            self.sock.setblocking(True)
-        out = []
-        while len(self._buf) >= 4:
-            size = struct.unpack_from(">i", self._buf)[0]
-            if len(self._buf) < 4 + size:
-                break
-            frame = bytes(self._buf[4:4 + size])
-            del self._buf[:4 + size]
-            corr = struct.unpack_from(">i", frame)[0]
-            sent, tag, key, ver = self.pending.pop(corr)
-            _, resp = decode_response(frame, key, ver)
-            out.append((tag, time.perf_counter() - sent, resp))
-        return out
-
-    def close(self) -> None:
-        self.sock.close()

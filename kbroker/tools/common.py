@@ -35,6 +35,10 @@ def run(fn, args) -> int:
     """Run a tool body; a Kafka error becomes a message and exit status 1, like Kafka's tools."""
     try:
         return fn(args) or 0
+    except BrokenPipeError:
+        # stdout closed early (`... | head`): stop quietly, as Unix tools do
+        sys.stdout = None
+        return 0
     except KafkaError as e:
         print(f"Error while executing {args.command}: {e}", file=sys.stderr)
         return 1

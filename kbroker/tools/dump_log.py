@@ -50,6 +50,9 @@ def _main(args) -> int:
                 _dump_txnindex(path)
             else:
                 print(f"Ignoring unknown file {path}", file=sys.stderr)
+        except BrokenPipeError:
+            sys.stdout = None   # stdout closed early (`... | head`)
+            return 0
         except (OSError, ValueError) as e:
             print(f"Could not dump {path}: {e}", file=sys.stderr)
             status = 1
@@ -85,7 +88,7 @@ def _dump_index(path, fmt, line, args, relative: int) -> None:
 def _dump_snapshot(path: str) -> None:
     from kbroker.txn.producer_snapshot import read_snapshot_file
     for e in read_snapshot_file(path):
-        txn = f"Optional[{e.current_txn_first_offset}]" if e.current_txn_first_offset >= 0 else "Optional.empty"
+        txn = f"OptionalLong[{e.current_txn_first_offset}]" if e.current_txn_first_offset >= 0 else "OptionalLong.empty"
         first_seq = e.last_sequence - e.offset_delta if e.last_sequence >= 0 else -1
         print(f"producerId: {e.producer_id} producerEpoch: {e.epoch} coordinatorEpoch: {e.coordinator_epoch} "
               f"currentTxnFirstOffset: {txn} lastTimestamp: {e.timestamp} firstSequence: {first_seq} "
@@ -122,15 +125,19 @@ def _camel(name: str) -> str:
 
 
 def _metadata_payload(value: bytes) -> str:
-    from kbroker.kraft.records import decode_record, record_type
+    """As Kafka's --cluster-metadata-decoder prints it: {"type":..., "version":..., "data":...}."""
+    from kbroker.kraft.records import decode_record
+    from kbroker.wire.primitives import rd_uvarint
     try:
         rec = decode_record(value)
+        _, pos = rd_uvarint(value, 0)
+        _, pos = rd_uvarint(value, pos)
+        version, _ = rd_uvarint(value, pos)
     except Exception as e:
         return f"<undecodable metadata record: {e}>"
     name = type(rec).__name__
     snake = "".join(("_" + c if c.isupper() and i else c) for i, c in enumerate(name)).upper()
-    return json.dumps({"type": snake, "version": getattr(rec, "_version", None) or 0,
-                       "typeId": record_type(rec), "data": to_json(rec)})
+    return json.dumps({"type": snake, "version": version, "data": to_json(rec)}, separators=(",", ":"))
 
 
 def _control(rec) -> str:

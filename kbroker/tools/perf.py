@@ -54,22 +54,45 @@ def _percentile(sorted_vals: list[float], q: float) -> float:
     return sorted_vals[min(len(sorted_vals) - 1, int(q * len(sorted_vals)))]
 
 
+class _ProduceStats:
+    """Acks as they arrive: latencies, totals, the current report window, the plot series."""
+
+    def __init__(self, start: float) -> None:
+        self.start = self.win_start = start
+        self.lat: list[float] = []
+        self.acked = self.bytes = self.errors = 0
+        self.win_n = self.win_bytes = 0
+        self.win_lat_sum = self.win_lat_max = 0.0
+        self.series: list[tuple[float, float]] = []
+
+    def ack(self, n: int, size: int, secs: float, error: int) -> None:
+        ms = secs * 1000
+        if error:
+            self.errors += n
+        self.lat.extend([ms] * n)
+        self.acked += n
+        self.bytes += size
+        self.win_n += n
+        self.win_bytes += size
+        self.win_lat_sum += ms * n
+        self.win_lat_max = max(self.win_lat_max, ms)
+
+    def tick(self, now: float) -> None:
+        if now - self.win_start >= REPORT_EVERY_S and self.win_n:
+            _window_line(self.win_n, self.win_bytes, now - self.win_start, self.win_lat_sum / self.win_n, self.win_lat_max)
+            self.series.append((now - self.start, self.win_n / (now - self.win_start)))
+            self.win_start, self.win_n, self.win_bytes, self.win_lat_sum, self.win_lat_max = now, 0, 0, 0.0, 0.0
+        elif not self.series or now - self.start - self.series[-1][0] >= 0.25:
+            self.series.append((now - self.start, self.acked / max(1e-9, now - self.start)))
+
+
 def _produce(args) -> int:
-    from kbroker.tools.client import Pipeline
-    from kbroker.tools.partitioner import Partitioner
-    from kbroker.wire.generated.produce_request import ProduceRequest
-    from kbroker.wire.records import BatchBuilder
     props = parse_kv(args.producer_props, None)
     args.bootstrap_server = args.bootstrap_server or props.get("bootstrap.servers")
     if not args.bootstrap_server:
         raise SystemExit("--bootstrap-server or --producer-props bootstrap.servers=... is required")
     if args.record_size is None and not args.payload_file:
         raise SystemExit("Either --record-size or --payload-file must be specified")
-    acks = {"all": -1}.get(props.get("acks", "all"), None)
-    acks = int(props.get("acks", "-1")) if acks is None else acks
-    batch_bytes = int(props.get("batch.size", 16384))
-    in_flight = int(props.get("max.in.flight.requests.per.connection", 5))
-    codec = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}[props.get("compression.type", "none")]
     if args.payload_file:
         delim = args.payload_delimiter.encode().decode("unicode_escape").encode()
         payloads = [x for x in open(args.payload_file, "rb").read().split(delim) if x]
@@ -79,35 +102,59 @@ def _produce(args) -> int:
         nparts = len(c.partitions(args.topic))
         if nparts == 0:
             raise SystemExit(f"topic {args.topic} does not exist")
-        host, port = c._leader_addr(args.topic, 0)
-    pipe = Pipeline(host, port)
+        kc = c.kafka_client(c.leader_addr(args.topic, 0))
+        st = c.loop.run_until_complete(_produce_async(args, props, kc, nparts, payloads))
+    elapsed = time.perf_counter() - st.start
+    lat = sorted(st.lat)
+    rate = st.acked / elapsed
+    mb = st.bytes / 1024 / 1024 / elapsed
+    avg = sum(lat) / len(lat) if lat else 0.0
+    mx = lat[-1] if lat else 0.0
+    p50, p95, p99, p999 = (_percentile(lat, q) for q in (0.5, 0.95, 0.99, 0.999))
+    print(f"{st.acked} records sent, {rate:.1f} records/sec ({mb:.2f} MB/sec), {avg:.2f} ms avg latency, "
+          f"{mx:.2f} ms max latency, {p50:.0f} ms 50th, {p95:.0f} ms 95th, {p99:.0f} ms 99th, {p999:.0f} ms 99.9th.")
+    table([("records", f"{st.acked}"), ("errors", f"{st.errors}"), ("elapsed s", f"{elapsed:.2f}"),
+           ("records/s", f"{rate:,.1f}"), ("MB/s", f"{mb:.2f}"), ("avg latency ms", f"{avg:.2f}"),
+           ("p50 ms", f"{p50:.2f}"), ("p99 ms", f"{p99:.2f}"), ("max ms", f"{mx:.2f}")])
+    st.series.append((elapsed, rate))
+    ascii_plot(st.series, "throughput (records/s, cumulative average)")
+    if args.plot:
+        svg_plot(st.series, args.plot, f"kbroker perf produce {args.topic}", "records/s")
+    return 1 if st.errors else 0
+
+
+async def _produce_async(args, props, kc, nparts: int, payloads: list[bytes]) -> _ProduceStats:
+    """Batches of ``batch.size`` bytes round-robin over the partitions, up to
+    ``max.in.flight.requests.per.connection`` requests pipelined on one connection."""
+    import asyncio
+
+    from kbroker.tools.partitioner import Partitioner
+    from kbroker.wire.generated.produce_request import ProduceRequest
+    from kbroker.wire.records import BatchBuilder
+    acks = {"all": -1}.get(props.get("acks", "all"), None)
+    acks = int(props.get("acks", "-1")) if acks is None else acks
+    batch_bytes = int(props.get("batch.size", 16384))
+    slots = asyncio.Semaphore(int(props.get("max.in.flight.requests.per.connection", 5)))
+    codec = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}[props.get("compression.type", "none")]
     parts = Partitioner(nparts)
     per_batch = max(1, batch_bytes // max(1, len(payloads[0]) + 10))
     P = ProduceRequest.TopicProduceData
-    lat: list[float] = []
     progress = Progress(args.num_records, not args.no_progress and sys.stderr.isatty())
-    series: list[tuple[float, float]] = []
-    start = win_start = time.perf_counter()
-    win_n = win_bytes = 0
-    win_lat_sum = win_lat_max = 0.0
-    sent = acked = total_bytes = errors = 0
+    st = _ProduceStats(time.perf_counter())
 
-    def collect(block: bool) -> None:
-        nonlocal acked, win_n, win_bytes, win_lat_sum, win_lat_max, total_bytes, errors
-        for (n, size), secs, resp in pipe.poll(block):
-            pr = resp.responses[0].partition_responses[0]
-            if pr.error_code:
-                errors += n
-            ms = secs * 1000
-            lat.extend([ms] * n)
-            acked += n
-            total_bytes += size
-            win_n += n
-            win_bytes += size
-            win_lat_sum += ms * n
-            win_lat_max = max(win_lat_max, ms)
+    async def send(req, n: int, size: int) -> None:
+        t = time.perf_counter()
+        try:
+            resp = await kc.send(req, 9, expect_response=acks != 0)
+        finally:
+            slots.release()
+        code = resp.responses[0].partition_responses[0].error_code if resp is not None else 0
+        st.ack(n, size, time.perf_counter() - t, code)
 
+    tasks = []
+    sent = 0
     while sent < args.num_records:
+        await slots.acquire()
         n = min(per_batch, args.num_records - sent)
         b = BatchBuilder(compression=codec)
         now_ms = int(time.time() * 1000)
@@ -120,44 +167,18 @@ def _produce(args) -> int:
         parts.next_batch()
         req = ProduceRequest(acks=acks, timeout_ms=30000, topic_data=[P(name=args.topic, partition_data=[
             P.PartitionProduceData(index=p, records=bytes(b.build()))])])
-        pipe.send(req, 9, (n, size))
+        tasks.append(asyncio.ensure_future(send(req, n, size)))
         sent += n
-        while len(pipe.pending) >= in_flight:
-            collect(True)
-        collect(False)
         if args.throughput > 0:
-            ahead = sent / args.throughput - (time.perf_counter() - start)
+            ahead = sent / args.throughput - (time.perf_counter() - st.start)
             if ahead > 0:
-                time.sleep(ahead)
+                await asyncio.sleep(ahead)
         now = time.perf_counter()
-        progress.update(acked, acked / max(1e-9, now - start))
-        if now - win_start >= REPORT_EVERY_S and win_n:
-            _window_line(win_n, win_bytes, now - win_start, win_lat_sum / win_n, win_lat_max)
-            series.append((now - start, win_n / (now - win_start)))
-            win_start, win_n, win_bytes, win_lat_sum, win_lat_max = now, 0, 0, 0.0, 0.0
-        elif not series or now - start - series[-1][0] >= 0.25:
-            series.append((now - start, acked / max(1e-9, now - start)))
-    while pipe.pending:
-        collect(True)
-    elapsed = time.perf_counter() - start
-    pipe.close()
+        progress.update(st.acked, st.acked / max(1e-9, now - st.start))
+        st.tick(now)
+    await asyncio.gather(*tasks)
     progress.finish()
-    lat.sort()
-    rate = acked / elapsed
-    mb = total_bytes / 1024 / 1024 / elapsed
-    avg = sum(lat) / len(lat) if lat else 0.0
-    p50, p95, p99, p999 = (_percentile(lat, q) for q in (0.5, 0.95, 0.99, 0.999))
-    print(f"{acked} records sent, {rate:.1f} records/sec ({mb:.2f} MB/sec), {avg:.2f} ms avg latency, "
-          f"{(lat[-1] if lat else 0):.2f} ms max latency, {p50:.0f} ms 50th, {p95:.0f} ms 95th, "
-          f"{p99:.0f} ms 99th, {p999:.0f} ms 99.9th.")
-    table([("records", f"{acked}"), ("errors", f"{errors}"), ("elapsed s", f"{elapsed:.2f}"),
-           ("records/s", f"{rate:,.1f}"), ("MB/s", f"{mb:.2f}"), ("avg latency ms", f"{avg:.2f}"),
-           ("p50 ms", f"{p50:.2f}"), ("p99 ms", f"{p99:.2f}"), ("max ms", f"{(lat[-1] if lat else 0):.2f}")])
-    series.append((elapsed, rate))
-    ascii_plot(series, "throughput (records/s, cumulative average)")
-    if args.plot:
-        svg_plot(series, args.plot, f"kbroker perf produce {args.topic}", "records/s")
-    return 1 if errors else 0
+    return st
 
 
 def _window_line(n, size, secs, avg, mx) -> None:

@@ -63,3 +63,14 @@ def test_produce_counts_bytes_messages_and_errors(broker):  # noqa: F811
     assert m[("kafka_log_log_logendoffset", (("partition", "0"), ("topic", "mt")))] == 4
     assert m[("kafka_controller_kafkacontroller_globaltopiccount", ())] == 1
     assert m[("kafka_server_replicamanager_partitioncount", ())] == 2
+
+
+def test_nested_error_codes_are_counted(broker):  # noqa: F811
+    T = CreateTopicsRequest.CreatableTopic
+    req = CreateTopicsRequest(topics=[T(name="ok1", num_partitions=1, replication_factor=1),
+                                      T(name="bad", num_partitions=1, replication_factor=1,
+                                        configs=[T.CreatableTopicConfig(name="no.such", value="1")])],
+                              timeout_ms=1000)
+    _dispatch(broker, req, 7)
+    m = _scrape(broker.server)
+    assert m[("kafka_network_requestmetrics_errors_total", (("error", "INVALID_CONFIG"), ("request", "CreateTopics")))] == 1

@@ -394,12 +394,13 @@ class Sim:
         # a committed entry lives on a majority of the committed voter set, or, while a
         # voter change is in flight (it takes effect once appended), of the new set
         sets = {self.committed_voters[-1][1]}
-        for n in self.nodes.values():
-            if n.node is not None:
-                sets.update(frozenset(vs) for off, vs in n.node._voter_history if off >= c)
+        if self.dynamic:
+            for n in self.nodes.values():
+                if n.node is not None:
+                    sets.update(frozenset(vs) for off, vs in n.node._voter_history if off >= c)
         holding = set()
-        for i, n in self.nodes.items():
-            log = n.log
+        for i in frozenset().union(*sets):
+            log = self.nodes[i].log
             if log.start_offset >= c or (log.flushed_offset >= c and log.epoch_for_offset(c - 1) == epoch):
                 holding.add(i)
         if not any(len(holding & vs) * 2 > len(vs) for vs in sets):
