@@ -189,7 +189,8 @@ class DiskRaftLog(_EpochIndex):
     def __init__(self, plog, start_epoch: int = 0) -> None:
         self.plog = plog
         self.start_epoch = start_epoch
-        self.flushed_offset = plog.recovery_point
+        # what a freshly opened log holds survived: it is as durable as it gets
+        self.flushed_offset = plog.log_end_offset
 
     @classmethod
     def open(cls, metadata_dir: str, now_ms: int = 0, start_epoch: int = 0, config=None):

@@ -21,16 +21,18 @@ from __future__ import annotations
 
 import argparse
 import heapq
+import os
 import random
 import sys
+import tempfile
 import time
 from collections import defaultdict
 
 from kbroker.kraft import snapshots as snaps
-from kbroker.kraft.quorum_store import MemoryQuorumStore
+from kbroker.kraft.quorum_store import FileQuorumStore, MemoryQuorumStore
 from kbroker.kraft.raft import LEADER, FOLLOWER, CommittedBatch, RaftConfig, RaftNode, SnapshotLoaded
-from kbroker.kraft.raft_log import MemoryRaftLog, control_type
-from kbroker.kraft.snapshots import MemorySnapshotStore
+from kbroker.kraft.raft_log import METADATA_PARTITION_DIR, DiskRaftLog, MemoryRaftLog, control_type
+from kbroker.kraft.snapshots import DirSnapshotStore, MemorySnapshotStore
 from kbroker.kraft.transport import Envelope, Faults, MemoryNetwork
 from kbroker.wire.generated.add_raft_voter_request import AddRaftVoterRequest
 from kbroker.wire.generated.remove_raft_voter_request import RemoveRaftVoterRequest
@@ -55,9 +57,15 @@ class SimNode:
     def __init__(self, sim: "Sim", node_id: int) -> None:
         self.sim = sim
         self.id = node_id
-        self.log = MemoryRaftLog()
-        self.store = MemoryQuorumStore()
-        self.snaps = MemorySnapshotStore()
+        if sim.root is None:
+            self.log = MemoryRaftLog()
+            self.store = MemoryQuorumStore()
+            self.snaps = MemorySnapshotStore()
+        else:                               # the real files: PartitionLog, quorum-state, checkpoints
+            self.dir = os.path.join(sim.root, f"node-{node_id}")
+            self.log = DiskRaftLog.open(self.dir)
+            self.store = FileQuorumStore(self.dir, kraft_version=1 if sim.dynamic else 0)
+            self.snaps = DirSnapshotStore(os.path.join(self.dir, METADATA_PARTITION_DIR))
         self.rate = 1.0
         self.offset = sim.rng.randrange(10_000)
         self.node: RaftNode | None = None
@@ -86,14 +94,20 @@ class SimNode:
     def crash(self, lose_unflushed: bool) -> None:
         self.node = None
         self.sim.net.set_down(self.id, True)
-        if lose_unflushed:
+        if isinstance(self.log, DiskRaftLog):
+            # a killed process: files stay as written (page cache); reopen runs recovery
+            self.log.plog.close_without_trim()
+            self.log = DiskRaftLog.open(self.dir)
+        elif lose_unflushed:
             self.log.lose_unflushed()
 
 
 class Sim:
     def __init__(self, scenario: str, seed: int, voters: int = 3, observers: int = 1,
-                 bad: str | None = None, verbose: bool = False) -> None:
+                 bad: str | None = None, verbose: bool = False, root: str | None = None) -> None:
+        """``root``: a directory for on-disk storage (else everything is in memory)."""
         self.scenario, self.seed, self.bad, self.verbose = scenario, seed, bad, verbose
+        self.root = root
         self.rng = random.Random(f"{scenario}/{voters}/{seed}")
         faults = Faults(min_delay_ms=1, max_delay_ms=5)
         if scenario == "flaky":
@@ -229,6 +243,11 @@ class Sim:
                 msg = AddRaftVoterRequest(voter_id=vid, timeout_ms=300, listeners=[])
             self.net.send(Envelope(ADMIN, lead, self.t, msg), self.t)
 
+    def close(self) -> None:
+        for n in self.nodes.values():
+            if isinstance(n.log, DiskRaftLog):
+                n.log.close()
+
     def current_leader(self) -> int | None:
         best = None
         for n in self.nodes.values():
@@ -320,8 +339,9 @@ class Sim:
 
     def command(self) -> str:
         bad = f" --bad {self.bad}" if self.bad else ""
+        disk = " --disk" if self.root else ""
         return (f"python -m tests.sim.raft_sim --scenario {self.scenario} "
-                f"--voters {len(self.static_voters)} --seed {self.seed}{bad}")
+                f"--voters {len(self.static_voters)} --seed {self.seed}{bad}{disk}")
 
     def apply(self, n: SimNode) -> None:
         node = n.node
@@ -401,7 +421,9 @@ class Sim:
         holding = set()
         for i in frozenset().union(*sets):
             log = self.nodes[i].log
-            if log.start_offset >= c or (log.flushed_offset >= c and log.epoch_for_offset(c - 1) == epoch):
+            snap = snaps.latest(self.nodes[i].snaps)       # a snapshot covers what is below it
+            if log.start_offset >= c or (snap is not None and snap.end_offset >= c) or \
+                    (log.flushed_offset >= c and log.epoch_for_offset(c - 1) == epoch):
                 holding.add(i)
         if not any(len(holding & vs) * 2 > len(vs) for vs in sets):
             self.fail(f"committed offset {c - 1} (epoch {epoch}) is only on {sorted(holding)}; "
@@ -443,6 +465,7 @@ def main(argv=None) -> int:
     ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--seed", type=int, help="run one seed")
     ap.add_argument("--bad", choices=("minority_hw",), help="a deliberately broken rule")
+    ap.add_argument("--disk", action="store_true", help="real files (in a temporary directory)")
     ap.add_argument("-v", "--verbose", action="store_true")
     a = ap.parse_args(argv)
     scenarios = SCENARIOS if a.scenario == "all" else (a.scenario,)
@@ -454,7 +477,15 @@ def main(argv=None) -> int:
         for s in seeds:
             n += 1
             try:
-                sim = Sim(sc, s, voters=a.voters, bad=a.bad, verbose=a.verbose).run()
+                if a.disk:
+                    with tempfile.TemporaryDirectory() as root:
+                        sim = Sim(sc, s, voters=a.voters, bad=a.bad, verbose=a.verbose, root=root)
+                        try:
+                            sim.run()
+                        finally:
+                            sim.close()
+                else:
+                    sim = Sim(sc, s, voters=a.voters, bad=a.bad, verbose=a.verbose).run()
                 worst = max(worst, sim.stats["recovered_ms"])
                 if a.verbose:
                     print(f"seed {s}: committed {len(sim.committed)}, leaders {len(sim.leaders)}, "

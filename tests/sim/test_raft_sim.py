@@ -61,3 +61,23 @@ def test_violation_reports_reproduce_command():
     sim = Sim("crash", 3, voters=3)
     with pytest.raises(Violation, match=r"reproduce: python -m tests.sim.raft_sim --scenario crash --voters 3 --seed 3$"):
         sim.fail("test")
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_scenario_on_disk(scenario, tmp_path_factory):
+    """A few seeds with the real storage (PartitionLog, quorum-state, checkpoint files), crashes
+    reopening the files with recovery; tmpfs when there is one, so fsyncs are cheap."""
+    import os
+    import tempfile
+    base = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    for seed in range(15):
+        with tempfile.TemporaryDirectory(dir=base) as root:
+            sim = Sim(scenario, seed, voters=voters_for(seed), root=root)
+            try:
+                sim.run()
+            except Violation as e:
+                pytest.fail(f"on disk: {e}")
+            finally:
+                sim.close()
+            assert len(sim.committed) > 5
