@@ -254,7 +254,7 @@ class KafkaServer:
         from kbroker.metrics import setup as metrics_setup
         await metrics_setup.attach(self)   # Prometheus endpoint on metrics.port, if set
         for lst in self.listeners:
-            if lst.name not in cfg.controller_listener_names:
+            if lst.name not in cfg.controller_listener_names and lst.name not in self.control.own_listeners:
                 lst.start_accepting()
         self.loop_probe.start()
         self.control.start_timers()

@@ -48,6 +48,7 @@ class ControlPlane:
         self.driver = None
         self.runtime = None
         self.own_listeners: set[str] = set()   # listeners bound here (before the quorum wait)
+        self.implicit_listener: str | None = None
         self._tasks: list[asyncio.Task] = []
 
     # -- the metadata quorum -------------------------------------------------------------------
@@ -144,15 +145,30 @@ class ControlPlane:
             t.add_done_callback(lambda f: f.cancelled() or f.exception() is None
                                 or log.warning("bootstrap records: %s", f.exception()))
 
+    def _controller_endpoints(self):
+        """The controller listeners to serve. A controller configured without one (the
+        embedded single-node default) gets a loopback listener on a kernel-chosen port, so
+        its broker still reaches it over the network."""
+        from kbroker.config import Endpoint
+        names = self.config.controller_listener_names
+        eps = [ep for ep in self.config.listeners if ep.listener_name in names]
+        if not eps:
+            taken = {ep.listener_name for ep in self.config.listeners}
+            name = "CONTROLLER" if "CONTROLLER" not in taken else "CONTROLLER_INTERNAL"
+            self.implicit_listener = name
+            eps = [Endpoint(name, "127.0.0.1", 0, "PLAINTEXT")]
+            log.info("no controller listener configured: serving the controller on a loopback port (%s)", name)
+        return eps
+
+    def _is_controller_listener(self, name: str) -> bool:
+        return name in self.config.controller_listener_names or name == self.implicit_listener
+
     async def _serve_controller_listeners(self) -> None:
         from kbroker.net.listener import Listener
         from kbroker.wire.frame import FrameDecoder
         srv, cfg = self.server, self.config
         max_frame = cfg["socket.request.max.bytes"]
-        names = cfg.controller_listener_names
-        for ep in cfg.listeners:
-            if ep.listener_name not in names:
-                continue
+        for ep in self._controller_endpoints():
             lst = Listener(ep.listener_name, ep.host, ep.port, self.dispatcher_for(ep.listener_name, None),
                            lambda: FrameDecoder(max_frame), backlog=cfg["socket.listen.backlog.size"])
             lst.bind()
@@ -170,7 +186,7 @@ class ControlPlane:
         self.service = ControllerService(self.server, runtime, cluster)
 
     def dispatcher_for(self, listener_name: str, broker_dispatcher):
-        if listener_name not in self.config.controller_listener_names:
+        if not self._is_controller_listener(listener_name):
             return broker_dispatcher
         from kbroker.handlers.dispatcher import Dispatcher
         if self.service is None:
@@ -192,9 +208,8 @@ class ControlPlane:
             if all((h, p) != (o[1], o[2]) for o in out):
                 out.append((-1 - i, h, p))
         if self.config.is_controller:
-            names = self.config.controller_listener_names
             for lst in self.server.listeners:
-                if lst.name in names and all(o[0] != self.server.node_id for o in out):
+                if self._is_controller_listener(lst.name) and all(o[0] != self.server.node_id for o in out):
                     host = lst.host if lst.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
                     out.append((self.server.node_id, host, lst.bound_port))
         return out
