@@ -144,7 +144,7 @@ def admin(bootstrap):
     return AdminClient({"bootstrap.servers": bootstrap})
 
 
-def wait_topic(bootstrap, topic, partitions, timeout=60):
+def wait_topic(bootstrap, topic, partitions, timeout=180):
     a = admin(bootstrap)
     deadline = time.time() + timeout
     while time.time() < deadline:

@@ -150,9 +150,10 @@ class ClusterNode(BrokerProcess):
             cmd += ["--override", f"{k}={v}"]
         return cmd
 
-    def format(self) -> None:
+    def format(self, *extra: str) -> None:
+        """kbroker format with the cluster id (extra: --standalone, --initial-controllers ...)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "kbroker", "format", "-t", self.cluster.cluster_id, "-g"]
+        cmd = [sys.executable, "-m", "kbroker", "format", "-t", self.cluster.cluster_id, "-g", *extra]
         for k, v in self.properties().items():
             cmd += ["--override", f"{k}={v}"]
         subprocess.run(cmd, check=True, capture_output=True, cwd=self.data_dir,
@@ -196,15 +197,17 @@ class KBrokerCluster:
             c.stop_signal(3); c.cont(3)     # SIGSTOP / SIGCONT
     """
 
-    def __init__(self, base_dir: Path, n: int = 3, *, roles: str = "broker,controller",
+    def __init__(self, base_dir: Path, n: int = 3, *, roles: "str | dict[int, str]" = "broker,controller",
                  overrides: dict | None = None, cluster_id: str = "kbrokerclusterAAAAAAAAA"):
+        """``roles``: process.roles of every node, or {node id: roles}."""
         self.base_dir = Path(base_dir)
         self.cluster_id = cluster_id[:22]
         self.overrides = {"controller.quorum.election.timeout.ms": "500",
                           "controller.quorum.fetch.timeout.ms": "1000",
                           "broker.session.timeout.ms": "4000", "broker.heartbeat.interval.ms": "500",
                           **(overrides or {})}
-        self.nodes = {i: ClusterNode(self, i, roles) for i in range(1, n + 1)}
+        self.nodes = {i: ClusterNode(self, i, roles if isinstance(roles, str) else roles[i])
+                      for i in range(1, n + 1)}
 
     def voters(self) -> str:
         return ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes.values() if n.controller_port)
@@ -213,9 +216,11 @@ class KBrokerCluster:
     def bootstrap(self) -> str:
         return ",".join(f"127.0.0.1:{n.port}" for n in self.nodes.values() if "broker" in n.roles)
 
-    def start(self, timeout: float = 90.0) -> "KBrokerCluster":
+    def start(self, timeout: float = 90.0, *, format: bool = True) -> "KBrokerCluster":
+        """Format (unless already done) and start every node; wait until all answer."""
         for n in self.nodes.values():
-            n.format()
+            if format:
+                n.format()
         for n in self.nodes.values():
             n.start(wait=False)
         for n in self.nodes.values():
@@ -274,10 +279,18 @@ class KBrokerCluster:
         raise RuntimeError("no active controller")
 
     def close(self) -> None:
-        for n in self.nodes.values():
-            if n.proc is not None and n.proc.poll() is None:
-                n.signal(signal.SIGCONT)
-                n.stop(timeout=15)
+        """SIGTERM every live node at once (one by one, the last ones would wait for a
+        quorum that is already gone), SIGKILL what has not exited after 20 s."""
+        live = [n for n in self.nodes.values() if n.proc is not None and n.proc.poll() is None]
+        for n in live:
+            n.signal(signal.SIGCONT)
+            n.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        for n in live:
+            try:
+                n.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                n.kill()
 
     def __enter__(self) -> "KBrokerCluster":
         return self.start()

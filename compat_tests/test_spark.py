@@ -226,6 +226,24 @@ def test_subscribe_pattern_picks_up_new_topic_and_new_partitions(spark, kb):
         q.stop()
 
 
+def test_subscribe_picks_up_partitions_added_mid_query(spark, kb):
+    bs = kb.bootstrap
+    create_topic(bs, "sp-grow", 1)
+    produce(bs, "sp-grow", [{"value": b"p0"}])
+    q = to_memory(kafka_stream(spark, bs, subscribe="sp-grow", startingOffsets="earliest"),
+                  "sp_grow", {"processingTime": "1 second"})
+    try:
+        wait_for(lambda: memory_values(spark, "sp_grow") == ["p0"], what="first partition")
+        add_partitions(bs, "sp-grow", 4)
+        produce(bs, "sp-grow", [{"value": f"p{p}".encode(), "partition": p} for p in (1, 2, 3)])
+        # New partitions are read from their start, so nothing produced to them is missed.
+        wait_for(lambda: memory_values(spark, "sp_grow") == ["p0", "p1", "p2", "p3"],
+                 what="records in the added partitions")
+        assert q.exception() is None
+    finally:
+        q.stop()
+
+
 def txn_data(bs, topic):
     """committed c0..c4, aborted a0..a4, committed c5..c9 and an open-then-aborted tail."""
     p = Producer({"bootstrap.servers": bs, "transactional.id": f"txn-{topic}", "linger.ms": 5})

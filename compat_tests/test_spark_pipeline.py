@@ -15,16 +15,20 @@ import subprocess
 import sys
 import time
 
-from compat_tests.brokers import REPO, BrokerProcess
-from compat_tests.spark_support import wait_for
+import pytest
 from confluent_kafka import Producer
 
+from compat_tests.brokers import REPO, BrokerProcess
+from compat_tests.spark_support import wait_for
 from examples.orders.kafka_io import (create_topics, dead_letters, latest_aggregates, produce,
                                       read_topic)
-from examples.orders.model import AGGREGATES_TOPIC, MALFORMED, TOPIC, WINDOW_MS, generate, minute, reference_aggregates
+from examples.orders.model import (AGGREGATES_TOPIC, MALFORMED, TOPIC, WINDOW_MS, generate, minute,
+                                   reference_aggregates)
 from examples.spark_env import local_jar_dirs, local_jars
 
 N = 600
+# Each test starts two or three Spark drivers (a JVM each): minutes on a loaded 2-core machine.
+pytestmark = pytest.mark.timeout(900)
 
 
 def spark_job(module: str, args: list[str], log) -> subprocess.Popen:
@@ -128,8 +132,8 @@ def test_orders_command_runs_everything_and_stops_cleanly(tmp_path):
     """`python -m examples.orders`: its own kbroker, the streaming job fed live, the batch
     replay, each checked against the reference by the command (exit status 0), then stopped."""
     assert local_jars(), f"Spark's Kafka connector jars not found in {local_jar_dirs()}"
-    run = subprocess.run([sys.executable, "-m", "examples.orders", "--count", "400", "--rate", "400",
-                          "--span-minutes", "3"], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+    run = subprocess.run([sys.executable, "-m", "examples.orders", "--count", "300", "--rate", "600",
+                          "--span-minutes", "2"], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
                          capture_output=True, text=True, timeout=600, start_new_session=True)
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-3000:]

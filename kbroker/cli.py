@@ -43,6 +43,10 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("-t", "--cluster-id", help="cluster id (default: a random one)")
     f.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
     f.add_argument("-g", "--ignore-formatted", action="store_true")
+    f.add_argument("-s", "--standalone", action="store_true",
+                   help="a dynamic quorum of this controller alone (KIP-853)")
+    f.add_argument("-I", "--initial-controllers", metavar="ID@HOST:PORT:DIRID,...",
+                   help="the initial voters of a dynamic quorum (KIP-853)")
     sub.add_parser("random-uuid", help="print a random Kafka uuid (for cluster ids)")
     from kbroker.groups.cli import add_parser as add_groups_parser
     add_groups_parser(sub)   # kbroker groups list|describe|reset-offsets|delete
@@ -56,6 +60,8 @@ def _parser() -> argparse.ArgumentParser:
     from kbroker.tools import dump_log; dump_log.add_parser(sub)  # noqa: E702
     from kbroker.tools import perf; perf.add_parser(sub)  # noqa: E702
     from kbroker.tools import dlq; dlq.add_parser(sub)  # noqa: E702
+    from kbroker.tools import metadata_quorum; metadata_quorum.add_parser(sub)  # noqa: E702
+    from kbroker.tools import cluster; cluster.add_parser(sub)  # noqa: E702
     return p
 
 
@@ -109,6 +115,17 @@ def _format(args) -> int:
     except StorageError as e:
         print(f"kbroker: {e}", file=sys.stderr)
         return 1
+    if args.standalone or args.initial_controllers:
+        from kbroker.kraft.format_quorum import FormatError, write_voters
+        if args.standalone and args.initial_controllers:
+            print("kbroker: --standalone and --initial-controllers exclude each other", file=sys.stderr)
+            return 1
+        try:
+            rec = write_voters(cfg, standalone=args.standalone, initial_controllers=args.initial_controllers)
+        except (FormatError, ValueError) as e:
+            print(f"kbroker: {e}", file=sys.stderr)
+            return 1
+        print(f"Bootstrap voters: {', '.join(str(v.voter_id) for v in rec.voters)}")
     print(f"Formatted {', '.join(dirs)} with cluster id {cid}")
     return 0
 

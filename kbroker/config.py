@@ -163,6 +163,7 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("controller.quorum.fetch.timeout.ms", "int", 2000),
     ConfigDef("controller.quorum.election.backoff.max.ms", "int", 1000),
     ConfigDef("controller.quorum.request.timeout.ms", "int", 2000),
+    ConfigDef("controller.quorum.retry.backoff.ms", "int", 20),
     ConfigDef("controller.listener.names", "list", []),
     ConfigDef("broker.rack", "string", None),
     ConfigDef("broker.heartbeat.interval.ms", "int", 2000, at_least(1)),

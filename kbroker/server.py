@@ -258,6 +258,9 @@ class KafkaServer:
                 lst.start_accepting()
         self.loop_probe.start()
         self.control.start_timers()
+        from kbroker.replication.driver import ReplicationDriver
+        self.replication = ReplicationDriver(self)   # replica fetchers, ISR changes
+        self.replication.start()
         self._tasks.append(asyncio.create_task(self._maintenance(), name="log-maintenance"))
         log.info("kbroker node %d started (cluster %s)", self.node_id, self.cluster_id)
 
@@ -343,6 +346,8 @@ class KafkaServer:
             await self.txn_coordinator.stop()
         if self.groups is not None:
             await self.groups.shutdown()
+        if getattr(self, "replication", None) is not None:
+            await self.replication.stop()
         if self.replicas is not None:
             self.replicas.close()   # producer-state snapshots
         for lm in self._log_managers:

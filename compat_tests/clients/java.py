@@ -67,6 +67,24 @@ class JavaDriver:
         self.run("create-topic", name, str(partitions),
                  *(f"{k}={v}" for k, v in (configs or {}).items()))
 
+    def describe_cluster(self) -> dict:
+        """Admin describeCluster + describeMetadataQuorum: {"cluster": id, "controller": id,
+        "nodes": [ids], "quorum": (leader, epoch, hw), "voters": {id: log end offset}}."""
+        out: dict = {"nodes": [], "voters": {}}
+        for line in self.run("describe-cluster").splitlines():
+            kind, *vals = line.split()
+            if kind == "cluster":
+                out["cluster"] = vals[0]
+            elif kind == "controller":
+                out["controller"] = int(vals[0])
+            elif kind == "node":
+                out["nodes"].append(int(vals[0]))
+            elif kind == "quorum":
+                out["quorum"] = tuple(int(v) for v in vals)
+            elif kind == "voter":
+                out["voters"][int(vals[0])] = int(vals[1])
+        return out
+
     def delete_topic(self, name):
         self.run("delete-topic", name)
 

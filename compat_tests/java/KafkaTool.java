@@ -43,6 +43,7 @@ public class KafkaTool {
             case "create-topic" -> createTopic(bootstrap, rest);
             case "delete-topic" -> deleteTopic(bootstrap, rest);
             case "list-topics" -> listTopics(bootstrap);
+            case "describe-cluster" -> describeCluster(bootstrap);
             case "describe-configs" -> describeConfigs(bootstrap, rest);
             case "alter-config" -> alterConfig(bootstrap, rest);
             case "latest-offsets" -> latestOffsets(bootstrap, rest);
@@ -148,6 +149,20 @@ public class KafkaTool {
         try (Admin admin = admin(bootstrap)) {
             admin.deleteTopics(List.of(a[0])).all().get(30, TimeUnit.SECONDS);
             System.out.println("deleted\t" + a[0]);
+        }
+    }
+
+    // describe-cluster : "cluster <id>", "controller <id>", "node <id>" per node, then the
+    // metadata quorum: "quorum <leader> <epoch> <hw>" and "voter <id> <log end offset>" lines
+    static void describeCluster(String bootstrap) throws Exception {
+        try (Admin admin = admin(bootstrap)) {
+            DescribeClusterResult c = admin.describeCluster();
+            System.out.println("cluster " + c.clusterId().get(30, TimeUnit.SECONDS));
+            System.out.println("controller " + c.controller().get(30, TimeUnit.SECONDS).id());
+            for (Node n : c.nodes().get(30, TimeUnit.SECONDS)) System.out.println("node " + n.id());
+            QuorumInfo q = admin.describeMetadataQuorum().quorumInfo().get(30, TimeUnit.SECONDS);
+            System.out.println("quorum " + q.leaderId() + " " + q.leaderEpoch() + " " + q.highWatermark());
+            for (QuorumInfo.ReplicaState r : q.voters()) System.out.println("voter " + r.replicaId() + " " + r.logEndOffset());
         }
     }
 

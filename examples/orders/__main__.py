@@ -43,7 +43,7 @@ def stop_job(job: subprocess.Popen, timeout: float = 60) -> int | None:
     return job.returncode
 
 
-def wait_until(check, timeout: float, interval: float = 2.0) -> bool:
+def wait_until(check, timeout: float, interval: float = 1.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if check():

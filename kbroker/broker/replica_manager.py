@@ -191,6 +191,10 @@ class ReplicaManager:
                     log.exception("role listener failed for %s", part)
         return change
 
+    def on_partition_change(self, rec) -> None:
+        """(Its presence tells the control plane that this manager follows leader epochs
+        itself, through ``on_metadata_record``.)"""
+
     def is_leader(self, part: Partition) -> bool:
         return part.leader_state is not None
 

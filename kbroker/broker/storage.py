@@ -37,6 +37,14 @@ def uuid_to_str(u: uuid.UUID | bytes) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+def str_to_uuid(s: str) -> uuid.UUID:
+    """Kafka's ``Uuid.fromString``: 22 characters of unpadded base64url."""
+    raw = base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+    if len(raw) != 16:
+        raise ValueError(f"not a Kafka uuid: {s!r}")
+    return uuid.UUID(bytes=raw)
+
+
 def random_uuid() -> uuid.UUID:
     """Kafka's ``Uuid.randomUuid()``: never zero, never the metadata topic id (1), and never
     one whose string form starts with '-' (it would look like a command-line flag)."""

@@ -23,6 +23,11 @@ from kbroker.wire.records import BatchBuilder
 log = logging.getLogger("kbroker.groups.runtime")
 
 
+# A partition smaller than this is replayed at once when this node becomes its leader (a
+# few ms); a larger one in slices (kbroker.groups.runtime._load_in_slices).
+LOAD_IN_ONE_GO_BYTES = 1 << 20
+
+
 class CoordinatorError(Exception):
     def __init__(self, code: int):
         super().__init__(code)
@@ -40,6 +45,8 @@ class GroupCoordinatorRuntime:
         self._stopped = False
         self._creating: asyncio.Future | None = None
         self._topics_cache: tuple[int, dict] = (-2, {})
+        self._loading: dict[int, asyncio.Task] = {}   # partitions replayed in slices
+        self.load_slice_s = 0.004                        # work per slice before yielding
 
     # ------------------------------------------------------------------------------------------
     # Lifecycle
@@ -51,7 +58,7 @@ class GroupCoordinatorRuntime:
         topic = self.broker.image.topic(OFFSETS_TOPIC)
         if topic is not None:
             for p in topic.partitions:
-                self._maybe_load(p)
+                self._maybe_load(p, at_startup=True)
         self._task = asyncio.get_running_loop().create_task(self._timer_loop(), name="group-coordinator-timers")
 
     async def shutdown(self) -> None:
@@ -60,6 +67,10 @@ class GroupCoordinatorRuntime:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        loading, self._loading = list(self._loading.values()), {}
+        for task in loading:
+            task.cancel()
+        await asyncio.gather(*loading, return_exceptions=True)
 
     def _on_metadata_record(self, rec: Any, change: Any, offset: int) -> None:
         kind = type(rec).__name__
@@ -69,14 +80,20 @@ class GroupCoordinatorRuntime:
                 self._maybe_load(rec.partition_id)
         elif kind == "RemoveTopicRecord" and change is not None and getattr(change, "name", None) == OFFSETS_TOPIC:
             self.shards.clear()
+            for task in self._loading.values():
+                task.cancel()
+            self._loading.clear()
 
-    def _maybe_load(self, partition: int) -> None:
+    def _maybe_load(self, partition: int, at_startup: bool = False) -> None:
         topic = self.broker.image.topic(OFFSETS_TOPIC)
         state = topic.partitions.get(partition) if topic else None
         if state is None or state.leader != self.broker.node_id:
             self.shards.pop(partition, None)
+            task = self._loading.pop(partition, None)
+            if task is not None:
+                task.cancel()
             return
-        if partition in self.shards:
+        if partition in self.shards or partition in self._loading:
             return
         part = self.broker.replicas.get(OFFSETS_TOPIC, partition)
         if part is None:
@@ -85,13 +102,53 @@ class GroupCoordinatorRuntime:
             if opening is not None:
                 opening.add_done_callback(lambda _f: self._maybe_load(partition))
             return
-        self.shards[partition] = self._load(partition, part.log)
-        self._wake.set()
+        plog = part.log
+        if at_startup or plog.size_in_bytes < LOAD_IN_ONE_GO_BYTES:
+            # start-up (nothing is served yet) or a small partition: replay now
+            self.shards[partition] = self._load(partition, plog)
+            self._wake.set()
+            return
+        # Becoming the leader of a large partition while serving: replay it in slices that
+        # yield to the loop; its groups answer COORDINATOR_LOAD_IN_PROGRESS until done
+        # (Kafka's answer while it loads a partition).
+        self._loading[partition] = asyncio.get_running_loop().create_task(
+            self._load_in_slices(partition, plog), name=f"load-{OFFSETS_TOPIC}-{partition}")
+
+    async def _load_in_slices(self, partition: int, plog) -> None:
+        import time
+        slice_s = self.load_slice_s
+        steps = self._load_steps(partition, plog)
+        t0 = time.perf_counter()
+        try:
+            while True:
+                next(steps)
+                if time.perf_counter() - t0 > slice_s:
+                    await asyncio.sleep(0)
+                    t0 = time.perf_counter()
+        except StopIteration as done:
+            if self._loading.get(partition) is asyncio.current_task():
+                del self._loading[partition]
+                self.shards[partition] = done.value
+                self._wake.set()
+        except Exception:   # noqa: BLE001 - the log went away (topic deleted, leadership lost)
+            if self._loading.get(partition) is asyncio.current_task():
+                del self._loading[partition]
+            log.exception("loading %s-%d failed", OFFSETS_TOPIC, partition)
 
     def _load(self, partition: int, plog) -> GroupShard:
+        steps = self._load_steps(partition, plog)
+        try:
+            while True:
+                next(steps)
+        except StopIteration as done:
+            return done.value
+
+    def _load_steps(self, partition: int, plog):
+        """Generator: replays the partition, yielding after each batch; returns the shard."""
         shard = GroupShard(partition, self.config, topics=self.topics)
         n = 0
         for batch in plog.batches():
+            yield
             if batch.is_control:
                 ctype = batch.control_type()
                 shard.offsets.complete_transaction(batch.producer_id, committed=int(ctype or 0) == 1)
@@ -151,6 +208,8 @@ class GroupCoordinatorRuntime:
     def shard_for(self, group_id: str) -> GroupShard:
         shard = self.shards.get(self.partition_for(group_id))
         if shard is None:
+            if self.partition_for(group_id) in self._loading:
+                raise CoordinatorError(errors.COORDINATOR_LOAD_IN_PROGRESS)
             topic = self.broker.image.topic(OFFSETS_TOPIC)
             raise CoordinatorError(errors.NOT_COORDINATOR if topic is not None else errors.COORDINATOR_NOT_AVAILABLE)
         return shard

@@ -20,6 +20,7 @@ from kbroker.handlers import api_versions
 from kbroker.handlers.context import RequestContext
 from kbroker.net.connection import CloseConnection
 from kbroker.security.authenticator import gate as security_gate
+from kbroker.security.authz_filters import authorized_handle
 from kbroker.wire.errors import CodecError
 from kbroker.wire.frame import decode_request_header, encode_response_chunks
 from kbroker.wire.primitives import Reader
@@ -68,7 +69,10 @@ class Dispatcher:
             raise CloseConnection(f"malformed {spec.name} v{version} request from client {header.client_id!r}: {e}") from None
         ctx = RequestContext(self.broker, conn, api_key, version, corr, header.client_id,
                              self._now_ms(), conn.listener_name if conn is not None else "PLAINTEXT")
-        result = spec.handle(ctx, req)
+        if security is not None and security.authorizer is not None:
+            result = authorized_handle(spec, ctx, req)   # Kafka's per-API ACL checks
+        else:
+            result = spec.handle(ctx, req)
         t_local = perf_counter_ns()
         if inspect.isawaitable(result):
             return self._finish(result, ctx, req, t0, t_local)

@@ -75,8 +75,9 @@ class ControlPlane:
                 and not cfg["controller.quorum.bootstrap.servers"]:
             voters = {srv.node_id}      # the embedded single node: a quorum of one
         store = FileQuorumStore(mplog.dir, srv.cluster_id, kraft_version=0 if voters else 1)
+        boot = [-1 - i for i in range(len(cfg["controller.quorum.bootstrap.servers"]))]
         node = RaftNode(srv.node_id, DiskRaftLog(mplog), store, snaps, rcfg, random.Random(),
-                        voters=voters, now_ms=monotonic_ms())
+                        voters=voters, now_ms=monotonic_ms(), bootstrap=boot)
         self.transport = TcpTransport(srv.node_id, self._endpoint_of,
                                       request_timeout_ms=cfg["controller.quorum.request.timeout.ms"])
         self.driver = RaftDriver(node, self.transport, clock=monotonic_ms)
@@ -94,6 +95,11 @@ class ControlPlane:
         self._tasks.append(asyncio.create_task(runtime.watch(), name="metadata-quorum-watch"))
         waited = 0
         while not await runtime.wait_caught_up(5.0):
+            if self.transport.inconsistent_cluster is not None:
+                raise RuntimeError(
+                    f"node {srv.node_id} is formatted for cluster {srv.cluster_id}, but controller "
+                    f"{self.transport.inconsistent_cluster} belongs to another cluster "
+                    "(INCONSISTENT_CLUSTER_ID): format every node with the same cluster id (kbroker format -t)")
             waited += 5
             log.info("waiting for the metadata quorum (%d s): leader %d, epoch %d, high watermark %d, applied %d",
                      waited, node.leader_id, node.epoch, node.high_watermark, runtime.applied)
@@ -102,6 +108,9 @@ class ControlPlane:
         return runtime
 
     def _endpoint_of(self, node_id: int):
+        boot = self.config["controller.quorum.bootstrap.servers"]
+        if node_id < 0 and -node_id - 1 < len(boot):      # an observer's bootstrap destination
+            return _split_host_port(boot[-node_id - 1])
         for v in self.config.voters:
             if v.node_id == node_id:
                 return v.host, v.port
@@ -203,6 +212,8 @@ class ControlPlane:
         """Register this broker; the epoch. Over the network when listening."""
         srv = self.server
         cfg = self.config
+        if not cfg.is_broker:
+            return -1                  # a controller-only process registers no broker
         if not self.use_network(listening):
             import uuid
             return srv.controller.submit_now(

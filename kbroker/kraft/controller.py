@@ -339,6 +339,12 @@ class Controller:
 
     # -- producer ids ------------------------------------------------------------------------
 
+    def alter_partition(self, req, version: int, now_ms: int) -> ControllerResult:
+        """AlterPartition from a partition leader (ISR changes): kbroker.kraft.partition_change."""
+        from kbroker.kraft.partition_change import answer_alter_partition
+        records, response = answer_alter_partition(self.image, req, version)
+        return ControllerResult(records, response)
+
     def allocate_producer_ids(self, broker_id: int, broker_epoch: int, now_ms: int) -> ControllerResult:
         """A block of PRODUCER_ID_BLOCK_SIZE producer ids; response (first id, size)."""
         start = self.image.next_producer_id

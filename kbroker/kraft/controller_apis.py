@@ -45,6 +45,7 @@ VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, DESCRIBE_QUORUM, FETCH_SNAPSHOT = 52
 ADD_RAFT_VOTER, REMOVE_RAFT_VOTER, UPDATE_RAFT_VOTER = 80, 81, 82
 BROKER_REGISTRATION, BROKER_HEARTBEAT, UNREGISTER_BROKER = 62, 63, 64
 ALLOCATE_PRODUCER_IDS, UPDATE_FEATURES, CONTROLLER_REGISTRATION = 67, 57, 70
+ALTER_PARTITION = 56
 
 RAFT_APIS = (FETCH, VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, DESCRIBE_QUORUM, FETCH_SNAPSHOT,
              ADD_RAFT_VOTER, REMOVE_RAFT_VOTER, UPDATE_RAFT_VOTER)
@@ -161,6 +162,7 @@ class ControllerService:
         add(UNREGISTER_BROKER, 0, 0, self._unregister_broker)
         add(ALLOCATE_PRODUCER_IDS, 0, 0, self._allocate_producer_ids)
         add(CONTROLLER_REGISTRATION, 0, 0, self._controller_registration)
+        add(ALTER_PARTITION, 0, 3, self._alter_partition)
         side = ControllerSide(self.server, self)
         for key, name in ADMIN_WRITE_MODULES.items():
             mod = importlib.import_module(f"kbroker.handlers.{name}")
@@ -234,6 +236,12 @@ class ControllerService:
         except _Refused as r:
             return r.response
         return wire.RESPONSES[ALLOCATE_PRODUCER_IDS](error_code=0, producer_id_start=start, producer_id_len=size)
+
+    async def _alter_partition(self, ctx, req):
+        try:
+            return await self._run(ctx, req, lambda c, now: c.alter_partition(req, ctx.api_version, now))
+        except _Refused as r:
+            return r.response
 
     async def _controller_registration(self, ctx, req):
         if not self.active:

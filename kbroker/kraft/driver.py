@@ -7,6 +7,11 @@
     driver.add_listener(fn)    # fn(CommittedBatch | SnapshotLoaded), in log order, once each
     await driver.close()       # a leader resigns (EndQuorumEpoch) before stopping
 
+``open_node_on_disk`` builds a RaftNode on a metadata log directory: the log is
+``<dir>/__cluster_metadata-0`` (PartitionLog), snapshots are ``<offset>-<epoch>.checkpoint``
+files in that directory, the election state is ``<dir>/quorum-state``. When to snapshot is
+the state machine's call (``SnapshotPolicy``; ``RaftNode.create_snapshot``), not the driver's.
+
 The node is only touched from the driver's task, so nothing else needs a lock. Inbound
 envelopes (from the transport's receiver or ``handle_request``) are queued and the task wakes
 up; it polls the node, sends what the node wants sent, answers local requests whose responses
@@ -22,7 +27,13 @@ import itertools
 import logging
 from typing import Any, Callable
 
-from kbroker.kraft.raft import LEADER, NotLeaderError, RaftNode
+import os
+import random
+
+from kbroker.kraft.quorum_store import FileQuorumStore
+from kbroker.kraft.raft import LEADER, NotLeaderError, RaftConfig, RaftNode
+from kbroker.kraft.raft_log import METADATA_PARTITION_DIR, DiskRaftLog
+from kbroker.kraft.snapshots import DirSnapshotStore
 from kbroker.kraft.transport import Envelope, Transport, monotonic_ms
 
 log = logging.getLogger("kbroker.kraft.driver")
@@ -146,8 +157,9 @@ class RaftDriver:
         for offset, epoch, fut in self._appends:
             if fut.done():
                 continue
-            if offset < hw and node.log.epoch_for_offset(offset) == epoch:
-                fut.set_result(offset)
+            if offset < hw and (node.log.epoch_for_offset(offset) == epoch or
+                                (offset < node.log.start_offset and node.epoch == epoch)):
+                fut.set_result(offset)       # committed (a snapshot may already cover it)
             elif node.epoch != epoch or node.role != LEADER:
                 fut.set_exception(NotLeaderError(
                     f"leadership moved before offset {offset} committed (now epoch {node.epoch})"))
@@ -163,3 +175,18 @@ class RaftDriver:
         for fut in self._local.values():
             if not fut.done():
                 fut.set_exception(exc)
+
+
+def open_node_on_disk(metadata_dir: str, node_id: int, config: RaftConfig, *,
+                      voters=None, cluster_id: str = "", now_ms: int = 0,
+                      rng: random.Random | None = None) -> RaftNode:
+    """A RaftNode on ``metadata_dir``. ``voters``: the static ``controller.quorum.voters``
+    ids (kraft.version 0), or None when the voter set comes from the bootstrap checkpoint
+    that ``format --standalone`` / ``--initial-controllers`` wrote (KIP-853)."""
+    part_dir = os.path.join(metadata_dir, METADATA_PARTITION_DIR)
+    snaps = DirSnapshotStore(part_dir)
+    log_ = DiskRaftLog.open(metadata_dir, now_ms)
+    store = FileQuorumStore(metadata_dir, cluster_id, kraft_version=0 if voters is not None else 1)
+    config.cluster_id = config.cluster_id or cluster_id or None
+    return RaftNode(node_id, log_, store, snaps, config, rng or random.Random(), voters=voters,
+                    now_ms=now_ms)

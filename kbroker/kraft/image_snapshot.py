@@ -44,6 +44,7 @@ def image_records(image: MetadataImage) -> list:
             out.append(ConfigRecord(resource_type=rtype, resource_name=rname, name=k, value=v))
     if image.next_producer_id:
         out.append(ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id))
+    out += image.security.records()   # SCRAM credentials, ACLs, client quotas, delegation tokens
     return out
 
 

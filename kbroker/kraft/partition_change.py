@@ -321,3 +321,58 @@ def internal_topic_replication_factor(configured: int, live_brokers: int) -> tup
                     f"configs); it is created once that many brokers are up.")
     return configured, None
 
+
+
+def answer_alter_partition(image, req, version: int):
+    """An AlterPartition request from a leader: (records to commit, AlterPartitionResponse).
+    Partitions are judged one by one against the image as the earlier ones leave it."""
+    from kbroker.wire.generated.alter_partition_response import AlterPartitionResponse as R
+
+    b = image.brokers.get(req.broker_id)
+    if b is None or (req.broker_epoch >= 0 and b.epoch != req.broker_epoch):
+        return [], R(error_code=Errors.STALE_BROKER_EPOCH)
+    records: list = []
+    topics = []
+    for t in req.topics:
+        ti = image.topics_by_id.get(t.topic_id) if version >= 2 else image.topics_by_name.get(t.topic_name)
+        parts = []
+        for p in t.partitions:
+            st = ti.partitions.get(p.partition_index) if ti is not None else None
+            if st is None:
+                code = Errors.UNKNOWN_TOPIC_ID if version >= 2 else Errors.UNKNOWN_TOPIC_OR_PARTITION
+                parts.append(R.TopicData.PartitionData(partition_index=p.partition_index, error_code=code))
+                continue
+            if version >= 3:
+                new_isr = [e.broker_id for e in p.new_isr_with_epochs]
+                epochs = [e.broker_epoch for e in p.new_isr_with_epochs]
+            else:
+                new_isr, epochs = list(p.new_isr), None
+            code = validate_alter_partition(image, st, req.broker_id, p.leader_epoch,
+                                            p.partition_epoch, new_isr, epochs)
+            if code == Errors.NONE:
+                recs = alter_partition(image, ti.topic_id, st, new_isr)
+                records += recs
+                if recs:
+                    log.info("%s-%d ISR %s -> %s (leader %d)", ti.name, st.partition_id,
+                             list(st.isr), new_isr, req.broker_id)
+                st = _after(ti, st, recs)   # answered with the state once these commit
+            parts.append(R.TopicData.PartitionData(
+                partition_index=p.partition_index, error_code=code, leader_id=st.leader,
+                leader_epoch=st.leader_epoch, isr=list(st.isr), partition_epoch=st.partition_epoch))
+        topics.append(R.TopicData(topic_name=t.topic_name, topic_id=t.topic_id, partitions=parts))
+    return records, R(error_code=0, topics=topics)
+
+
+def _after(topic, st, records):
+    """``st`` as it will be once ``records`` are applied (the image itself is changed only
+    by replaying committed records)."""
+    import copy
+
+    from kbroker.kraft.image import MetadataImage, TopicImage
+
+    scratch = MetadataImage()
+    t = TopicImage(topic.name, topic.topic_id, {st.partition_id: copy.deepcopy(st)})
+    scratch.topics_by_id[topic.topic_id] = t
+    for r in records:
+        scratch.apply(r)
+    return t.partitions[st.partition_id]

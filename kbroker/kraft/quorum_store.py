@@ -17,6 +17,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from kbroker.log.checkpoint import write_atomic
+
 QUORUM_STATE_FILE = "quorum-state"
 NO_DIRECTORY = uuid.UUID(int=0)
 
@@ -84,14 +86,4 @@ class FileQuorumStore:
         else:
             data["currentVoters"] = [{"voterId": v} for v in state.voters]
         data["data_version"] = self.data_version
-        tmp = self.path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f, separators=(",", ":"))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        dfd = os.open(os.path.dirname(self.path) or ".", os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        write_atomic(self.path, json.dumps(data, separators=(",", ":")))

@@ -62,6 +62,9 @@ from kbroker.wire.generated.voters_record import VotersRecord
 from kbroker.wire.records import ControlRecordType, RecordBatch, iter_batches
 
 PRE_VOTE_TAG = 10_000
+_CLUSTER_CHECKED = {"VoteRequest": VoteResponse, "BeginQuorumEpochRequest": BeginQuorumEpochResponse,
+                    "EndQuorumEpochRequest": EndQuorumEpochResponse, "FetchRequest": FetchResponse,
+                    "FetchSnapshotRequest": FetchSnapshotResponse}
 UNATTACHED, PROSPECTIVE, CANDIDATE, LEADER, FOLLOWER, RESIGNED = (
     "unattached", "prospective", "candidate", "leader", "follower", "resigned")
 NEVER = 1 << 62
@@ -93,7 +96,8 @@ class RaftConfig:
         return cls(election_timeout_ms=int(get("controller.quorum.election.timeout.ms")),
                    fetch_timeout_ms=int(get("controller.quorum.fetch.timeout.ms")),
                    election_backoff_max_ms=int(get("controller.quorum.election.backoff.max.ms")),
-                   request_timeout_ms=int(get("controller.quorum.request.timeout.ms")))
+                   request_timeout_ms=int(get("controller.quorum.request.timeout.ms")),
+                   retry_backoff_ms=int(get("controller.quorum.retry.backoff.ms") or 20))
 
 
 class CommittedBatch(NamedTuple):
@@ -149,7 +153,12 @@ def _voter_dict(rec: VotersRecord) -> dict[int, Any]:
 
 class RaftNode:
     def __init__(self, node_id: int, log: RaftLog, store: QuorumStore, snapshots: SnapshotStore,
-                 config: RaftConfig, rng: random.Random, *, voters=None, now_ms: int = 0) -> None:
+                 config: RaftConfig, rng: random.Random, *, voters=None, now_ms: int = 0,
+                 bootstrap: list[int] | None = None) -> None:
+        """``voters``: static voter ids (kraft.version 0), or None to take the voter set from
+        the snapshots (bootstrap checkpoint) and the log. ``bootstrap``: destination ids an
+        observer that knows neither leader nor voters fetches from to find the leader
+        (``controller.quorum.bootstrap.servers``; the transport maps them to addresses)."""
         self.node_id = node_id
         self.log = log
         self.store = store
@@ -157,6 +166,7 @@ class RaftNode:
         self.config = config
         self.rng = rng
         self.kraft_version = 0
+        self.bootstrap = list(bootstrap or ())
         # voter set history: (offset of the VotersRecord or -1 for the base, {id: Voter|None})
         self._voter_history: list[tuple[int, dict[int, Any]]] = []
         if voters is not None:
@@ -422,9 +432,9 @@ class RaftNode:
             if not self._fetch_in_flight() and now_ms >= self._next_fetch_ms:
                 if self.role == FOLLOWER:
                     self._send_fetch(self.leader_id, now_ms)
-                elif not self.is_voter and self.voters:
+                elif not self.is_voter and (self.voters or self.bootstrap):
                     # an observer without a leader asks a voter; its answer names the leader
-                    self._send_fetch(self.rng.choice(sorted(self.voters)), now_ms)
+                    self._send_fetch(self.rng.choice(sorted(self.voters) or self.bootstrap), now_ms)
 
     def _fetch_in_flight(self) -> bool:
         return any(p.kind in ("fetch", "snapshot") for p in self._pending.values())
@@ -442,7 +452,7 @@ class RaftNode:
 
     def _send_vote(self, dst: int, pre: bool, now_ms: int) -> None:
         part = VoteRequest.TopicData.PartitionData(
-            partition_index=0, candidate_epoch=self.epoch if pre else self.epoch,
+            partition_index=0, candidate_epoch=self.epoch,   # a prospective does not bump it
             candidate_id=self.node_id, last_offset_epoch=self.log.last_epoch,
             last_offset=self.log.end_offset,
             unknown_tagged_fields=[(PRE_VOTE_TAG, b"\x01")] if pre else None)
@@ -500,9 +510,16 @@ class RaftNode:
     # ============================================================== requests
 
     def _on_request(self, env: Envelope, now_ms: int) -> None:
-        handler = getattr(self, "_handle_" + type(env.msg).__name__, None)
-        if handler is not None:
-            handler(env, now_ms)
+        name = type(env.msg).__name__
+        handler = getattr(self, "_handle_" + name, None)
+        if handler is None:
+            return
+        theirs = getattr(env.msg, "cluster_id", None)
+        if theirs and self.config.cluster_id and theirs != self.config.cluster_id \
+                and name in _CLUSTER_CHECKED:
+            self._reply(env, _CLUSTER_CHECKED[name](error_code=int(Errors.INCONSISTENT_CLUSTER_ID)))
+            return
+        handler(env, now_ms)
 
     def _handle_VoteRequest(self, env: Envelope, now_ms: int) -> None:
         p = env.msg.topics[0].partitions[0]
@@ -513,6 +530,8 @@ class RaftNode:
         err = Errors.NONE
         if not self.is_voter:
             err = Errors.INCONSISTENT_VOTER_SET
+        elif cand not in self.voters:
+            pass                        # a removed (or not yet added) voter cannot be elected
         elif pre:
             # KIP-996: grant only if the log is as good and we have no live leader; never
             # change our own state for a pre-vote
@@ -599,7 +618,16 @@ class RaftNode:
         if snapshot is not None:
             part.snapshot_id = P.SnapshotId(end_offset=snapshot.end_offset, epoch=snapshot.epoch)
         self._reply(env, FetchResponse(responses=[FetchResponse.FetchableTopicResponse(
-            topic=METADATA_TOPIC, partitions=[part])]))
+            topic=METADATA_TOPIC, partitions=[part])], node_endpoints=self._leader_endpoints()))
+
+    def _leader_endpoints(self) -> list:
+        """Where the leader listens, when its VotersRecord says (KIP-853): an observer that
+        asked a bootstrap server learns the leader's address from the answer."""
+        voter = self._voter_history[-1][1].get(self.leader_id) if self._voter_history else None
+        if voter is None or not voter.endpoints:
+            return []
+        ep = voter.endpoints[0]
+        return [FetchResponse.NodeEndpoint(node_id=self.leader_id, host=ep.host, port=ep.port)]
 
     def _handle_FetchRequest(self, env: Envelope, now_ms: int) -> None:
         req = env.msg
@@ -629,8 +657,7 @@ class RaftNode:
         if offset > 0 and (e != last_epoch or end < offset):
             self._fetch_response(env, diverging=(e, end))
             return
-        if offset > prog.end_offset or True:
-            prog.end_offset = offset
+        prog.end_offset = offset                # may go back after the replica truncated
         if offset >= self.log.end_offset:
             prog.last_caught_up_ms = now_ms
         self._update_hw(now_ms)
@@ -868,7 +895,8 @@ class RaftNode:
         div = part.diverging_epoch
         if div is not None and (div.epoch >= 0 or div.end_offset >= 0):
             e, mine = self.log.end_offset_for_epoch(div.epoch)
-            target = min(div.end_offset, mine) if e == div.epoch else min(div.end_offset, mine)
+            # Kafka's truncateToEndOffset: to where both logs last agree on that epoch
+            target = min(div.end_offset, mine) if e == div.epoch else mine
             self._truncate(max(target, self.log.start_offset))
             return
         sid = part.snapshot_id
@@ -884,6 +912,7 @@ class RaftNode:
     def _on_FetchSnapshotResponse(self, env: Envelope, p: _Pending, now_ms: int) -> None:
         part = env.msg.topics[0].partitions[0] if env.msg.topics else None
         if part is None or self._snapshot_fetch is None:
+            self._next_fetch_ms = now_ms + self.config.retry_backoff_ms
             return
         cl = part.current_leader
         if cl is not None and self._observe_epoch(cl.leader_epoch, cl.leader_id, now_ms):

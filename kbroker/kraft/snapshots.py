@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterator, NamedTuple, Protocol
 
+from kbroker.log.checkpoint import fsync_dir
 from kbroker.kraft.raft_log import build_batch, build_control_batch, control_type
 from kbroker.wire.generated.k_raft_version_record import KRaftVersionRecord
 from kbroker.wire.generated.snapshot_footer_record import SnapshotFooterRecord
@@ -171,11 +172,7 @@ class DirSnapshotStore:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, final)
-        dfd = os.open(self.dir, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        fsync_dir(self.dir)
 
     def delete(self, sid: SnapshotId) -> None:
         try:

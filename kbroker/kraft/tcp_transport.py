@@ -23,6 +23,7 @@ from typing import Callable
 
 from kbroker.kraft.transport import Envelope, Receiver
 from kbroker.net.client import ClientError, KafkaClient
+from kbroker.wire.errors import Errors
 
 log = logging.getLogger("kbroker.kraft.tcp")
 
@@ -84,6 +85,10 @@ class TcpTransport:
         self._serve_corr = 0
         self._closed = False
         self.lost = 0          # requests that got no response (metrics, tests)
+        # leader endpoints named in Fetch responses (KIP-951 NodeEndpoints): how an observer
+        # that only knows controller.quorum.bootstrap.servers reaches the leader
+        self.learned: dict[int, tuple[str, int]] = {}
+        self.inconsistent_cluster: int | None = None   # a peer that said we are in another cluster
 
     def set_receiver(self, receiver: Receiver) -> None:
         self._receiver = receiver
@@ -103,7 +108,7 @@ class TcpTransport:
         task.add_done_callback(self._tasks.discard)
 
     def _client(self, dst: int) -> KafkaClient | None:
-        ep = self.endpoint_of(dst)
+        ep = self.endpoint_of(dst) or self.learned.get(dst)
         if ep is None:
             return None
         c = self._clients.get(dst)
@@ -132,6 +137,10 @@ class TcpTransport:
             self.lost += 1
             log.debug("raft %s to node %d lost: %s", type(env.msg).__name__, env.dst, e)
             return
+        if getattr(resp, "error_code", 0) == Errors.INCONSISTENT_CLUSTER_ID:
+            self.inconsistent_cluster = env.dst
+        for ne in getattr(resp, "node_endpoints", None) or ():
+            self.learned[ne.node_id] = (ne.host, ne.port)
         if self._receiver is not None and not self._closed:
             self._receiver(Envelope(env.dst, self.node_id, env.corr, resp))
 

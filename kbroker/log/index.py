@@ -126,7 +126,15 @@ class _Index:
         self._load()
         self._entries = 0
         if self._mm is not None and self._capacity:
-            self._mm[: self._capacity] = bytes(self._capacity)
+            # truncate and re-extend: a sparse file of zeros at once. Writing 10 MB of zeros
+            # through the mapping took ~35 ms per index: over a minute of recovery after a
+            # kill -9 with a thousand partitions.
+            cap = self._capacity
+            self._mm.close()
+            self._mm = None
+            os.ftruncate(self._fd, 0)
+            os.ftruncate(self._fd, cap)
+            self._map(cap)
 
     # -- search ------------------------------------------------------------------------
     def _key(self, i: int) -> int:  # pragma: no cover - overridden
@@ -190,7 +198,11 @@ class OffsetIndex(_Index):
             return False  # Kafka only appends increasing offsets
         if (n + 1) * 8 > self._capacity:
             return False
-        _OFF.pack_into(self._mm, n * 8, rel, position)  # type: ignore[arg-type]
+        # pwrite, not a store into the mapping: the mapping sees it (one page cache), and
+        # the first store into each page of a new sparse index file costs a write fault
+        # that allocates the block (~1 ms here), which made every new partition's first
+        # appends slow; the write path allocates lazily (delayed allocation).
+        os.pwrite(self._fd, _OFF.pack(rel, position), n * 8)
         self._entries = n + 1
         return True
 
@@ -260,7 +272,7 @@ class TimeIndex(_Index):
                 self.resize(self._capacity + 12)
             else:
                 return False
-        _TIME.pack_into(self._mm, self._entries * 12, timestamp, offset - self.base_offset)  # type: ignore[arg-type]
+        os.pwrite(self._fd, _TIME.pack(timestamp, offset - self.base_offset), self._entries * 12)  # see OffsetIndex.append
         self._entries += 1
         return True
 

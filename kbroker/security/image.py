@@ -68,3 +68,28 @@ class SecurityImage:
 
     def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
         return self.scram.get((user, mechanism))
+
+    def records(self) -> list:
+        """Records that rebuild this state from nothing (metadata snapshots)."""
+        from kbroker.security.scram import MECHANISMS
+        from kbroker.wire.generated.access_control_entry_record import AccessControlEntryRecord
+        from kbroker.wire.generated.client_quota_record import ClientQuotaRecord
+        from kbroker.wire.generated.delegation_token_record import DelegationTokenRecord
+        from kbroker.wire.generated.user_scram_credential_record import UserScramCredentialRecord
+        out: list = []
+        for (name, mech), c in sorted(self.scram.items()):
+            out.append(UserScramCredentialRecord(name=name, mechanism=MECHANISMS[mech][0], salt=c.salt,
+                                                 stored_key=c.stored_key, server_key=c.server_key, iterations=c.iterations))
+        for acl_id, a in sorted(self.acls.by_id.items(), key=lambda kv: str(kv[0])):
+            out.append(AccessControlEntryRecord(id=acl_id, resource_type=a.resource_type, resource_name=a.resource_name,
+                                                pattern_type=a.pattern_type, principal=a.principal, host=a.host,
+                                                operation=a.operation, permission_type=a.permission))
+        for entity, values in sorted(self.quotas.items(), key=lambda kv: str(kv[0])):
+            ents = [ClientQuotaRecord.EntityData(entity_type=t, entity_name=n) for t, n in entity]
+            for k, v in sorted(values.items()):
+                out.append(ClientQuotaRecord(entity=ents, key=k, value=v, remove=False))
+        for tid, t in sorted(self.tokens.items()):
+            out.append(DelegationTokenRecord(owner=t.owner, requester=t.requester, renewers=list(t.renewers),
+                                             issue_timestamp=t.issue_ms, max_timestamp=t.max_ms,
+                                             expiration_timestamp=t.expiry_ms, token_id=tid))
+        return out

@@ -139,3 +139,48 @@ def test_offset_expiry_runs_from_the_loop_and_writes_tombstones():
         assert rt2.shard_for("new").fetch_offsets("new", [("t", [0])])[1][0][1][0].offset == 6
         await rt2.shutdown()
     asyncio.run(scenario())
+
+
+def test_becoming_leader_of_a_large_partition_loads_it_in_slices(monkeypatch):
+    """A partition above LOAD_IN_ONE_GO_BYTES is replayed by a task that yields between
+    batches; its groups answer COORDINATOR_LOAD_IN_PROGRESS until the replay is done."""
+    from kbroker.groups import runtime as runtime_mod
+    from kbroker.groups.runtime import CoordinatorError
+
+    monkeypatch.setattr(runtime_mod, "LOAD_IN_ONE_GO_BYTES", 1)
+    FakeLog.size_in_bytes = property(lambda self: sum(len(b) for b in self.buffers))
+
+    async def scenario():
+        clock = [1_000]
+        broker = fake_broker()
+        rt = GroupCoordinatorRuntime(broker, GroupConfig(num_partitions=N), lambda: clock[0])
+        rt.start()
+        commits = [OffsetCommitRequest("g", [("t", [CommitPartition(0, i, -1, "")])], -1, "", version=8)
+                   for i in range(300)]
+        for oc in commits:
+            await rt.run("g", lambda sh, now, oc=oc: sh.commit_offsets(oc, now))
+        await rt.shutdown()
+
+        broker2 = fake_broker(broker.replicas)
+        p = rt.partition_for("g")
+        broker2.image.topic(OFFSETS_TOPIC).partitions[p].leader = 2     # another node leads it
+        rt2 = GroupCoordinatorRuntime(broker2, GroupConfig(num_partitions=N), lambda: clock[0])
+        rt2.load_slice_s = 0          # yield after every batch
+        rt2.start()
+        broker2.image.topic(OFFSETS_TOPIC).partitions[p].leader = 1     # leadership moves here
+        rt2._maybe_load(p)
+        try:
+            rt2.shard_for("g")
+            raise AssertionError("must be loading")
+        except CoordinatorError as e:
+            assert e.code == E.COORDINATOR_LOAD_IN_PROGRESS
+        ticks = 0
+        while p in rt2._loading:
+            ticks += 1
+            await asyncio.sleep(0)
+        err, rows = rt2.shard_for("g").fetch_offsets("g", [("t", [0])])
+        await rt2.shutdown()
+        return ticks, rows
+    ticks, rows = asyncio.run(scenario())
+    assert ticks > 1                      # the loop ran other work while it loaded
+    assert rows[0][1][0].offset == 299

@@ -97,3 +97,22 @@ def test_static_voters_refuse_add_raft_voter():
     sim.net.send(Envelope(ADMIN, lead, 1, AddRaftVoterRequest(voter_id=100, listeners=[])), sim.t)
     sim.run(end_ms=sim.t + 50, final=False)
     assert sim.stats[f"admin_AddRaftVoterResponse{int(Errors.UNSUPPORTED_VERSION)}"] == 1
+
+
+def test_fetch_answers_name_the_leaders_address_from_its_voters_record():
+    from kbroker.kraft.snapshots import write_bootstrap_checkpoint
+    from kbroker.wire.generated.fetch_request import FetchRequest
+    from kbroker.wire.generated.voters_record import VotersRecord
+    snaps = MemorySnapshotStore()
+    write_bootstrap_checkpoint(snaps, VotersRecord(voters=[VotersRecord.Voter(voter_id=1, endpoints=[
+        VotersRecord.Voter.Endpoint(name="CONTROLLER", host="127.0.0.9", port=9093)])]))
+    node = RaftNode(1, MemoryRaftLog(), MemoryQuorumStore(), snaps, RaftConfig(), random.Random(0), now_ms=0)
+    node.poll(0, [])
+    assert node.role == LEADER and node.voters == {1} and node.kraft_version == 1
+    P = FetchRequest.FetchTopic.FetchPartition
+    req = FetchRequest(replica_id=50, topics=[FetchRequest.FetchTopic(
+        topic="__cluster_metadata", partitions=[P(current_leader_epoch=0, fetch_offset=0)])])
+    out, _ = node.poll(1, [Envelope(50, 1, 3, req)])         # an observer with an old epoch
+    resp = out[0].msg
+    assert resp.responses[0].partitions[0].error_code == int(Errors.FENCED_LEADER_EPOCH)
+    assert [(e.node_id, e.host, e.port) for e in resp.node_endpoints] == [(1, "127.0.0.9", 9093)]

@@ -18,7 +18,7 @@ from kbroker.wire.errors import Errors
 
 pytestmark = pytest.mark.timeout(60)
 
-CONTROLLER_ONLY = {52, 53, 54, 55, 59, 62, 63, 64, 67, 70, 80, 81, 82}
+CONTROLLER_ONLY = {52, 53, 54, 59, 62, 63, 64, 67, 70, 80, 81, 82}
 
 
 async def start_node(tmp_path, *extra):
@@ -45,6 +45,13 @@ def test_combined_node_registers_over_its_controller_listener_and_forwards_admin
             cv, bv = set(ctl._conn.versions), set(brk._conn.versions)
             assert CONTROLLER_ONLY <= cv and not (CONTROLLER_ONLY & bv)
             assert 0 not in cv and 3 not in cv       # no Produce / Metadata on the controller listener
+            assert 55 in cv and 55 in bv               # DescribeQuorum: brokers forward it
+            DQ = wire.REQUESTS[55]
+            dq = await brk.send(DQ(topics=[DQ.TopicData(topic_name="__cluster_metadata",
+                                                       partitions=[DQ.TopicData.PartitionData(partition_index=0)])]))
+            part = dq.topics[0].partitions[0]
+            assert part.error_code == 0 and part.leader_id == 1 and part.high_watermark > 0
+            assert [v.replica_id for v in part.current_voters] == [1]
             # CreateTopics to the broker listener is forwarded and the image has it on return
             Req = wire.REQUESTS[19]
             resp = await brk.send(Req(timeout_ms=5000, topics=[Req.CreatableTopic(

@@ -79,3 +79,20 @@ def test_filters():
     assert A.validate_acl(acl(A.R_CLUSTER, "other", A.ALTER))
     assert A.validate_acl(acl(A.R_TOPIC, "t", A.READ, principal="alice"))
     assert A.validate_acl(acl(A.R_TOPIC, "t", A.READ)) is None
+
+
+def test_security_state_survives_a_metadata_snapshot():
+    from kbroker.kraft.image import MetadataImage
+    from kbroker.kraft.image_snapshot import encode_image, load_image
+    from kbroker.security.controller_ops import alter_scram, create_acls
+    from kbroker.security.scram import salted_password
+
+    class C:
+        image = MetadataImage()
+    for op in (alter_scram([], [("alice", 2, 4096, b"salt", salted_password("sha512", "pw", b"salt", 4096))]),
+               create_acls([acl(A.R_TOPIC, "t", A.READ)])):
+        for r in op(C, 0).records:
+            C.image.apply(r)
+    back = load_image(encode_image(C.image))
+    assert back.security.scram == C.image.security.scram and back.security.scram
+    assert back.security.acls.by_id == C.image.security.acls.by_id and back.security.acls.by_id

@@ -1,0 +1,172 @@
+"""A three-node cluster of real processes on loopback (combined broker + controller, one
+cluster id, static voters): controller failover under kill -9, no metadata change without a
+majority, a restarted node catching up from a snapshot after the log was cleaned, and stock
+admin clients (confluent-kafka, the Java client) against every node."""
+
+import logging
+import time
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from compat_tests.brokers import KBrokerCluster
+from compat_tests.clients import java as java_client
+
+pytestmark = pytest.mark.timeout(300)
+
+
+_quiet = logging.getLogger("compat.cluster.librdkafka")
+_quiet.setLevel(logging.CRITICAL)
+
+
+def admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap, "logger": _quiet})
+
+
+def create(a: AdminClient, name: str, partitions: int = 1, timeout: float = 30.0):
+    """Create a topic; returns None on success, else the error."""
+    fs = a.create_topics([NewTopic(name, partitions, 1)], request_timeout=timeout, operation_timeout=timeout)
+    try:
+        fs[name].result(timeout=timeout + 10)
+        return None
+    except Exception as e:       # noqa: BLE001 - the error is the result
+        return e
+
+
+def topics_on(node_port: int) -> set:
+    md = admin(f"127.0.0.1:{node_port}").list_topics(timeout=10)
+    return set(md.topics)
+
+
+def has_topics(node_port: int, names: set, timeout: float = 30.0) -> bool:
+    """Whether the node's metadata shows ``names`` within ``timeout`` (brokers learn
+    metadata by fetching the committed log, so a node may be a moment behind)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if names <= topics_on(node_port):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    with KBrokerCluster(tmp_path, 3) as c:
+        yield c
+
+
+def test_kill_active_controller_new_one_is_elected_and_create_topics_meanwhile_succeeds(cluster):
+    first = cluster.active_controller()
+    survivor = next(n for n in cluster.nodes.values() if n.node_id != first)
+    a = admin(f"127.0.0.1:{survivor.port}")
+    assert create(a, "before") is None
+    cluster.kill(first)
+    assert create(a, "during", partitions=3) is None          # sent while there is no leader
+    second = cluster.active_controller()
+    assert second != first
+    for n in cluster.nodes.values():
+        if n.node_id != first:
+            assert has_topics(n.port, {"before", "during"})
+    cluster.restart(first)
+    assert has_topics(cluster.nodes[first].port, {"before", "during"})
+
+
+def test_no_metadata_change_is_acknowledged_without_a_majority(cluster):
+    lead = cluster.active_controller()
+    others = [i for i in cluster.nodes if i != lead]
+    cluster.kill(others[0])
+    cluster.kill(others[1])
+    a = admin(f"127.0.0.1:{cluster.nodes[lead].port}")
+    err = create(a, "lonely", timeout=8.0)
+    assert err is not None                                   # not acknowledged
+    cluster.restart(others[0], wait=False)
+    cluster.nodes[others[0]].wait_ready(90)
+    deadline = time.monotonic() + 60
+    while True:
+        err = create(a, "lonely", timeout=15.0)
+        if err is None or "already exists" in str(err).lower():
+            break
+        assert time.monotonic() < deadline, err
+    assert has_topics(cluster.nodes[others[0]].port, {"lonely"})
+
+
+def test_restarted_node_catches_up_from_a_snapshot_after_the_log_was_cleaned(tmp_path):
+    small = {"metadata.log.max.record.bytes.between.snapshots": "2000",
+             "metadata.log.segment.bytes": "4096", "metadata.log.max.snapshot.interval.ms": "1000"}
+    with KBrokerCluster(tmp_path, 3, overrides=small) as c:
+        lead = c.active_controller()
+        behind = next(i for i in c.nodes if i != lead)
+        c.nodes[behind].stop()
+        a = admin(f"127.0.0.1:{c.nodes[lead].port}")
+        fs = a.create_topics([NewTopic(f"snap{i}", 2, 1) for i in range(40)], request_timeout=60)
+        for f in fs.values():
+            f.result(timeout=90)
+        # the leader snapshotted and cleaned its log below the snapshot
+        meta = c.nodes[lead].data_dir / "logs" / "__cluster_metadata-0"
+        deadline = time.monotonic() + 30
+        while not any(p.name.endswith(".checkpoint") and not p.name.startswith("0000000000000000000000")
+                      for p in meta.iterdir()):
+            assert time.monotonic() < deadline, sorted(p.name for p in meta.iterdir())
+            time.sleep(0.2)
+        c.restart(behind)
+        assert has_topics(c.nodes[behind].port, {f"snap{i}" for i in range(40)}, timeout=60)
+        assert "loaded metadata snapshot" in c.nodes[behind].log_path.read_text()
+
+
+def test_confluent_admin_against_every_node(cluster):
+    for n in cluster.nodes.values():
+        a = admin(f"127.0.0.1:{n.port}")
+        assert create(a, f"from{n.node_id}", partitions=2) is None
+        d = a.describe_cluster(request_timeout=30).result(timeout=40)
+        assert sorted(x.id for x in d.nodes) == [1, 2, 3]
+    for n in cluster.nodes.values():
+        assert has_topics(n.port, {"from1", "from2", "from3"})
+
+
+@pytest.mark.parametrize("version", ["4.3.0", "3.9.0"])
+def test_java_admin_describe_cluster_and_metadata_quorum_against_every_node(cluster, version):
+    if not java_client.available(version):
+        pytest.skip(f"kafka-clients {version} jars missing (scripts/fetch-java-clients.sh installs them)")
+    lead = cluster.active_controller()
+    for n in cluster.nodes.values():
+        drv = java_client.JavaDriver(f"127.0.0.1:{n.port}", version)
+        d = drv.describe_cluster()
+        assert sorted(d["nodes"]) == [1, 2, 3] and d["cluster"] == cluster.cluster_id
+        leader, epoch, hw = d["quorum"]
+        assert leader == lead and epoch >= 1 and hw > 0
+        assert sorted(d["voters"]) == [1, 2, 3]
+        drv.create_topic(f"java{n.node_id}", 1)
+    assert has_topics(cluster.nodes[1].port, {"java1", "java2", "java3"})
+
+
+def test_separate_controller_processes_and_a_broker_only_node(tmp_path):
+    roles = {1: "controller", 2: "controller", 3: "controller", 4: "broker"}
+    with KBrokerCluster(tmp_path, 4, roles=roles) as c:
+        broker = c.nodes[4]
+        a = admin(f"127.0.0.1:{broker.port}")
+        assert create(a, "on-broker", partitions=2) is None
+        md = a.list_topics(timeout=10)
+        assert sorted(md.brokers) == [4]                     # controllers are not brokers
+        assert {p.leader for p in md.topics["on-broker"].partitions.values()} == {4}
+        lead = c.active_controller()
+        c.kill(lead)
+        assert create(a, "after-failover") is None
+        assert c.active_controller() != lead
+
+
+def test_node_formatted_with_another_cluster_id_is_refused(tmp_path):
+    with KBrokerCluster(tmp_path / "good", 1) as c:
+        stranger = KBrokerCluster(tmp_path / "other", 1, roles="broker",
+                                  cluster_id="otherclusterBBBBBBBBBBB")
+        node = stranger.nodes[1]
+        node.node_id = 2
+        stranger.voters = c.voters                            # it points at the good quorum
+        node.format()
+        node.start(wait=False)
+        try:
+            assert node.proc.wait(60) != 0
+            text = node.log_path.read_text()
+            assert "INCONSISTENT_CLUSTER_ID" in text and stranger.cluster_id in text
+        finally:
+            stranger.close()
