@@ -6,8 +6,7 @@ a stock client (confluent-kafka) know.
 The broker runs Kafka's StandardAuthorizer with the anonymous PLAINTEXT user as super user, so
 kafka-acls has an authorizer to talk to and every other tool is allowed.
 
-Not here yet (other issues' APIs): kafka-metadata-quorum (DescribeQuorum), kafka-leader-election,
-kafka-reassign-partitions."""
+Not here yet (other issues' APIs): kafka-leader-election, kafka-reassign-partitions."""
 from __future__ import annotations
 
 import json
@@ -98,10 +97,12 @@ def test_kafka_tools_against_kbroker(abroker, tmp_path):
                   "--add-config", "segment.bytes=1048576,cleanup.policy=[delete]"],
         "features": ["kafka-features.sh", *b, "describe"],
         "txns": ["kafka-transactions.sh", *b, "list"],
+        "quorum": ["kafka-metadata-quorum.sh", *b, "describe", "--status"],
         "acl-add": ["kafka-acls.sh", *b, "--add", "--allow-principal", "User:alice", "--operation", "Read",
                     "--operation", "Write", "--topic", "kt"],
     }, tmp_path, {"producer": lines})
     assert "(principal=User:alice, host=*, operation=READ, permissionType=ALLOW)" in w["acl-add"]
+    assert re.search(r"^LeaderId:\s+1$", w["quorum"], re.M) and re.search(r"^CurrentVoters:\s+\[.*\"id\": ?1\b", w["quorum"], re.M), w["quorum"]
     assert re.search(r"^5000 records sent, .* ms 99\.9th\.$", w["perf"], re.M)
     tool_data = [json.loads(x) for x in w["verifiable"].splitlines() if '"tool_data"' in x][-1]
     assert tool_data["sent"] == tool_data["acked"] == 200

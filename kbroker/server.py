@@ -154,6 +154,8 @@ class KafkaServer:
         from kbroker.handlers import registry
         from kbroker.handlers.dispatcher import Dispatcher
         self.api_specs = registry.load()
+        from kbroker.metrics import setup as metrics_setup
+        metrics_setup.register_apis(self)   # KIP-714 telemetry APIs, when configured
         defaults = {"num.partitions": cfg["num.partitions"],
                     "default.replication.factor": cfg["default.replication.factor"],
                     "delete.topic.enable": cfg["delete.topic.enable"]}

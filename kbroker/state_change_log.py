@@ -19,6 +19,11 @@ class StateChangeLog:
         self.node_id = node_id
         self.metrics = metrics            # RequestMetrics: ISR shrink/expand counters (as the leader counts them)
         self._seen: dict[tuple, tuple[int, tuple[int, ...]]] = {}
+        self.reload(image)
+
+    def reload(self, image) -> None:
+        """Start over from ``image`` (attach time, and after the loader installs a snapshot)."""
+        self._seen.clear()
         for t in image.topics_by_name.values():
             for p in t.partitions.values():
                 self._seen[(t.topic_id, p.partition_id)] = (p.leader, tuple(p.isr))
@@ -61,4 +66,8 @@ class StateChangeLog:
 
 
 def attach(server) -> None:
-    server.controller.publishers.append(StateChangeLog(server.image, server.node_id, server.request_metrics))
+    pub = StateChangeLog(server.image, server.node_id, server.request_metrics)
+    server.controller.publishers.append(pub)
+    loader = getattr(server.controller, "loader", None)
+    if loader is not None and hasattr(loader, "reloaders"):
+        loader.reloaders.append(pub.reload)

@@ -155,34 +155,45 @@ class BrokerCollector:
                 lso.add_metric(lbl, plog.log_start_offset)
         yield from (size, segs, leo, lso)
 
-    def _controller(self):
+    def _quorum(self):
+        """(leader id, epoch, role, log end offset, high watermark, voters) of the metadata
+        quorum: the Raft node when the broker runs one (``controller.node``), else the
+        single-voter runtime's quorum state."""
         b = self.broker
         ctl = b.controller
+        node = getattr(ctl, "node", None)
+        if node is not None:
+            return (node.leader_id, node.epoch, node.role, node.log.end_offset, node.high_watermark,
+                    len(node.voters))
         quorum = getattr(ctl, "quorum", None)
-        leader = getattr(quorum, "leader_id", -1) if quorum is not None else -1
+        mlog = getattr(ctl, "mlog", None)
+        leader = getattr(quorum, "leader_id", -1)
+        end = mlog.end_offset if mlog is not None else -1
+        return (leader, getattr(quorum, "epoch", -1), "leader" if leader == b.node_id else "unattached", end, end,
+                max(1, len(b.config.voters)))
+
+    def _controller(self):
+        b = self.broker
+        leader, epoch, role, end, hw, voters = self._quorum()
+        active = getattr(b.controller, "active", None)
+        if active is None:
+            active = leader == b.node_id
         g = GaugeMetricFamily
         yield g("kafka_controller_kafkacontroller_activecontrollercount",
-                "1 on the active controller", value=1 if leader == b.node_id else 0)
+                "1 on the active controller", value=1 if active else 0)
         yield g("kafka_controller_kafkacontroller_activebrokercount", "Unfenced brokers",
                 value=sum(1 for r in b.image.brokers.values() if not r.fenced))
         yield g("kafka_controller_kafkacontroller_fencedbrokercount", "Fenced brokers",
                 value=sum(1 for r in b.image.brokers.values() if r.fenced))
         yield g("kafka_server_raft_metrics_current_leader", "Metadata quorum leader id", value=leader)
-        yield g("kafka_server_raft_metrics_current_epoch", "Metadata quorum epoch",
-                value=getattr(quorum, "epoch", -1) if quorum is not None else -1)
+        yield g("kafka_server_raft_metrics_current_epoch", "Metadata quorum epoch", value=epoch)
         state = g("kafka_server_raft_metrics_current_state", "1 for this node's quorum role", labels=["state"])
-        role = getattr(quorum, "role", None) or ("leader" if leader == b.node_id else ("follower" if leader >= 0 else "unattached"))
-        for s in ("leader", "candidate", "voted", "follower", "unattached", "observer"):
+        for s in ("leader", "prospective", "candidate", "follower", "unattached", "resigned", "observer"):
             state.add_metric([s], 1 if s == role else 0)
         yield state
-        mlog = getattr(ctl, "mlog", None)
-        yield g("kafka_server_raft_metrics_log_end_offset", "Metadata log end offset",
-                value=mlog.end_offset if mlog is not None else -1)
-        yield g("kafka_server_raft_metrics_high_watermark", "Metadata log high watermark",
-                value=getattr(quorum, "high_watermark", None) or (mlog.end_offset if mlog is not None else -1))
-        voters = getattr(quorum, "voters", None)
-        yield g("kafka_server_raft_metrics_number_of_voters", "Voters in the metadata quorum",
-                value=len(voters) if voters else max(1, len(b.config.voters)))
+        yield g("kafka_server_raft_metrics_log_end_offset", "Metadata log end offset", value=end)
+        yield g("kafka_server_raft_metrics_high_watermark", "Metadata log high watermark", value=hw)
+        yield g("kafka_server_raft_metrics_number_of_voters", "Voters in the metadata quorum", value=voters)
         yield g("kafka_server_metadata_image_offset", "Offset of the last applied metadata record", value=b.image.offset)
 
     # -- consumer groups ------------------------------------------------------------------------
