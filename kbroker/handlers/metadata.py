@@ -38,6 +38,18 @@ def brokers_for_listener(image, listener_name: str) -> list:
     return out
 
 
+def client_controller_id(self_id: int, brokers: list) -> int:
+    """The controller id a client is told: Kafka's KRaft brokers name a live broker, since
+    controllers are no client endpoints, and clients (librdkafka's admin) send controller
+    requests to that node, which forwards them. It must be one of ``brokers``: a node not yet
+    registered or fenced is not in the list, and an id the client cannot resolve leaves it
+    "waiting for controller". This node when live, else the first live broker, else -1."""
+    ids = [b.node_id for b in brokers]
+    if self_id in ids:
+        return self_id
+    return ids[0] if ids else -1
+
+
 def topic_response(t, version: int, include_ops: bool) -> _Topic:
     parts = [
         _Partition(error_code=0, partition_index=p.partition_id, leader_id=p.leader,
@@ -88,11 +100,12 @@ def _error_topic(name, topic_id, code) -> _Topic:
 
 
 def _response(cls, broker, image, listener_name, v, cluster_ops: bool, topics) -> MetadataResponse:
+    brokers = brokers_for_listener(image, listener_name)
     resp = cls(
         throttle_time_ms=0,
-        brokers=brokers_for_listener(image, listener_name),
+        brokers=brokers,
         cluster_id=broker.cluster_id,
-        controller_id=broker.node_id,
+        controller_id=client_controller_id(broker.node_id, brokers),
         topics=topics,
         cluster_authorized_operations=CLUSTER_OPS if cluster_ops else AUTHORIZED_OPS_OMITTED,
     )

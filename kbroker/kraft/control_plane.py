@@ -244,8 +244,26 @@ class ControlPlane:
         epoch = await self.lifecycle.register()
         if not await self.lifecycle.wait_unfenced(UNFENCE_WAIT_S):
             log.warning("broker %d is still fenced after %.0f s; serving anyway", srv.node_id, UNFENCE_WAIT_S)
+        elif not await self._image_shows_unfenced(UNFENCE_WAIT_S):
+            log.warning("broker %d: unfenced, but not yet in its own metadata after %.0f s; serving anyway",
+                        srv.node_id, UNFENCE_WAIT_S)
         self._tasks.append(asyncio.create_task(self.lifecycle.run(), name="broker-heartbeat"))
         return self.lifecycle.epoch if self.lifecycle.epoch >= 0 else epoch
+
+    async def _image_shows_unfenced(self, timeout_s: float) -> bool:
+        """Wait until this node's metadata image (fed by fetching the committed log, so it lags
+        the controller's heartbeat answer) lists this broker unfenced: a client's first Metadata
+        must list it, or librdkafka's admin, told a controller id it cannot resolve, waits."""
+        srv = self.server
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout_s
+        while True:
+            b = srv.image.brokers.get(srv.node_id)
+            if b is not None and not b.fenced:
+                return True
+            if loop.time() >= end:
+                return False
+            await asyncio.sleep(0.02)
 
     def start_timers(self) -> None:
         if self.service is not None:

@@ -51,3 +51,26 @@ def test_not_shared_when_an_authorizer_filters_per_principal(broker):
         assert r1 is not r2 and type(r1) is MetadataResponse
     finally:
         h.server.security = saved
+
+
+def test_controller_id_is_always_a_listed_broker(broker):
+    """librdkafka's admin sends CreateTopics to Metadata's controller_id and waits "for
+    controller" while that id is not among the listed brokers: a node that is fenced (or not
+    yet registered) must name a live broker instead, or -1 when there is none."""
+    import uuid
+
+    from kbroker.kraft.image import BrokerRegistration
+    h = broker
+    image = h.server.image
+    me = image.brokers[1]
+    r, _ = _all(h, 12)
+    assert r.controller_id == 1 and [b.node_id for b in r.brokers] == [1]
+    image.brokers[2] = BrokerRegistration(2, 5, uuid.uuid4(), dict(me.endpoints), None, fenced=False)
+    me.fenced = True
+    image.offset += 1                       # (a replayed record moves the offset)
+    r, _ = _all(h, 12)
+    assert [b.node_id for b in r.brokers] == [2] and r.controller_id == 2
+    image.brokers[2].fenced = True
+    image.offset += 1
+    r, _ = _all(h, 12)
+    assert r.brokers == [] and r.controller_id == -1
