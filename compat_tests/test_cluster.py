@@ -172,10 +172,34 @@ def test_separate_controller_processes_and_a_broker_only_node(tmp_path):
         assert sorted(md.brokers) == [4]                     # controllers are not brokers
         assert md.controller_id == 4
         assert {p.leader for p in md.topics["on-broker"].partitions.values()} == {4}
+        # UpdateFeatures through the broker-only node reaches the active controller
+        # (kbroker's metadata.version is Kafka 3.9's, level 21)
+        up = kafka_features(f"127.0.0.1:{broker.port}", tmp_path, ["upgrade", "--metadata", "3.9"],
+                            ["upgrade", "--metadata", "4.0"])
+        assert up[0][0] == 0 and up[0][1].endswith("metadata.version was upgraded to 21.\n"), up
+        assert up[1][0] == 1 and "Invalid update version 25 for feature metadata.version" in up[1][1], up
         lead = c.active_controller()
         c.kill(lead)
         assert create(a, "after-failover") is None
         assert c.active_controller() != lead
+
+
+def kafka_features(bootstrap: str, tmp, *commands: list) -> list:
+    """Run Kafka 4.0's kafka-features.sh commands in parallel; [(exit code, output)]."""
+    import os
+    import subprocess
+
+    from compat_tests.test_ops_kafka_tools import KAFKA
+    env = {**os.environ, "KAFKA_HEAP_OPTS": "-Xmx256m", "LOG_DIR": str(tmp / "kafka-tool-logs"),
+           "KAFKA_OPTS": "-XX:TieredStopAtLevel=1 -Xshare:auto"}
+    procs = [subprocess.Popen([str(KAFKA / "bin" / "kafka-features.sh"), "--bootstrap-server", bootstrap, *cmd],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+             for cmd in commands]
+    out = []
+    for p in procs:
+        text, _ = p.communicate(timeout=180)
+        out.append((p.returncode, text))
+    return out
 
 
 def test_node_formatted_with_another_cluster_id_is_refused(tmp_path):

@@ -57,6 +57,7 @@ HANDLER_MODULES: tuple[str, ...] = (
     "describe_log_dirs",
     "offset_for_leader_epoch",
     "describe_quorum",           # forwarded to the active controller (kbroker.kraft)
+    "update_features",           # forwarded to the active controller (kbroker.kraft)
     # security (kbroker.security)
     "sasl_handshake",
     "sasl_authenticate",

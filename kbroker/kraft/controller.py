@@ -123,6 +123,16 @@ class Controller:
         # + what `format` asked for (kbroker format --add-scram: kbroker.security.bootstrap)
         return ControllerResult([rec] + list(self.bootstrap_records), None)
 
+    def update_features(self, updates: list, validate_only: bool, now_ms: int) -> ControllerResult:
+        """UpdateFeatures: FeatureLevelRecords for accepted changes; the response is a
+        ``feature_control.FeatureUpdateResult`` (kbroker.kraft.feature_control)."""
+        from kbroker.kraft.feature_control import supported_features, validate_updates
+        res = validate_updates(updates, self.image.features, supported_features(METADATA_VERSION))
+        Rec = _cls("FeatureLevelRecord")
+        recs = [] if res.error_code or validate_only else [
+            Rec(name=n, feature_level=level) for n, level in res.levels.items()]
+        return ControllerResult(recs, res)
+
     def register_broker(self, broker_id: int, incarnation_id: uuid.UUID,
                         endpoints: list[tuple[str, str, int, int]], rack: str | None,
                         now_ms: int) -> ControllerResult:

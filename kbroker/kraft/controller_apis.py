@@ -52,7 +52,8 @@ RAFT_APIS = (FETCH, VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, DESCRIBE_QUORUM,
 # admin writes served by the reused broker handler modules
 ADMIN_WRITE_MODULES = {CREATE_TOPICS: "create_topics", DELETE_TOPICS: "delete_topics",
                        CREATE_PARTITIONS: "create_partitions", ALTER_CONFIGS: "alter_configs",
-                       INCREMENTAL_ALTER_CONFIGS: "incremental_alter_configs"}
+                       INCREMENTAL_ALTER_CONFIGS: "incremental_alter_configs",
+                       UPDATE_FEATURES: "update_features"}
 
 
 def error_response(api_key: int, request, code: int, message: str | None = None):
