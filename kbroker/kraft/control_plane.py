@@ -116,9 +116,8 @@ class ControlPlane:
             if v.node_id == node_id:
                 return v.host, v.port
         node = getattr(getattr(self, "driver", None), "node", None)
-        hist = getattr(node, "_voter_history", None)     # KIP-853 voter endpoints (VotersRecord)
-        if hist:
-            voter = hist[-1][1].get(node_id)
+        if node is not None:                              # KIP-853 voter endpoints (VotersRecord)
+            voter = node.voter_entries.get(node_id)
             eps = list(getattr(voter, "endpoints", None) or [])
             names = self.config.controller_listener_names
             eps.sort(key=lambda e: 0 if e.name in names else 1)

@@ -67,7 +67,7 @@ class RaftControllerRuntime:
     def active(self) -> bool:
         node = self.node
         return (self.controller is not None and node.role == LEADER
-                and self.applied > getattr(node, "_epoch_start", 0))
+                and self.applied > node.epoch_start_offset)
 
     @property
     def leader_id(self) -> int:

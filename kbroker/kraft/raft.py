@@ -234,6 +234,20 @@ class RaftNode:
         return frozenset(self._voter_history[-1][1]) if self._voter_history else frozenset()
 
     @property
+    def voter_entries(self) -> dict:
+        """The latest voter set (committed or not, as Raft uses it): voter id -> its entry from
+        the VotersRecord (KIP-853: directory id and endpoints), or None for a voter known only
+        from static ``controller.quorum.voters``. A copy; callers read endpoints from it."""
+        return dict(self._voter_history[-1][1]) if self._voter_history else {}
+
+    @property
+    def epoch_start_offset(self) -> int:
+        """The log end offset when this node last became leader: its first record of the epoch
+        (LeaderChange) goes there, so state applied past it includes every record committed by
+        earlier leaders (a new controller is active only then). 0 before any leadership."""
+        return self._epoch_start
+
+    @property
     def is_voter(self) -> bool:
         return self.node_id in self.voters
 

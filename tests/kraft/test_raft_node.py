@@ -116,3 +116,25 @@ def test_fetch_answers_name_the_leaders_address_from_its_voters_record():
     resp = out[0].msg
     assert resp.responses[0].partitions[0].error_code == int(Errors.FENCED_LEADER_EPOCH)
     assert [(e.node_id, e.host, e.port) for e in resp.node_endpoints] == [(1, "127.0.0.9", 9093)]
+    # the public view of the voter set carries the VotersRecord entry (its endpoints)
+    entry = node.voter_entries[1]
+    assert list(node.voter_entries) == [1] and [(e.host, e.port) for e in entry.endpoints] == [("127.0.0.9", 9093)]
+    node.voter_entries.clear()                                # a copy: Raft's own set is untouched
+    assert node.voters == {1}
+
+
+def test_epoch_start_offset_is_where_the_new_leaders_epoch_begins():
+    log, store = MemoryRaftLog(), MemoryQuorumStore()
+    node = RaftNode(1, log, store, MemorySnapshotStore(), RaftConfig(), random.Random(0), voters={1}, now_ms=0)
+    assert node.epoch_start_offset == 0 and node.voter_entries == {1: None}   # static voters: no entry
+    node.poll(0, [])
+    node.append([b"a", b"b"], 1)
+    node.poll(1, [])
+    end = node.log_end_offset
+    assert end > 2
+    # restarted on the same log: epoch 2 starts at the old log end, its LeaderChange batch there
+    again = RaftNode(1, log, store, MemorySnapshotStore(), RaftConfig(), random.Random(0), voters={1}, now_ms=5)
+    again.poll(5, [])
+    assert again.role == LEADER and again.epoch == 2 and again.epoch_start_offset == end
+    first = [b for b in again.take_committed() if b.base_offset >= end][0]
+    assert first.base_offset == end and first.is_control
