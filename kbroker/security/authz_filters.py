@@ -701,6 +701,16 @@ def _list_transactions(ctx, req):
     return post
 
 
+def _update_features(ctx, req):
+    from kbroker.wire.generated.update_features_response import UpdateFeaturesResponse as R
+    if _cluster(ctx, ALTER):
+        return None
+    msg = "The principal is not authorized to ALTER the cluster"
+    return R(error_code=CLUSTER_DENIED, error_message=msg, results=[
+        R.UpdatableFeatureResult(feature=u.feature, error_code=CLUSTER_DENIED, error_message=msg)
+        for u in req.feature_updates])
+
+
 FILTERS = {
     0: _produce,
     1: _fetch,
@@ -732,6 +742,7 @@ FILTERS = {
     42: _delete_groups,
     44: _alter_configs("kbroker.wire.generated.incremental_alter_configs_response", "IncrementalAlterConfigsResponse"),
     47: _offset_delete,
+    57: _update_features,
     60: _describe_cluster,
     61: _describe_producers,
     65: _describe_transactions,
@@ -760,5 +771,5 @@ REQUIRED = {
     61: [(READ, R_TOPIC)], 65: [(DESCRIBE, R_TRANSACTIONAL_ID)], 66: [(DESCRIBE, R_TRANSACTIONAL_ID)],
     68: [(READ, R_GROUP), (DESCRIBE, R_TOPIC)], 69: [(DESCRIBE, R_GROUP)], 75: [(DESCRIBE, R_TOPIC)],
     29: [(DESCRIBE, R_CLUSTER)], 30: [(ALTER, R_CLUSTER)], 31: [(ALTER, R_CLUSTER)],
-    50: [(DESCRIBE, R_CLUSTER)], 51: [(ALTER, R_CLUSTER)],
+    50: [(DESCRIBE, R_CLUSTER)], 51: [(ALTER, R_CLUSTER)], 57: [(ALTER, R_CLUSTER)],
 }

@@ -238,6 +238,9 @@ CASES = [
      [acl(A.ALTER_CONFIGS, A.R_CLUSTER, A.CLUSTER_NAME)], Errors.CLUSTER_AUTHORIZATION_FAILED),
     (51, 0, dict(deletions=[dict(name="bob", mechanism=1)], upsertions=[]),
      [acl(A.ALTER, A.R_CLUSTER, A.CLUSTER_NAME)], Errors.CLUSTER_AUTHORIZATION_FAILED),
+    (57, 1, dict(timeout_ms=1000, validate_only=True, feature_updates=[
+        dict(feature="metadata.version", max_version_level=21, upgrade_type=1)]),
+     [acl(A.ALTER, A.R_CLUSTER, A.CLUSTER_NAME)], Errors.CLUSTER_AUTHORIZATION_FAILED),
 ]
 
 
