@@ -10,38 +10,21 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 from confluent_kafka import Producer
 
 from compat_tests.brokers import REPO, BrokerProcess
+from compat_tests.orders_pipeline import commits, dead_letter_sources, feed_orders, kill_job, spark_job
 from compat_tests.spark_support import wait_for
-from examples.orders.kafka_io import (create_topics, dead_letters, latest_aggregates, produce,
-                                      read_topic)
-from examples.orders.model import (AGGREGATES_TOPIC, MALFORMED, TOPIC, WINDOW_MS, generate, minute,
-                                   reference_aggregates)
+from examples.orders.kafka_io import create_topics, latest_aggregates, read_topic
+from examples.orders.model import AGGREGATES_TOPIC, WINDOW_MS, minute, reference_aggregates
 from examples.spark_env import local_jar_dirs, local_jars
 
-N = 600
 # Each test starts two or three Spark drivers (a JVM each): minutes on a loaded 2-core machine.
 pytestmark = pytest.mark.timeout(900)
-
-
-def spark_job(module: str, args: list[str], log) -> subprocess.Popen:
-    """A Spark driver in its own process group, so SIGKILL takes its JVM down with it."""
-    assert local_jars(), f"Spark's Kafka connector jars not found in {local_jar_dirs()}"
-    return subprocess.Popen([sys.executable, "-m", module, *args], cwd=REPO,
-                            env={**os.environ, "PYTHONPATH": str(REPO)},
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def commits(checkpoint) -> int:
-    d = checkpoint / "aggregates" / "commits"
-    return len([p for p in d.iterdir() if p.name.isdigit()]) if d.is_dir() else 0
 
 
 def test_orders_pipeline_killed_mid_stream_restarts_to_same_output(tmp_path):
@@ -52,13 +35,8 @@ def test_orders_pipeline_killed_mid_stream_restarts_to_same_output(tmp_path):
         bs = broker.bootstrap
         # Output segments roll every second so the cleaner gets to compact them during the test.
         create_topics(bs, aggregates_config={"segment.ms": "1000", "min.cleanable.dirty.ratio": "0.01"})
-        span_ms = 5 * WINDOW_MS
-        start_ms = int(time.time() * 1000) - span_ms - WINDOW_MS
-        events = generate(N, seed=7, start_ms=start_ms, spacing_ms=span_ms / N)
-        acks = produce(bs, events)
-        reference = reference_aggregates(events)
-        malformed = {acks[i]: e for i, e in enumerate(events) if e.malformed}
-        assert len(reference) > 20 and 5 <= len(malformed) < N // 10
+        orders = feed_orders(bs)
+        events, start_ms, reference = orders.events, orders.start_ms, orders.reference
 
         ck = tmp_path / "checkpoint"
         job = spark_job("examples.orders.stream_job",
@@ -68,8 +46,7 @@ def test_orders_pipeline_killed_mid_stream_restarts_to_same_output(tmp_path):
         wait_for(lambda: commits(ck) >= 2 or job.poll() is not None, timeout=240,
                  what="two committed micro-batches")
         assert job.poll() is None, (tmp_path / "spark.log").read_text()[-3000:]
-        os.killpg(job.pid, signal.SIGKILL)
-        job.wait(30)
+        kill_job(job)
         partial = latest_aggregates(bs)
         assert partial != reference, "the job had finished before it was killed"
 
@@ -78,21 +55,8 @@ def test_orders_pipeline_killed_mid_stream_restarts_to_same_output(tmp_path):
         assert job.wait(300) == 0, (tmp_path / "spark.log").read_text()[-3000:]
         assert latest_aggregates(bs) == reference
 
-        # Dead letters: every malformed order, none of the good ones; the Kafka sink is
-        # at-least-once, so a batch rewritten after the kill may repeat one, never alter it.
-        letters = dead_letters(bs)
-        seen = {}
-        for d in letters:
-            h = d["headers"]
-            assert h["source.topic"] == TOPIC
-            where = (int(h["source.partition"]), int(h["source.offset"]))
-            assert where in malformed, f"a good order in the dead-letter topic: {d}"
-            e = malformed[where]
-            assert (d["key"], d["value"]) == (e.key, e.value)
-            assert int(h["source.timestamp"]) == e.timestamp_ms
-            assert h["error"] == MALFORMED[e.malformed]
-            seen[where] = d
-        assert set(seen) == set(malformed)
+        # Dead letters: every malformed order, none of the good ones.
+        assert dead_letter_sources(bs, orders) == set(orders.malformed)
 
         # Replay: the batch job recomputes two whole minutes from the log by timestamp.
         from_ms = start_ms - start_ms % WINDOW_MS + 2 * WINDOW_MS
@@ -121,9 +85,7 @@ def test_orders_pipeline_killed_mid_stream_restarts_to_same_output(tmp_path):
         wait_for(one_value_per_key, timeout=120, interval=1, what="the cleaner to compact the output")
         assert latest_aggregates(bs) == reference
     finally:
-        if job is not None and job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait(30)
+        kill_job(job)
         log.close()
         broker.stop()
 

@@ -12,13 +12,16 @@ from examples.orders.model import AGGREGATES_TOPIC, DEAD_LETTER_TOPIC, TOPIC, Ev
 TIMEOUT = 30
 
 
-def create_topics(bootstrap: str, partitions: int = 3, aggregates_config: dict | None = None) -> None:
+def create_topics(bootstrap: str, partitions: int = 3, aggregates_config: dict | None = None,
+                  replication_factor: int = 1, config: dict | None = None) -> None:
+    """The pipeline's three topics; ``config`` applies to all of them (e.g. min.insync.replicas)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    topics = [NewTopic(TOPIC, partitions, 1),
-              NewTopic(DEAD_LETTER_TOPIC, 1, 1),
+    rf, common = replication_factor, dict(config or {})
+    topics = [NewTopic(TOPIC, partitions, rf, config=common),
+              NewTopic(DEAD_LETTER_TOPIC, 1, rf, config=common),
               # One value per window and category: a rewritten row replaces the older one.
-              NewTopic(AGGREGATES_TOPIC, 2, 1,
-                       config={"cleanup.policy": "compact", **(aggregates_config or {})})]
+              NewTopic(AGGREGATES_TOPIC, 2, rf,
+                       config={**common, "cleanup.policy": "compact", **(aggregates_config or {})})]
     for name, f in admin.create_topics(topics).items():
         try:
             f.result(TIMEOUT)

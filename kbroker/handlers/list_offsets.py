@@ -18,10 +18,17 @@ _Topic = ListOffsetsResponse.ListOffsetsTopicResponse
 _Part = _Topic.ListOffsetsPartitionResponse
 
 
-def _one(part, p, read_committed: bool) -> _Part:
+DEBUGGING_REPLICA_ID = -2   # the one caller a follower answers (tools); everyone else asks the leader
+
+
+def _one(part, p, read_committed: bool, leader_only: bool = True) -> _Part:
     idx = p.partition_index
     if part is None:
         return _Part(partition_index=idx, error_code=Errors.UNKNOWN_TOPIC_OR_PARTITION)
+    if leader_only and part.leader_state is None:
+        # a follower's high watermark lags the leader's: a client with stale metadata would see
+        # the latest offset go backwards (Spark then reports data loss)
+        return _Part(partition_index=idx, error_code=Errors.NOT_LEADER_OR_FOLLOWER)
     cle = p.current_leader_epoch
     if cle >= 0 and cle != part.leader_epoch:
         code = Errors.FENCED_LEADER_EPOCH if cle < part.leader_epoch else Errors.UNKNOWN_LEADER_EPOCH
@@ -50,10 +57,11 @@ def _one(part, p, read_committed: bool) -> _Part:
 def handle(ctx, req):
     replicas = ctx.broker.replicas
     read_committed = ctx.api_version >= 2 and req.isolation_level == 1
+    leader_only = req.replica_id != DEBUGGING_REPLICA_ID
     topics = []
     for t in req.topics:
         parts = replicas.topics.get(t.name)
-        out = [_one(parts.get(p.partition_index) if parts else None, p, read_committed) for p in t.partitions]
+        out = [_one(parts.get(p.partition_index) if parts else None, p, read_committed, leader_only) for p in t.partitions]
         if ctx.api_version < 4:   # leader_epoch is not ignorable before v4
             for r in out:
                 r.leader_epoch = -1

@@ -20,6 +20,8 @@ def _one(part, p, version: int) -> _Part:
     idx = p.partition
     if part is None:
         return _Part(error_code=Errors.UNKNOWN_TOPIC_OR_PARTITION, partition=idx)
+    if part.leader_state is None:   # the leader's epoch cache is the one that counts
+        return _Part(error_code=Errors.NOT_LEADER_OR_FOLLOWER, partition=idx)
     current = p.current_leader_epoch if version >= 2 else -1
     if current >= 0 and current != part.leader_epoch:
         code = Errors.FENCED_LEADER_EPOCH if current < part.leader_epoch else Errors.UNKNOWN_LEADER_EPOCH
