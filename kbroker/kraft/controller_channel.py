@@ -124,6 +124,14 @@ async def wait_for_image(server, request, api_key: int, resp, timeout_s: float =
     end = loop.time() + timeout_s
     while not done() and loop.time() < end:
         await server.loader.changed(end - loop.time())
+    if api_key == CREATE_TOPICS and done() and loop.time() < end:
+        # This broker's replicas of the new partitions are created off the event loop; answer
+        # once they exist, so a client that lists offsets or produces next finds them here
+        # (librdkafka's 0067 consumes an empty topic right after creating it).
+        try:
+            await asyncio.wait_for(server.log_manager.wait_opening(), end - loop.time())
+        except asyncio.TimeoutError:
+            pass
 
 
 def forwarding_specs(server, specs: dict) -> dict:
