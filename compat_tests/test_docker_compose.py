@@ -49,6 +49,8 @@ def _shim(tmp_path) -> str:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     shim = bin_dir / "kbroker"
+    if shim.exists():   # never rewrite it under a service that is running it
+        return str(bin_dir)
     shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m kbroker "$@"\n')
     shim.chmod(0o755)
     return str(bin_dir)
