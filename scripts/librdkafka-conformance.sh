@@ -44,7 +44,7 @@ DEFAULT_TESTS="
 0099 0110 0112 0113 0118 0129 0130 0132
 0081:CreateTopics 0081:DeleteTopics 0081:CreatePartitions 0081:do_test_DescribeConfigs
 0081:DeleteRecords 0081:DeleteGroups 0081:AlterConsumerGroupOffsets
-0103:do_test_misuse_txn 0103:do_test_fenced_txn
+0103:do_test_fenced_txn
 0113:l_unsubscribe
 "
 NOAUTOCREATE_TESTS="
