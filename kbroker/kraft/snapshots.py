@@ -8,8 +8,8 @@ by KRaftVersionRecord and VotersRecord), then data batches (framed records, as i
 then a control batch with a SnapshotFooterRecord.
 
 ``SnapshotStore`` keeps whole snapshots as bytes (metadata snapshots are small next to memory):
-``MemorySnapshotStore`` for tests, ``DirSnapshotStore`` for the files (written to ``.part``,
-fsynced, renamed, as Kafka does). ``SnapshotPolicy`` says when the state machine above Raft
+``MemorySnapshotStore`` for tests, ``DirSnapshotStore`` for the files (``write_atomic``: a
+temp file, fsynced, renamed; the partition directory's recovery deletes a crash's leftover). ``SnapshotPolicy`` says when the state machine above Raft
 should take one (``metadata.log.max.record.bytes.between.snapshots``,
 ``metadata.log.max.snapshot.interval.ms``).
 """
@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterator, NamedTuple, Protocol
 
-from kbroker.log.checkpoint import fsync_dir
+from kbroker.log.checkpoint import write_atomic
 from kbroker.kraft.raft_log import build_batch, build_control_batch, control_type
 from kbroker.wire.generated.k_raft_version_record import KRaftVersionRecord
 from kbroker.wire.generated.snapshot_footer_record import SnapshotFooterRecord
@@ -165,14 +165,7 @@ class DirSnapshotStore:
             return f.read()
 
     def write(self, sid: SnapshotId, data: bytes) -> None:
-        final = self.path(sid)
-        tmp = final + ".part"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
-        fsync_dir(self.dir)
+        write_atomic(self.path(sid), data)
 
     def delete(self, sid: SnapshotId) -> None:
         try:

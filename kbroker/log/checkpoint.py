@@ -40,10 +40,12 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def write_atomic(path: str, text: str, sync: bool = True) -> None:
+def write_atomic(path: str, data: str | bytes, sync: bool = True) -> None:
+    """Temp file, fsync, rename, fsync the directory; a crash leaves ``<path>.tmp``, which a
+    partition directory's recovery deletes."""
     tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
+    with open(tmp, "wb") as f:
+        f.write(data.encode("utf-8") if isinstance(data, str) else data)
         f.flush()
         if sync:
             os.fsync(f.fileno())
