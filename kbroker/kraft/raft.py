@@ -678,7 +678,12 @@ class RaftNode:
         if offset >= self.log.end_offset and req.max_wait_ms > 0:
             self._parked.append((env, now_ms + req.max_wait_ms, self.log.end_offset, self.high_watermark))
             return
-        self._fetch_response(env, records=self.log.read(offset, min(req.max_bytes, p.partition_max_bytes or req.max_bytes)))
+        self._fetch_response(env, records=self._read_for(req))
+
+    def _read_for(self, req: FetchRequest) -> bytes:
+        """The records a Fetch asked for, within both its byte limits (also when it was parked)."""
+        p = req.topics[0].partitions[0]
+        return self.log.read(p.fetch_offset, min(req.max_bytes, p.partition_max_bytes or req.max_bytes))
 
     def _snapshot_needed(self, offset: int, last_epoch: int) -> SnapshotId | None:
         """Kafka's validateOffsetAndEpoch: a replica below our log start gets the latest
@@ -695,8 +700,7 @@ class RaftNode:
         keep = []
         for env, deadline, leo, hw in self._parked:
             if now_ms >= deadline or self.log.end_offset != leo or self.high_watermark != hw:
-                p = env.msg.topics[0].partitions[0]
-                self._fetch_response(env, records=self.log.read(p.fetch_offset, env.msg.max_bytes))
+                self._fetch_response(env, records=self._read_for(env.msg))
             else:
                 keep.append((env, deadline, leo, hw))
         self._parked = keep

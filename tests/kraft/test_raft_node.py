@@ -138,3 +138,28 @@ def test_epoch_start_offset_is_where_the_new_leaders_epoch_begins():
     assert again.role == LEADER and again.epoch == 2 and again.epoch_start_offset == end
     first = [b for b in again.take_committed() if b.base_offset >= end][0]
     assert first.base_offset == end and first.is_control
+
+
+def test_a_parked_fetch_keeps_its_partition_byte_limit():
+    """A Fetch that waited for data is answered within partition_max_bytes too (one batch when
+    the limit is smaller than a batch), as an unparked one is."""
+    from kbroker.kraft.raft_log import METADATA_TOPIC
+    from kbroker.wire.generated.fetch_request import FetchRequest
+    from kbroker.wire.records import iter_batches
+    sim, lead = stable(2)
+    n = sim.nodes[lead]
+    node, now = n.node, n.local(sim.t)
+    part = FetchRequest.FetchTopic.FetchPartition(
+        partition=0, current_leader_epoch=node.epoch, fetch_offset=node.log.end_offset,
+        last_fetched_epoch=node.log.last_epoch, log_start_offset=0, partition_max_bytes=1)
+    req = FetchRequest(replica_id=100, replica_state=FetchRequest.ReplicaState(replica_id=100, replica_epoch=-1),
+                       max_wait_ms=10_000, min_bytes=0, max_bytes=1 << 20,
+                       topics=[FetchRequest.FetchTopic(topic=METADATA_TOPIC, partitions=[part])])
+    out, _ = node.poll(now, [Envelope(100, lead, 777, req)])
+    assert not [e for e in out if e.corr == 777], "the fetch had nothing new: it must wait"
+    node.append([b"a"], now)
+    node.append([b"b"], now)
+    out, _ = node.poll(now + 1, [])
+    (answer,) = [e for e in out if e.corr == 777 and e.dst == 100]
+    records = answer.msg.responses[0].partitions[0].records
+    assert len(list(iter_batches(records))) == 1
