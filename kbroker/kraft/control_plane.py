@@ -66,7 +66,7 @@ class ControlPlane:
         from kbroker.kraft.raft_log import DiskRaftLog
         from kbroker.kraft.snapshots import DirSnapshotStore, SnapshotPolicy, latest
         from kbroker.kraft.tcp_transport import TcpTransport
-        from kbroker.kraft.transport import monotonic_ms
+        from kbroker.clock import SYSTEM_CLOCK
         srv, cfg = self.server, self.config
         rcfg = RaftConfig.from_kafka(cfg)
         rcfg.cluster_id = srv.cluster_id
@@ -78,10 +78,10 @@ class ControlPlane:
         store = FileQuorumStore(mplog.dir, srv.cluster_id, kraft_version=0 if voters else 1)
         boot = [-1 - i for i in range(len(cfg["controller.quorum.bootstrap.servers"]))]
         node = RaftNode(srv.node_id, DiskRaftLog(mplog), store, snaps, rcfg, random.Random(),
-                        voters=voters, now_ms=monotonic_ms(), bootstrap=boot)
+                        voters=voters, now_ms=SYSTEM_CLOCK.monotonic_ms(), bootstrap=boot)
         self.transport = TcpTransport(srv.node_id, self._endpoint_of,
                                       request_timeout_ms=cfg["controller.quorum.request.timeout.ms"])
-        self.driver = RaftDriver(node, self.transport, clock=monotonic_ms)
+        self.driver = RaftDriver(node, self.transport, clock=SYSTEM_CLOCK.monotonic_ms)
         srv.raft = self
         policy = SnapshotPolicy(max_bytes=cfg["metadata.log.max.record.bytes.between.snapshots"],
                                 interval_ms=cfg["metadata.log.max.snapshot.interval.ms"])

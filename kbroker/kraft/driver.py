@@ -1,6 +1,6 @@
 """RaftDriver: runs a RaftNode under asyncio (one task; deadlines become timers).
 
-    driver = RaftDriver(node, transport, clock=monotonic_ms)
+    driver = RaftDriver(node, transport, clock=SYSTEM_CLOCK.monotonic_ms)
     driver.start()
     offset = await driver.append([framed_record, ...])   # last offset, once committed (HW)
     response = await driver.handle_request(src_node_id, request_obj)   # the server side
@@ -30,11 +30,12 @@ from typing import Any, Callable
 import os
 import random
 
+from kbroker.clock import SYSTEM_CLOCK
 from kbroker.kraft.quorum_store import FileQuorumStore
 from kbroker.kraft.raft import LEADER, NotLeaderError, RaftConfig, RaftNode
 from kbroker.kraft.raft_log import METADATA_PARTITION_DIR, DiskRaftLog
 from kbroker.kraft.snapshots import DirSnapshotStore
-from kbroker.kraft.transport import Envelope, Transport, monotonic_ms
+from kbroker.kraft.transport import Envelope, Transport
 
 log = logging.getLogger("kbroker.kraft.driver")
 
@@ -44,7 +45,7 @@ _LOCAL_CORR_BASE = 1 << 40           # corr ids of handle_request: never clash w
 
 class RaftDriver:
     def __init__(self, node: RaftNode, transport: Transport,
-                 clock: Callable[[], int] = monotonic_ms) -> None:
+                 clock: Callable[[], int] = SYSTEM_CLOCK.monotonic_ms) -> None:
         self.node = node
         self.transport = transport
         self.clock = clock

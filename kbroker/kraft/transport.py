@@ -19,9 +19,10 @@ from __future__ import annotations
 import asyncio
 import heapq
 import random
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
+
+from kbroker.clock import SYSTEM_CLOCK
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,11 +181,7 @@ class MemoryTransport:
         self.network._receivers[self.node_id] = receiver
 
 
-def monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
-
-
-async def run_memory_network(network: MemoryNetwork, clock: Callable[[], int] = monotonic_ms,
+async def run_memory_network(network: MemoryNetwork, clock: Callable[[], int] = SYSTEM_CLOCK.monotonic_ms,
                              tick_ms: int = 1) -> None:
     """Deliver a MemoryNetwork's messages under asyncio in real time (tests of the driver)."""
     if network.clock is None:

@@ -10,7 +10,10 @@ from kbroker.kraft.quorum_store import MemoryQuorumStore
 from kbroker.kraft.raft import LEADER, CommittedBatch, RaftConfig, RaftNode
 from kbroker.kraft.raft_log import MemoryRaftLog
 from kbroker.kraft.snapshots import MemorySnapshotStore
-from kbroker.kraft.transport import Faults, MemoryNetwork, monotonic_ms, run_memory_network
+from kbroker.clock import SYSTEM_CLOCK
+from kbroker.kraft.transport import Faults, MemoryNetwork, run_memory_network
+
+monotonic_ms = SYSTEM_CLOCK.monotonic_ms
 from kbroker.wire.generated.describe_quorum_request import DescribeQuorumRequest
 
 CFG = dict(election_timeout_ms=150, fetch_timeout_ms=300, request_timeout_ms=200,
