@@ -956,22 +956,24 @@ class RaftNode:
         self._scan_voters(RecordBatch(data).base_offset)
 
     def _append_follower(self, records) -> None:
-        data = bytes(records)
-        keep = bytearray()
-        end = self.log.end_offset
+        """Appends the fetched batches that continue the log: one slice of ``records``, no copy
+        when all of it is new."""
+        first = end = self.log.end_offset
+        pos, lo, hi = 0, -1, -1
         try:
-            for b in iter_batches(data):
-                if b.base_offset < end:
-                    continue            # already have it
+            for b in iter_batches(records):
+                if lo < 0 and b.base_offset < end:
+                    pos += b.size       # already have it
+                    continue
                 if b.base_offset != end:
                     break
-                keep += b.buffer()
+                lo = pos if lo < 0 else lo
+                pos = hi = pos + b.size
                 end = b.next_offset
         except ValueError:
             pass                        # a partial trailing batch (max bytes cut it)
-        if keep:
-            first = self.log.end_offset
-            self.log.append(bytes(keep))
+        if lo >= 0:
+            self.log.append(records if lo == 0 and hi == len(records) else records[lo:hi])
             self._scan_voters(first)
 
     def _truncate(self, offset: int) -> None:

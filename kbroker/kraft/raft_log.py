@@ -212,7 +212,7 @@ class DiskRaftLog(_EpochIndex):
 
     def append(self, data: bytes) -> None:
         if data:
-            self.plog.append_as_follower(bytearray(data), 0)
+            self.plog.append_as_follower(data, 0)
 
     def read(self, offset: int, max_bytes: int) -> bytes:
         if offset >= self.end_offset:
