@@ -97,7 +97,7 @@ class RaftConfig:
                    fetch_timeout_ms=int(get("controller.quorum.fetch.timeout.ms")),
                    election_backoff_max_ms=int(get("controller.quorum.election.backoff.max.ms")),
                    request_timeout_ms=int(get("controller.quorum.request.timeout.ms")),
-                   retry_backoff_ms=int(get("controller.quorum.retry.backoff.ms") or 20))
+                   retry_backoff_ms=int(get("controller.quorum.retry.backoff.ms")))
 
 
 class CommittedBatch(NamedTuple):

@@ -163,3 +163,17 @@ def test_a_parked_fetch_keeps_its_partition_byte_limit():
     (answer,) = [e for e in out if e.corr == 777 and e.dst == 100]
     records = answer.msg.responses[0].partitions[0].records
     assert len(list(iter_batches(records))) == 1
+
+
+def test_raft_config_from_the_broker_config_keeps_every_value_including_zero():
+    from kbroker.config import BrokerConfig
+    cfg = BrokerConfig({"node.id": "1", "process.roles": "broker,controller",
+                        "controller.quorum.election.timeout.ms": "1500",
+                        "controller.quorum.fetch.timeout.ms": "2500",
+                        "controller.quorum.election.backoff.max.ms": "700",
+                        "controller.quorum.request.timeout.ms": "3000",
+                        "controller.quorum.retry.backoff.ms": "0"})
+    rc = RaftConfig.from_kafka(cfg)
+    assert (rc.election_timeout_ms, rc.fetch_timeout_ms, rc.election_backoff_max_ms,
+            rc.request_timeout_ms, rc.retry_backoff_ms) == (1500, 2500, 700, 3000, 0)
+    assert RaftConfig.from_kafka(BrokerConfig({"node.id": "1", "process.roles": "controller"})).retry_backoff_ms == 20
