@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Iterator, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 from kbroker.log.checkpoint import write_atomic
 from kbroker.kraft.raft_log import build_batch, build_control_batch, control_type
@@ -194,7 +194,3 @@ class SnapshotPolicy:
         if bytes_since >= self.max_bytes:
             return True
         return self.interval_ms > 0 and now_ms - last_snapshot_ms >= self.interval_ms
-
-
-def iter_snapshot_records(data: bytes) -> Iterator[bytes]:
-    yield from parse_snapshot(data).records
