@@ -178,10 +178,6 @@ class MemoryRaftLog(_EpochIndex):
             self.start_offset = offset
             self.cache.truncate_from_start(offset)
 
-    @property
-    def size_in_bytes(self) -> int:
-        return sum(len(b) for b in self._batches)
-
 
 class DiskRaftLog(_EpochIndex):
     """``__cluster_metadata-0`` as a kbroker PartitionLog (Kafka's segment files)."""
@@ -241,10 +237,6 @@ class DiskRaftLog(_EpochIndex):
             self.plog.high_watermark = max(self.plog.high_watermark, min(offset, self.end_offset))
             self.plog.maybe_increment_log_start_offset(offset)
             self.plog.delete_old_segments(0)
-
-    @property
-    def size_in_bytes(self) -> int:
-        return self.plog.size_in_bytes
 
     def close(self) -> None:
         self.plog.close()
