@@ -57,7 +57,7 @@ class RaftDriver:
         self._listeners: list[Listener] = []
         self._task: asyncio.Task | None = None
         self._closing = False
-        self._polls = 0
+        self._polled = asyncio.Event()      # set after each poll of the node
         transport.set_receiver(self._receive)
 
     # -- public --------------------------------------------------------------------------------
@@ -96,12 +96,12 @@ class RaftDriver:
             return
         if self.node.role == LEADER:
             self.node.resign(self.clock())
-            polls = self._polls
+            self._polled.clear()
             self._wake.set()
-            for _ in range(max(1, resign_grace_ms // 5)):      # until EndQuorumEpoch went out
-                if self._polls > polls:
-                    break
-                await asyncio.sleep(0.005)
+            try:                                # until the next poll sent EndQuorumEpoch
+                await asyncio.wait_for(self._polled.wait(), resign_grace_ms / 1000)
+            except asyncio.TimeoutError:
+                pass
         self._closing = True
         self._wake.set()
         task, self._task = self._task, None
@@ -128,7 +128,6 @@ class RaftDriver:
             except Exception:
                 log.exception("raft node %d failed to poll", self.node.node_id)
                 raise
-            self._polls += 1
             for env in out:
                 fut = self._local.get((env.dst, env.corr))
                 if fut is not None:
@@ -136,6 +135,7 @@ class RaftDriver:
                         fut.set_result(env.msg)
                 else:
                     self.transport.send(env)
+            self._polled.set()
             self._deliver()
             if self._inbox:
                 continue
