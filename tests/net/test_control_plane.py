@@ -58,6 +58,12 @@ def test_combined_node_registers_over_its_controller_listener_and_forwards_admin
                 name="fwd", num_partitions=2, replication_factor=1)]))
             assert resp.topics[0].error_code == 0
             assert len(server.image.topic("fwd").partitions) == 2
+            # so is CreatePartitions, and this broker's new replica is open on return
+            CP = wire.REQUESTS[37]
+            resp = await brk.send(CP(timeout_ms=5000, topics=[CP.CreatePartitionsTopic(name="fwd", count=3, assignments=None)]))
+            assert resp.results[0].error_code == 0
+            assert len(server.image.topic("fwd").partitions) == 3
+            assert server.replicas.get("fwd", 2) is not None
             # a heartbeat from a broker the controller does not know
             HB = wire.REQUESTS[63]
             r = await ctl.send(HB(broker_id=42, broker_epoch=1, current_metadata_offset=0))
