@@ -122,13 +122,19 @@ class KafkaServer:
         if self.control.networked:     # through the active controller, over the network
             return await self.control.create_topics(topics, validate_only)
         results = await self.controller.submit(lambda c, now: c.create_topics(topics, validate_only, now))
-        await self.log_manager.wait_opening()   # partition files are created off the event loop
-        if self.freeze_gc and not validate_only:
+        if not validate_only:
+            await self.new_partitions_opened()
+        return results
+
+    async def new_partitions_opened(self) -> None:
+        """Until the partitions being created off the event loop exist (a CreateTopics answers
+        after its partitions do); the local path and forwarding (controller_channel) both wait here."""
+        await self.log_manager.wait_opening()
+        if self.freeze_gc:
             # The new partitions' objects live as long as the topic: out of the collector's
             # reach, or every full collection walks them (0.2-0.5 s at 10,000 partitions).
             gc.collect(1)
             gc.freeze()
-        return results
 
     async def delete_topics(self, targets):
         return await self.controller.submit(lambda c, now: c.delete_topics(targets, now))

@@ -4,6 +4,7 @@ only controller APIs, admin writes sent to the broker listener are forwarded, Ra
 reach the driver through TcpTransport, NOT_CONTROLLER makes the channel move on."""
 
 import asyncio
+import gc
 
 import pytest
 
@@ -152,3 +153,24 @@ def test_raft_source_names_the_sender():
     assert raft_source(F(replica_id=5)) == 5
     assert raft_source(F(replica_state=F.ReplicaState(replica_id=6))) == 6
     assert raft_source(wire.REQUESTS[55]()) == -1
+
+
+def test_forwarded_create_topics_freezes_the_new_partitions_out_of_the_collector(tmp_path):
+    # serve() sets freeze_gc; every CreateTopics a client sends a listening node is forwarded,
+    # so the freeze has to happen on the forwarding path too, not only the local one
+    async def main():
+        server, ports = await start_node(tmp_path)
+        server.freeze_gc = True
+        brk = KafkaClient("127.0.0.1", ports["PLAINTEXT"])
+        try:
+            gc.unfreeze()
+            Req = wire.REQUESTS[19]
+            resp = await brk.send(Req(timeout_ms=5000, topics=[Req.CreatableTopic(
+                name="frozen", num_partitions=4, replication_factor=1)]))
+            assert resp.topics[0].error_code == 0
+            assert gc.get_freeze_count() > 0
+        finally:
+            gc.unfreeze()
+            await brk.close()
+            await server.shutdown(timeout=5)
+    asyncio.run(main())
