@@ -82,7 +82,6 @@ class ControlPlane:
         self.transport = TcpTransport(srv.node_id, self._endpoint_of,
                                       request_timeout_ms=cfg["controller.quorum.request.timeout.ms"])
         self.driver = RaftDriver(node, self.transport, clock=monotonic_ms)
-        srv.raft = self
         policy = SnapshotPolicy(max_bytes=cfg["metadata.log.max.record.bytes.between.snapshots"],
                                 interval_ms=cfg["metadata.log.max.snapshot.interval.ms"])
         runtime = RaftControllerRuntime(controller if cfg.is_controller else None, srv.image, self.driver,

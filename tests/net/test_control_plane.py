@@ -124,7 +124,8 @@ def vote(candidate, epoch):
 def test_tcp_transport_carries_raft_requests_to_the_driver_and_responses_back(tmp_path):
     async def main():
         server, ports = await start_node(tmp_path)
-        driver = server.raft = EchoDriver()
+        driver = EchoDriver()
+        server.control.handle_request = driver.handle_request   # in place of the Raft driver
         got = []
         t = TcpTransport(7, lambda n: ("127.0.0.1", ports["CONTROLLER"]) if n == 1 else None)
         t.set_receiver(got.append)
@@ -142,7 +143,7 @@ def test_tcp_transport_carries_raft_requests_to_the_driver_and_responses_back(tm
             assert driver.seen == [(7, "VoteRequest")] * 5 and t.lost == 1
         finally:
             await t.close()
-            server.raft = None
+            del server.control.handle_request
             await server.shutdown(timeout=5)
     asyncio.run(main())
 
