@@ -241,9 +241,6 @@ class KafkaServer:
             self.controller.submit_now(lambda c, t: c.bootstrap(t))
         endpoints = [(e.listener_name, e.host, e.port, SECURITY_PROTOCOL_IDS.get(e.security_protocol, 0))
                      for e in self._advertised_endpoints()]
-        for lst in self.listeners:   # controller listeners serve before the broker registers
-            if lst.name in cfg.controller_listener_names and lst.name not in self.control.own_listeners:
-                lst.start_accepting()
         self.broker_epoch = await self.control.start_broker(endpoints, listening=listen)
         if not self.control.networked:
             for lst in self.listeners:   # no network path: the broker listeners keep the local one
@@ -261,8 +258,8 @@ class KafkaServer:
 
         from kbroker.metrics import setup as metrics_setup
         await metrics_setup.attach(self)   # Prometheus endpoint on metrics.port, if set
-        for lst in self.listeners:
-            if lst.name not in cfg.controller_listener_names and lst.name not in self.control.own_listeners:
+        for lst in self.listeners:   # (the controller listeners serve since start_quorum)
+            if lst.name not in self.control.own_listeners:
                 lst.start_accepting()
         self.loop_probe.start()
         self.control.start_timers()
