@@ -56,7 +56,7 @@ class KafkaServer:
         self.clock = clock
         self.node_id = config.node_id
         self.cluster_id: str | None = None
-        self.broker_epoch = -1
+        self._local_broker_epoch = -1   # registered through the local runtime (no listeners)
         self.image = MetadataImage()
         self.controller: ControllerRuntime | None = None
         self.replicas: ReplicaManager | None = None
@@ -84,6 +84,17 @@ class KafkaServer:
         from kbroker.kraft.control_plane import ControlPlane
         self.control = ControlPlane(self)  # controller role + the broker's link to the controller
         self._dirs = list(dict.fromkeys(os.path.abspath(d) for d in config.log_dirs + [config.metadata_log_dir]))
+
+    @property
+    def broker_epoch(self) -> int:
+        """This broker's epoch: the broker lifecycle's when it registered over the network (it
+        registers again, with a new epoch, when the controller fences it for good)."""
+        lc = self.control.lifecycle
+        return lc.epoch if lc is not None else self._local_broker_epoch
+
+    @broker_epoch.setter
+    def broker_epoch(self, epoch: int) -> None:
+        self._local_broker_epoch = epoch
 
     # -- topic configs -----------------------------------------------------------------------
 

@@ -175,3 +175,19 @@ def test_forwarded_create_topics_freezes_the_new_partitions_out_of_the_collector
             await brk.close()
             await server.shutdown(timeout=5)
     asyncio.run(main())
+
+
+def test_server_broker_epoch_follows_a_registration_again(tmp_path):
+    # the lifecycle registers again when the controller fences the broker for good; the
+    # server (replica fetchers, producer ids read it) must not keep the first epoch
+    async def main():
+        server, ports = await start_node(tmp_path)
+        try:
+            lc = server.control.lifecycle
+            first = server.broker_epoch
+            assert first == lc.epoch >= 0
+            again = await lc.register()        # as after STALE_BROKER_EPOCH: a new epoch
+            assert again != first and server.broker_epoch == again
+        finally:
+            await server.shutdown(timeout=5)
+    asyncio.run(main())
