@@ -261,7 +261,7 @@ class ControlPlane:
                 return True
             if loop.time() >= end:
                 return False
-            await asyncio.sleep(0.02)
+            await srv.loader.changed(end - loop.time())
 
     def start_timers(self) -> None:
         if self.service is not None:
