@@ -7,7 +7,7 @@ import logging
 import time
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from compat_tests.brokers import KBrokerCluster
 from compat_tests.clients import java as java_client
@@ -172,6 +172,11 @@ def test_separate_controller_processes_and_a_broker_only_node(tmp_path):
         assert sorted(md.brokers) == [4]                     # controllers are not brokers
         assert md.controller_id == 4
         assert {p.leader for p in md.topics["on-broker"].partitions.values()} == {4}
+        # CreatePartitions forwarded by the broker-only node: answered once that node's own
+        # metadata shows the new partition (asked at once, no polling)
+        fs = a.create_partitions([NewPartitions("on-broker", 3)], request_timeout=30)
+        fs["on-broker"].result(timeout=40)
+        assert len(a.list_topics("on-broker", timeout=10).topics["on-broker"].partitions) == 3
         # UpdateFeatures through the broker-only node reaches the active controller
         # (kbroker's metadata.version is Kafka 3.9's, level 21)
         up = kafka_features(f"127.0.0.1:{broker.port}", tmp_path, ["upgrade", "--metadata", "3.9"],

@@ -56,7 +56,7 @@ class KafkaServer:
         self.clock = clock
         self.node_id = config.node_id
         self.cluster_id: str | None = None
-        self.broker_epoch = -1
+        self._local_broker_epoch = -1   # registered through the local runtime (no listeners)
         self.image = MetadataImage()
         self.controller: ControllerRuntime | None = None
         self.replicas: ReplicaManager | None = None
@@ -84,6 +84,17 @@ class KafkaServer:
         from kbroker.kraft.control_plane import ControlPlane
         self.control = ControlPlane(self)  # controller role + the broker's link to the controller
         self._dirs = list(dict.fromkeys(os.path.abspath(d) for d in config.log_dirs + [config.metadata_log_dir]))
+
+    @property
+    def broker_epoch(self) -> int:
+        """This broker's epoch: the broker lifecycle's when it registered over the network (it
+        registers again, with a new epoch, when the controller fences it for good)."""
+        lc = self.control.lifecycle
+        return lc.epoch if lc is not None else self._local_broker_epoch
+
+    @broker_epoch.setter
+    def broker_epoch(self, epoch: int) -> None:
+        self._local_broker_epoch = epoch
 
     # -- topic configs -----------------------------------------------------------------------
 
@@ -122,13 +133,19 @@ class KafkaServer:
         if self.control.networked:     # through the active controller, over the network
             return await self.control.create_topics(topics, validate_only)
         results = await self.controller.submit(lambda c, now: c.create_topics(topics, validate_only, now))
-        await self.log_manager.wait_opening()   # partition files are created off the event loop
-        if self.freeze_gc and not validate_only:
+        if not validate_only:
+            await self.new_partitions_opened()
+        return results
+
+    async def new_partitions_opened(self) -> None:
+        """Until the partitions being created off the event loop exist (a CreateTopics answers
+        after its partitions do); the local path and forwarding (controller_channel) both wait here."""
+        await self.log_manager.wait_opening()
+        if self.freeze_gc:
             # The new partitions' objects live as long as the topic: out of the collector's
             # reach, or every full collection walks them (0.2-0.5 s at 10,000 partitions).
             gc.collect(1)
             gc.freeze()
-        return results
 
     async def delete_topics(self, targets):
         return await self.controller.submit(lambda c, now: c.delete_topics(targets, now))
@@ -235,9 +252,6 @@ class KafkaServer:
             self.controller.submit_now(lambda c, t: c.bootstrap(t))
         endpoints = [(e.listener_name, e.host, e.port, SECURITY_PROTOCOL_IDS.get(e.security_protocol, 0))
                      for e in self._advertised_endpoints()]
-        for lst in self.listeners:   # controller listeners serve before the broker registers
-            if lst.name in cfg.controller_listener_names and lst.name not in self.control.own_listeners:
-                lst.start_accepting()
         self.broker_epoch = await self.control.start_broker(endpoints, listening=listen)
         if not self.control.networked:
             for lst in self.listeners:   # no network path: the broker listeners keep the local one
@@ -255,8 +269,8 @@ class KafkaServer:
 
         from kbroker.metrics import setup as metrics_setup
         await metrics_setup.attach(self)   # Prometheus endpoint on metrics.port, if set
-        for lst in self.listeners:
-            if lst.name not in cfg.controller_listener_names and lst.name not in self.control.own_listeners:
+        for lst in self.listeners:   # (the controller listeners serve since start_quorum)
+            if lst.name not in self.control.own_listeners:
                 lst.start_accepting()
         self.loop_probe.start()
         self.control.start_timers()

@@ -82,7 +82,6 @@ class ControlPlane:
         self.transport = TcpTransport(srv.node_id, self._endpoint_of,
                                       request_timeout_ms=cfg["controller.quorum.request.timeout.ms"])
         self.driver = RaftDriver(node, self.transport, clock=SYSTEM_CLOCK.monotonic_ms)
-        srv.raft = self
         policy = SnapshotPolicy(max_bytes=cfg["metadata.log.max.record.bytes.between.snapshots"],
                                 interval_ms=cfg["metadata.log.max.snapshot.interval.ms"])
         runtime = RaftControllerRuntime(controller if cfg.is_controller else None, srv.image, self.driver,
@@ -262,7 +261,7 @@ class ControlPlane:
                 return True
             if loop.time() >= end:
                 return False
-            await asyncio.sleep(0.02)
+            await srv.loader.changed(end - loop.time())
 
     def start_timers(self) -> None:
         if self.service is not None:

@@ -175,10 +175,10 @@ class ControllerService:
         return ApiVersionsResponse(error_code=0, api_keys=api_versions.api_keys(specs))
 
     async def _raft(self, ctx, req):
-        raft = getattr(self.server, "raft", None)
-        if raft is None:
+        control = self.server.control
+        if control.driver is None:
             return error_response(ctx.api_key, req, Errors.UNKNOWN_SERVER_ERROR, "no Raft on this node")
-        return await raft.handle_request(raft_source(req), req)
+        return await control.handle_request(raft_source(req), req)
 
     def _admin(self, key, handle, side):
         async def run(ctx, req):

@@ -14,8 +14,9 @@ the controller's response goes back to the client (``forwarding_specs``). Kafka 
 an Envelope (api 58) carrying the client's principal, because its controller authorizes them;
 here the broker that received the request authorizes it before forwarding (the handlers do),
 so the request itself is enough and the controller needs no second authorization path.
-After a successful CreateTopics / DeleteTopics the broker waits (bounded) until its own
-metadata image shows the change, so the client's next Metadata call agrees with the answer.
+After a successful CreateTopics / CreatePartitions / DeleteTopics the broker waits (bounded)
+until its own metadata image shows the change and its new replicas are open, so the client's
+next Metadata call (or Produce) agrees with the answer.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import logging
 from typing import Callable
 
 from kbroker.kraft.controller_apis import (
-    ADMIN_WRITE_MODULES, CREATE_TOPICS, DELETE_TOPICS, error_response, response_error,
+    ADMIN_WRITE_MODULES, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS, error_response, response_error,
 )
 from kbroker.net.client import ClientError, KafkaClient
 from kbroker.wire import registry as wire
@@ -108,28 +109,35 @@ class ControllerChannel:
 # -- forwarding --------------------------------------------------------------------------------
 
 async def wait_for_image(server, request, api_key: int, resp, timeout_s: float = 5.0) -> None:
-    """Until this broker's image shows the topics a forwarded CreateTopics created (or a
-    DeleteTopics removed); bounded: the answer is the controller's either way."""
+    """Until this broker's image shows what a forwarded CreateTopics / CreatePartitions created
+    (or a DeleteTopics removed), and this broker's replicas of new partitions are open;
+    bounded: the answer is the controller's either way."""
+    if getattr(request, "validate_only", False):
+        return
+    image = server.image
     if api_key == CREATE_TOPICS:
-        if getattr(request, "validate_only", False):
-            return
         names = [t.name for t in resp.topics if t.error_code == 0]
-        done = lambda: all(server.image.topic(n) is not None for n in names)  # noqa: E731
+        done = lambda: all(image.topic(n) is not None for n in names)  # noqa: E731
     elif api_key == DELETE_TOPICS:
         names = [r.name for r in resp.responses if r.error_code == 0 and r.name]
-        done = lambda: all(server.image.topic(n) is None for n in names)  # noqa: E731
+        done = lambda: all(image.topic(n) is None for n in names)  # noqa: E731
+    elif api_key == CREATE_PARTITIONS:
+        ok = {r.name for r in resp.results if r.error_code == 0}
+        want = {t.name: t.count for t in request.topics if t.name in ok}
+        done = lambda: all((t := image.topic(n)) is not None and len(t.partitions) >= c  # noqa: E731
+                           for n, c in want.items())
     else:
         return
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout_s
     while not done() and loop.time() < end:
         await server.loader.changed(end - loop.time())
-    if api_key == CREATE_TOPICS and done() and loop.time() < end:
-        # This broker's replicas of the new partitions are created off the event loop; answer
+    if api_key != DELETE_TOPICS and done() and loop.time() < end:
+        # This broker's replicas of new partitions are created off the event loop; answer
         # once they exist, so a client that lists offsets or produces next finds them here
         # (librdkafka's 0067 consumes an empty topic right after creating it).
         try:
-            await asyncio.wait_for(server.log_manager.wait_opening(), end - loop.time())
+            await asyncio.wait_for(server.new_partitions_opened(), end - loop.time())
         except asyncio.TimeoutError:
             pass
 

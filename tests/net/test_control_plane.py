@@ -4,6 +4,7 @@ only controller APIs, admin writes sent to the broker listener are forwarded, Ra
 reach the driver through TcpTransport, NOT_CONTROLLER makes the channel move on."""
 
 import asyncio
+import gc
 
 import pytest
 
@@ -58,6 +59,12 @@ def test_combined_node_registers_over_its_controller_listener_and_forwards_admin
                 name="fwd", num_partitions=2, replication_factor=1)]))
             assert resp.topics[0].error_code == 0
             assert len(server.image.topic("fwd").partitions) == 2
+            # so is CreatePartitions, and this broker's new replica is open on return
+            CP = wire.REQUESTS[37]
+            resp = await brk.send(CP(timeout_ms=5000, topics=[CP.CreatePartitionsTopic(name="fwd", count=3, assignments=None)]))
+            assert resp.results[0].error_code == 0
+            assert len(server.image.topic("fwd").partitions) == 3
+            assert server.replicas.get("fwd", 2) is not None
             # a heartbeat from a broker the controller does not know
             HB = wire.REQUESTS[63]
             r = await ctl.send(HB(broker_id=42, broker_epoch=1, current_metadata_offset=0))
@@ -117,7 +124,8 @@ def vote(candidate, epoch):
 def test_tcp_transport_carries_raft_requests_to_the_driver_and_responses_back(tmp_path):
     async def main():
         server, ports = await start_node(tmp_path)
-        driver = server.raft = EchoDriver()
+        driver = EchoDriver()
+        server.control.handle_request = driver.handle_request   # in place of the Raft driver
         got = []
         t = TcpTransport(7, lambda n: ("127.0.0.1", ports["CONTROLLER"]) if n == 1 else None)
         t.set_receiver(got.append)
@@ -135,7 +143,7 @@ def test_tcp_transport_carries_raft_requests_to_the_driver_and_responses_back(tm
             assert driver.seen == [(7, "VoteRequest")] * 5 and t.lost == 1
         finally:
             await t.close()
-            server.raft = None
+            del server.control.handle_request
             await server.shutdown(timeout=5)
     asyncio.run(main())
 
@@ -146,3 +154,40 @@ def test_raft_source_names_the_sender():
     assert raft_source(F(replica_id=5)) == 5
     assert raft_source(F(replica_state=F.ReplicaState(replica_id=6))) == 6
     assert raft_source(wire.REQUESTS[55]()) == -1
+
+
+def test_forwarded_create_topics_freezes_the_new_partitions_out_of_the_collector(tmp_path):
+    # serve() sets freeze_gc; every CreateTopics a client sends a listening node is forwarded,
+    # so the freeze has to happen on the forwarding path too, not only the local one
+    async def main():
+        server, ports = await start_node(tmp_path)
+        server.freeze_gc = True
+        brk = KafkaClient("127.0.0.1", ports["PLAINTEXT"])
+        try:
+            gc.unfreeze()
+            Req = wire.REQUESTS[19]
+            resp = await brk.send(Req(timeout_ms=5000, topics=[Req.CreatableTopic(
+                name="frozen", num_partitions=4, replication_factor=1)]))
+            assert resp.topics[0].error_code == 0
+            assert gc.get_freeze_count() > 0
+        finally:
+            gc.unfreeze()
+            await brk.close()
+            await server.shutdown(timeout=5)
+    asyncio.run(main())
+
+
+def test_server_broker_epoch_follows_a_registration_again(tmp_path):
+    # the lifecycle registers again when the controller fences the broker for good; the
+    # server (replica fetchers, producer ids read it) must not keep the first epoch
+    async def main():
+        server, ports = await start_node(tmp_path)
+        try:
+            lc = server.control.lifecycle
+            first = server.broker_epoch
+            assert first == lc.epoch >= 0
+            again = await lc.register()        # as after STALE_BROKER_EPOCH: a new epoch
+            assert again != first and server.broker_epoch == again
+        finally:
+            await server.shutdown(timeout=5)
+    asyncio.run(main())
