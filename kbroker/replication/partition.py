@@ -174,7 +174,7 @@ class Partition:
                     dup = check.duplicate
                     lat = dup.timestamp if self.config.log_append_time else -1
                     return AppendResult(0, dup.first_offset, lat, plog.log_start_offset,
-                                        last_offset=dup.first_offset,
+                                        last_offset=dup.last_offset,
                                         records_count=dup.offset_delta + 1)
                 return AppendResult(check.error, message=check.message, log_start_offset=plog.log_start_offset)
         try:
