@@ -128,14 +128,6 @@ class LeaderState:
             self.high_watermark_floor = hw
         return self.high_watermark_floor
 
-    def isr_size_for_acks(self) -> int:
-        """In-sync replicas counted against min.insync.replicas (committed ISR)."""
-        return len(self.isr)
-
-    def caught_up_to(self, offset: int, leader_log_end: int) -> bool:
-        """Every maximal-ISR member holds ``offset`` (acks=all completes)."""
-        return self.high_watermark(leader_log_end) > offset
-
     # -- ISR changes ---------------------------------------------------------------------
 
     def propose_isr_change(self, now_ms: int, leader_log_end: int,
