@@ -155,12 +155,6 @@ class LeaderState:
         self.pending = IsrProposal(members, self.leader_epoch, self.partition_epoch, epochs, expand)
         return self.pending
 
-    def on_alter_partition_failed(self) -> None:
-        """The controller refused the proposal: propose again later from current progress.
-        (A proposal merely unanswered stays pending and is sent again as it is: it may
-        still commit, so the high watermark must keep counting a joining replica.)"""
-        self.pending = None
-
     def on_alter_partition_response(self, proposal: IsrProposal, error: int, isr=(),
                                     partition_epoch: int = -1) -> None:
         """The controller's answer to ``proposal`` (possibly an earlier or repeated one):
@@ -178,9 +172,6 @@ class LeaderState:
         self.isr = frozenset(isr)
         self.partition_epoch = partition_epoch
         self.pending = None
-
-    def under_replicated(self) -> bool:
-        return len(self.isr) < len(self.replicas)
 
 
 @dataclass(frozen=True, slots=True)
