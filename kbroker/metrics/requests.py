@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import collections
 
+from kbroker.replication.replica_fetch import replica_of
+
 PRODUCE, FETCH = 0, 1
 # responses that can hold thousands of entries on a busy path: only the top-level code counts
 SHALLOW = frozenset({3, 18})   # Metadata, ApiVersions
@@ -72,7 +74,7 @@ class RequestMetrics:
         if api_key == PRODUCE:
             self._produce(req, resp)
         elif api_key == FETCH:
-            self._fetch(req, resp)
+            self._fetch(req, resp, version)
         elif resp is not None:
             if api_key in SHALLOW:
                 code = getattr(resp, "error_code", 0)
@@ -109,12 +111,12 @@ class RequestMetrics:
             if failed:
                 tc.failed_produce += 1
 
-    def _fetch(self, req, resp) -> None:
+    def _fetch(self, req, resp, version: int) -> None:
         if resp is None:
             return
         if resp.error_code:
             self.errors[(FETCH, resp.error_code)] += 1
-        follower = getattr(req, "replica_id", -1) >= 0 or getattr(getattr(req, "replica_state", None), "replica_id", -1) >= 0
+        follower = replica_of(req, version)[0] >= 0   # replication traffic is not bytes out
         for t in resp.responses:
             if not t.topic:
                 continue

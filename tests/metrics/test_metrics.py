@@ -68,3 +68,18 @@ def test_nested_error_codes_are_counted(broker):  # noqa: F811
     _dispatch(broker, req, 7)
     m = _scrape(broker.server)
     assert m[("kafka_network_requestmetrics_errors_total", (("error", "INVALID_CONFIG"), ("request", "CreateTopics")))] == 1
+
+
+def test_replica_fetches_are_not_bytes_out():
+    from kbroker.metrics.requests import FETCH, RequestMetrics
+    from kbroker.wire.generated.fetch_request import FetchRequest
+    from kbroker.wire.generated.fetch_response import FetchResponse
+
+    T = FetchResponse.FetchableTopicResponse
+    resp = FetchResponse(error_code=0, responses=[T(topic="ft", partitions=[
+        T.PartitionData(partition_index=0, error_code=0, records=b"x" * 7)])])
+    m = RequestMetrics()
+    m.observe(FETCH, 12, FetchRequest(replica_id=-1), resp, 0, 0, 0)              # a consumer
+    m.observe(FETCH, 12, FetchRequest(replica_id=2), resp, 0, 0, 0)               # a follower, v<15
+    m.observe(FETCH, 15, FetchRequest(replica_state=FetchRequest.ReplicaState(replica_id=2)), resp, 0, 0, 0)
+    assert m.topics["ft"].bytes_out == 7 and m.topics["ft"].fetch_requests == 3
