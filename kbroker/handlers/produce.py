@@ -40,7 +40,9 @@ def handle(ctx, req):
     moved = []   # leaders named in NOT_LEADER_OR_FOLLOWER answers (KIP-951)
     failed = False
     txn_rt = getattr(ctx.broker, "txn_coordinator", None)
+    metrics = getattr(ctx.broker, "request_metrics", None)
     for td in req.topic_data:
+        appended = 0   # records, as the log validation counted them (MessagesInPerSec)
         parts = replicas.topics.get(td.name)
         out = []
         for pd in td.partition_data:
@@ -106,8 +108,11 @@ def handle(ctx, req):
             else:
                 out.append(_Part(index=pd.index, error_code=0, base_offset=r.base_offset,
                                  log_append_time_ms=r.log_append_time, log_start_offset=r.log_start_offset))
+                appended += r.records_count
                 if acks == -1 and r.last_offset >= part.high_watermark:
                     waits.append((part, r.last_offset, out[-1]))
+        if appended and metrics is not None:
+            metrics.records_in(td.name, appended)
         responses.append(_Topic(name=td.name, partition_responses=out))
     if acks == 0:
         if failed:

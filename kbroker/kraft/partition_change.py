@@ -243,20 +243,6 @@ def preferred_leader_change(image, topic_id, p) -> tuple[int, PartitionChangeRec
     return Errors.NONE, change_record(topic_id, p, leader=preferred)
 
 
-def unclean_leader_change(image, topic_id, p) -> tuple[int, PartitionChangeRecord | None]:
-    """ElectLeaders(UNCLEAN) for one partition: only when it has no leader."""
-    if p.leader != NO_LEADER:
-        return Errors.ELECTION_NOT_NEEDED, None
-    e = elect_leader(p.replicas, p.isr, _live(image), unclean_allowed=True)
-    if e.leader == NO_LEADER:
-        return Errors.ELIGIBLE_LEADERS_NOT_AVAILABLE, None
-    if e.unclean:
-        log.warning("unclean leader election (requested) for partition %d: broker %d; data loss",
-                    p.partition_id, e.leader)
-    return Errors.NONE, change_record(topic_id, p, leader=e.leader,
-                                      isr=[e.leader] if e.unclean else None)
-
-
 def rebalance_preferred_leaders(image) -> list[PartitionChangeRecord]:
     """auto.leader.rebalance.enable: move every partition back to its preferred leader."""
     out = []

@@ -448,23 +448,23 @@ class LogManager:
             _remove_trees(paths)
         return len(due)
 
-    def run_cleaner(self, now_ms: int, max_logs: int | None = None):
-        """Compact the dirtiest compacted logs (see ``cleaner.LogCleaner``)."""
+    def _log_cleaner(self):
         from .cleaner import LogCleaner
 
         if self._cleaner is None:
             self._cleaner = LogCleaner(dedupe_buffer_size=self.cleaner_dedupe_buffer_size)
-        stats = self._cleaner.clean_logs(list(self._logs.values()), now_ms, max_logs=max_logs)
+        return self._cleaner
+
+    def run_cleaner(self, now_ms: int, max_logs: int | None = None):
+        """Compact the dirtiest compacted logs (see ``cleaner.LogCleaner``)."""
+        stats = self._log_cleaner().clean_logs(list(self._logs.values()), now_ms, max_logs=max_logs)
         self._write_cleaner_checkpoints()
         return stats
 
     async def run_cleaner_async(self, now_ms: int, max_logs: int | None = None):
         """``run_cleaner`` in slices that yield to the event loop (``LogCleaner.clean_async``)."""
-        from .cleaner import LogCleaner
-
-        if self._cleaner is None:
-            self._cleaner = LogCleaner(dedupe_buffer_size=self.cleaner_dedupe_buffer_size)
-        stats = await self._cleaner.clean_logs_async(list(self._logs.values()), now_ms, max_logs=max_logs)
+        stats = await self._log_cleaner().clean_logs_async(list(self._logs.values()), now_ms,
+                                                           max_logs=max_logs)
         if not self.closed:
             self._write_cleaner_checkpoints()
         return stats

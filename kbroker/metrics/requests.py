@@ -7,7 +7,8 @@ Prometheus families at scrape time."""
 from __future__ import annotations
 
 import collections
-import struct
+
+from kbroker.replication.replica_fetch import replica_of
 
 PRODUCE, FETCH = 0, 1
 # responses that can hold thousands of entries on a busy path: only the top-level code counts
@@ -27,23 +28,6 @@ def _count_errors(msg, api_key: int, errors) -> None:
                 _count_errors(item, api_key, errors)
         elif hasattr(v, "_FIELDS"):
             _count_errors(v, api_key, errors)
-
-
-_I32 = struct.Struct(">i").unpack_from
-
-
-def batch_record_counts(buf) -> int:
-    """Records in a produce payload, from the batch headers (no decoding of records)."""
-    n = 0
-    pos = 0
-    end = len(buf)
-    while pos + 61 <= end:
-        if buf[pos + 16] == 2:
-            n += _I32(buf, pos + 57)[0]
-        else:
-            n += 1   # legacy message set entry
-        pos += 12 + _I32(buf, pos + 8)[0]
-    return n
 
 
 class TopicCounters:
@@ -90,7 +74,7 @@ class RequestMetrics:
         if api_key == PRODUCE:
             self._produce(req, resp)
         elif api_key == FETCH:
-            self._fetch(req, resp)
+            self._fetch(req, resp, version)
         elif resp is not None:
             if api_key in SHALLOW:
                 code = getattr(resp, "error_code", 0)
@@ -98,6 +82,11 @@ class RequestMetrics:
                     self.errors[(api_key, code)] += 1
             else:
                 _count_errors(resp, api_key, self.errors)
+
+    def records_in(self, topic: str, n: int) -> None:
+        """Records appended to ``topic`` by one produce request, as the log counted them while
+        validating the batches (so the headers are not parsed a second time here)."""
+        self.topics[topic].messages_in += n
 
     def _produce(self, req, resp) -> None:
         # the handler answers topics and partitions in request order: walk both together
@@ -118,17 +107,16 @@ class RequestMetrics:
                     tc.bytes_rejected += len(recs)
                     failed = True
                 else:
-                    tc.bytes_in += len(recs)
-                    tc.messages_in += batch_record_counts(recs)
+                    tc.bytes_in += len(recs)   # messages_in: records_in, from the produce handler
             if failed:
                 tc.failed_produce += 1
 
-    def _fetch(self, req, resp) -> None:
+    def _fetch(self, req, resp, version: int) -> None:
         if resp is None:
             return
         if resp.error_code:
             self.errors[(FETCH, resp.error_code)] += 1
-        follower = getattr(req, "replica_id", -1) >= 0 or getattr(getattr(req, "replica_state", None), "replica_id", -1) >= 0
+        follower = replica_of(req, version)[0] >= 0   # replication traffic is not bytes out
         for t in resp.responses:
             if not t.topic:
                 continue

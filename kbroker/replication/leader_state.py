@@ -128,14 +128,6 @@ class LeaderState:
             self.high_watermark_floor = hw
         return self.high_watermark_floor
 
-    def isr_size_for_acks(self) -> int:
-        """In-sync replicas counted against min.insync.replicas (committed ISR)."""
-        return len(self.isr)
-
-    def caught_up_to(self, offset: int, leader_log_end: int) -> bool:
-        """Every maximal-ISR member holds ``offset`` (acks=all completes)."""
-        return self.high_watermark(leader_log_end) > offset
-
     # -- ISR changes ---------------------------------------------------------------------
 
     def propose_isr_change(self, now_ms: int, leader_log_end: int,
@@ -163,12 +155,6 @@ class LeaderState:
         self.pending = IsrProposal(members, self.leader_epoch, self.partition_epoch, epochs, expand)
         return self.pending
 
-    def on_alter_partition_failed(self) -> None:
-        """The controller refused the proposal: propose again later from current progress.
-        (A proposal merely unanswered stays pending and is sent again as it is: it may
-        still commit, so the high watermark must keep counting a joining replica.)"""
-        self.pending = None
-
     def on_alter_partition_response(self, proposal: IsrProposal, error: int, isr=(),
                                     partition_epoch: int = -1) -> None:
         """The controller's answer to ``proposal`` (possibly an earlier or repeated one):
@@ -186,9 +172,6 @@ class LeaderState:
         self.isr = frozenset(isr)
         self.partition_epoch = partition_epoch
         self.pending = None
-
-    def under_replicated(self) -> bool:
-        return len(self.isr) < len(self.replicas)
 
 
 @dataclass(frozen=True, slots=True)

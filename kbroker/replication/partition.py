@@ -46,11 +46,12 @@ def _first_producer_id(buf) -> int:
 
 class AppendResult:
     __slots__ = ("error", "message", "base_offset", "log_append_time", "log_start_offset",
-                 "record_errors", "last_offset")
+                 "record_errors", "last_offset", "records_count")
 
     def __init__(self, error: int, base_offset: int = -1, log_append_time: int = -1,
                  log_start_offset: int = -1, message: str | None = None,
-                 record_errors: list | None = None, last_offset: int = -1) -> None:
+                 record_errors: list | None = None, last_offset: int = -1,
+                 records_count: int = 0) -> None:
         self.error = error
         self.base_offset = base_offset
         self.log_append_time = log_append_time
@@ -58,6 +59,7 @@ class AppendResult:
         self.message = message
         self.record_errors = record_errors  # [(record index, message | None)] (Produce v8+)
         self.last_offset = last_offset      # the append is committed once the HW passes it
+        self.records_count = records_count  # records in the request (MessagesInPerSec)
 
 
 class Partition:
@@ -172,7 +174,8 @@ class Partition:
                     dup = check.duplicate
                     lat = dup.timestamp if self.config.log_append_time else -1
                     return AppendResult(0, dup.first_offset, lat, plog.log_start_offset,
-                                        last_offset=dup.first_offset)
+                                        last_offset=dup.last_offset,
+                                        records_count=dup.offset_delta + 1)
                 return AppendResult(check.error, message=check.message, log_start_offset=plog.log_start_offset)
         try:
             info = plog.append(buf, now_ms, leader_epoch=self.leader_epoch, origin=origin)
@@ -190,7 +193,7 @@ class Partition:
             plog.flush()
         self._after_leader_append()
         return AppendResult(0, info.first_offset, info.log_append_time, info.log_start_offset,
-                            last_offset=info.last_offset)
+                            last_offset=info.last_offset, records_count=info.records_count)
 
     def append_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                       commit: bool, now_ms: int) -> MarkerResult:

@@ -7,7 +7,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kbroker.handlers.dispatcher import Dispatcher
 from kbroker.metrics.collector import BrokerCollector
-from kbroker.metrics.requests import batch_record_counts
 from kbroker.wire.frame import encode_request
 from kbroker.wire.generated.create_topics_request import CreateTopicsRequest
 from kbroker.wire.generated.produce_request import ProduceRequest
@@ -20,11 +19,6 @@ def _batch(n: int, size: int = 10) -> bytes:
     for i in range(n):
         b.append(key=b"k", value=b"x" * size, timestamp=1000 + i)
     return bytes(b.build())
-
-
-def test_batch_record_counts_reads_headers_of_every_batch():
-    assert batch_record_counts(_batch(3) + _batch(5)) == 8
-    assert batch_record_counts(b"") == 0
 
 
 def _dispatch(harness, req, version):
@@ -47,7 +41,7 @@ def test_produce_counts_bytes_messages_and_errors(broker):  # noqa: F811
     T = CreateTopicsRequest.CreatableTopic
     _dispatch(broker, CreateTopicsRequest(topics=[T(name="mt", num_partitions=2, replication_factor=1)], timeout_ms=1000), 7)
     P = ProduceRequest.TopicProduceData
-    good, bad = _batch(4, 20), _batch(2)
+    good, bad = _batch(3, 20) + _batch(1, 20), _batch(2)   # every batch of a request counts
     req = ProduceRequest(acks=1, timeout_ms=1000, topic_data=[P(name="mt", partition_data=[
         P.PartitionProduceData(index=0, records=good), P.PartitionProduceData(index=9, records=bad)])])
     _dispatch(broker, req, 9)
@@ -74,3 +68,18 @@ def test_nested_error_codes_are_counted(broker):  # noqa: F811
     _dispatch(broker, req, 7)
     m = _scrape(broker.server)
     assert m[("kafka_network_requestmetrics_errors_total", (("error", "INVALID_CONFIG"), ("request", "CreateTopics")))] == 1
+
+
+def test_replica_fetches_are_not_bytes_out():
+    from kbroker.metrics.requests import FETCH, RequestMetrics
+    from kbroker.wire.generated.fetch_request import FetchRequest
+    from kbroker.wire.generated.fetch_response import FetchResponse
+
+    T = FetchResponse.FetchableTopicResponse
+    resp = FetchResponse(error_code=0, responses=[T(topic="ft", partitions=[
+        T.PartitionData(partition_index=0, error_code=0, records=b"x" * 7)])])
+    m = RequestMetrics()
+    m.observe(FETCH, 12, FetchRequest(replica_id=-1), resp, 0, 0, 0)              # a consumer
+    m.observe(FETCH, 12, FetchRequest(replica_id=2), resp, 0, 0, 0)               # a follower, v<15
+    m.observe(FETCH, 15, FetchRequest(replica_state=FetchRequest.ReplicaState(replica_id=2)), resp, 0, 0, 0)
+    assert m.topics["ft"].bytes_out == 7 and m.topics["ft"].fetch_requests == 3

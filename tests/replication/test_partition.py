@@ -50,6 +50,8 @@ def test_follower_log_matches_the_leader_and_producer_state_follows(tmp_path):
     apply_partition_state(follower, 2, 2, 4, 1, [1, 2], [2], 30)
     dup = follower.append_as_leader(batch(4, 2), 40)
     assert dup.error == 0 and dup.base_offset == 4 and follower.log_end_offset == 6
+    # acks=all waits for the whole original batch (4-5), and it counts as 2 records in
+    assert dup.last_offset == 5 and dup.records_count == 2
     assert follower.append_as_leader(batch(6), 40).base_offset == 6
 
 
