@@ -365,3 +365,21 @@ def test_client_quotas_stored_and_described(h):
     assert (("user", "bob"),) not in describe([("user", 2, None)])                                 # validate_only stored nothing
     assert alter([("user", "alice")], [("consumer_byte_rate", 0, True)]).error_code == 0
     assert describe([("user", 0, "alice")], strict=True) == {(("user", "alice"),): {"producer_byte_rate": 1048576.0}}
+
+
+@pytest.mark.parametrize("api", [2, 21, 23, 37, 61])   # 47: the harness group has no coordinator (15)
+def test_refused_topic_answered_beside_the_allowed_one(h, api):
+    """A request naming an allowed and a refused topic: the handler answers the allowed one,
+    the refused one comes back with TOPIC_AUTHORIZATION_FAILED in the same response."""
+    _, version, fields, grants, _ = next(c for c in CASES if c[0] == api)
+    entry = fields["topics"][0]
+    key = "topic" if "topic" in entry else "name"
+    fields = dict(fields, topics=[entry, dict(entry, **{key: "logs"})])
+    h.revoke_all()
+    h.grant(*grants)
+    out = h.call(api, version, _req(api, **fields))
+    entries = getattr(out, "results", None) or out.topics
+    got = {getattr(e, key): codes(e) for e in entries}
+    assert set(got) == {T, "logs"}, out
+    assert got["logs"] == {Errors.TOPIC_AUTHORIZATION_FAILED}, out
+    assert not got[T] & AUTH_ERRORS, out
