@@ -383,3 +383,17 @@ def test_refused_topic_answered_beside_the_allowed_one(h, api):
     assert set(got) == {T, "logs"}, out
     assert got["logs"] == {Errors.TOPIC_AUTHORIZATION_FAILED}, out
     assert not got[T] & AUTH_ERRORS, out
+
+
+def test_controller_listener_is_trusted_by_every_check(h):
+    h.revoke_all()
+    sec = h.server.security
+    ctrl = Conn(ALICE)
+    ctrl.listener_name = "CONTROLLER"   # (the harness broker has no controller listener of its own)
+    sec.trusted_listeners.add("CONTROLLER")
+    try:
+        assert sec.authorize(ctrl, A.WRITE, A.R_TOPIC, T) and sec.authorize_any(ctrl, A.WRITE, A.R_TOPIC)
+    finally:
+        sec.trusted_listeners.discard("CONTROLLER")
+    assert not sec.authorize(Conn(ALICE), A.WRITE, A.R_TOPIC, T)
+    assert not sec.authorize_any(Conn(ALICE), A.WRITE, A.R_TOPIC)
