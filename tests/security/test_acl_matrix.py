@@ -337,6 +337,20 @@ def test_cluster_and_group_authorized_operations(h):
     h.grant(acl(A.DESCRIBE, A.R_CLUSTER, A.CLUSTER_NAME), acl(A.ALTER_CONFIGS, A.R_CLUSTER, A.CLUSTER_NAME))
     out = h.call(60, 1, _req(60, include_cluster_authorized_operations=True, endpoint_type=1))
     assert out.cluster_authorized_operations == (1 << A.DESCRIBE) | (1 << A.ALTER_CONFIGS) | (1 << A.DESCRIBE_CONFIGS)
+    # the group exists (a consumer joins it), then both describe APIs answer its operations
+    # and refuse the group without DESCRIBE
+    _, version, fields, _, _ = next(c for c in CASES if c[0] == 68)
+    for _ in range(200):   # COORDINATOR_NOT_AVAILABLE until FindCoordinator has made the offsets topic
+        h.call(10, 3, _req(10, key=G, key_type=0), principal="User:admin")
+        if h.call(68, version, _req(68, **fields), principal="User:admin").error_code == 0:
+            break
+        h.loop.run_until_complete(asyncio.sleep(0.05))
+    h.grant(acl(A.DESCRIBE, A.R_GROUP, G), acl(A.READ, A.R_GROUP, G))
+    for api, version, fields in [(15, 5, dict(groups=[G, "other"])), (69, 0, dict(group_ids=[G, "other"]))]:
+        out = h.call(api, version, _req(api, include_authorized_operations=True, **fields))
+        got = {g.group_id: (g.error_code, g.authorized_operations) for g in out.groups}
+        assert got[G] == (0, (1 << A.READ) | (1 << A.DESCRIBE)), out
+        assert got["other"][0] == Errors.GROUP_AUTHORIZATION_FAILED, out
 
 
 def test_client_quotas_stored_and_described(h):
