@@ -511,10 +511,14 @@ def _describe_groups(ctx, req):
     errs = [R.DescribedGroup(error_code=GROUP_DENIED, group_id=g, group_state="", protocol_type="", protocol_data="",
                              members=[], authorized_operations=OPS_OMITTED) for g in dict.fromkeys(req.groups) if g in bad]
     req.groups = [g for g in req.groups if g not in bad]
-    include = ctx.api_version >= 3 and req.include_authorized_operations
+    return _described_groups(ctx, ctx.api_version >= 3 and req.include_authorized_operations, errs)
 
+
+def _described_groups(ctx, include_ops: bool, errs):
+    """post() of DescribeGroups and ConsumerGroupDescribe: the principal's operations on each
+    described group (when asked), then the refused groups' entries."""
     def post(resp):
-        if include:
+        if include_ops:
             for g in resp.groups:
                 if g.error_code == 0:
                     g.authorized_operations = ops_bitmask(ctx, R_GROUP, g.group_id, GROUP_OPS)
@@ -561,16 +565,7 @@ def _consumer_group_describe(ctx, req):
     errs = [R.DescribedGroup(error_code=GROUP_DENIED, error_message=None, group_id=g, members=[])
             for g in dict.fromkeys(req.group_ids) if g in bad]
     req.group_ids = [g for g in req.group_ids if g not in bad]
-    include = req.include_authorized_operations
-
-    def post(resp):
-        if include:
-            for g in resp.groups:
-                if g.error_code == 0:
-                    g.authorized_operations = ops_bitmask(ctx, R_GROUP, g.group_id, GROUP_OPS)
-        resp.groups = list(resp.groups) + errs
-        return resp
-    return post
+    return _described_groups(ctx, req.include_authorized_operations, errs)
 
 
 # -- coordinators, producers, transactions ----------------------------------------------------
