@@ -68,7 +68,7 @@ def _topic(b, name):
 @pytest.mark.parametrize("client", CLIENTS)
 def test_client_roundtrip(secure, client, mode):
     if client.startswith("java") and not java_available("4.3.0"):
-        pytest.skip("kafka-clients 4.3.0 jars missing (scripts/fetch-java-clients.sh)")
+        pytest.fail("kafka-clients 4.3.0 jars missing: run scripts/fetch-java-clients.sh")   # installed by scripts/test.sh
     topic = _topic(secure, f"sec-{client}-{mode}".replace(".", "_"))
     values = [f"{client}-{mode}-{i}".encode() * 20 for i in range(200)]
     assert roundtrip(client, _target(secure, mode), topic, values) == values

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from kbroker.handlers.describe_acls import acl_filter
-from kbroker.security.acls import ALTER, CLUSTER_NAME, R_CLUSTER
+from kbroker.security.acls import ALTER, CLUSTER_NAME, R_CLUSTER, AclFilter
 from kbroker.security.controller_ops import delete_acls
 from kbroker.wire.errors import Errors
 from kbroker.wire.generated.delete_acls_response import DeleteAclsResponse as R
@@ -34,6 +33,6 @@ def handle(ctx, req):
     if not ctx.authorize(ALTER, R_CLUSTER, CLUSTER_NAME):
         return R(filter_results=[_Result(error_code=Errors.CLUSTER_AUTHORIZATION_FAILED, error_message=None,
                                          matching_acls=[]) for _ in req.filters])
-    filters = [acl_filter(f.resource_type_filter, f.resource_name_filter, f.pattern_type_filter, f.principal_filter,
-                          f.host_filter, f.operation, f.permission_type) for f in req.filters]
+    filters = [AclFilter(f.resource_type_filter, f.resource_name_filter, f.pattern_type_filter, f.principal_filter,
+                         f.host_filter, f.operation, f.permission_type) for f in req.filters]
     return _delete(ctx, filters)

@@ -11,18 +11,14 @@ MIN_VERSION = 0
 MAX_VERSION = 3
 
 
-def acl_filter(resource_type, name, pattern, principal, host, op, perm) -> AclFilter:
-    return AclFilter(resource_type, name, pattern, principal, host, op, perm)
-
-
 def handle(ctx, req):
     sec = ctx.broker.security
     if sec is None or sec.authorizer is None:
         return R(error_code=Errors.SECURITY_DISABLED, error_message="No Authorizer is configured.", resources=[])
     if not ctx.authorize(DESCRIBE, R_CLUSTER, CLUSTER_NAME):
         return R(error_code=Errors.CLUSTER_AUTHORIZATION_FAILED, error_message=None, resources=[])
-    f = acl_filter(req.resource_type_filter, req.resource_name_filter, req.pattern_type_filter,
-                   req.principal_filter, req.host_filter, req.operation, req.permission_type)
+    f = AclFilter(req.resource_type_filter, req.resource_name_filter, req.pattern_type_filter,
+                  req.principal_filter, req.host_filter, req.operation, req.permission_type)
     if f.is_unknown():
         return R(error_code=Errors.INVALID_REQUEST, error_message="Invalid filter", resources=[])
     grouped: dict[tuple, list] = {}

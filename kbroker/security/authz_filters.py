@@ -82,6 +82,23 @@ def _extend(attr):
     return make
 
 
+def _refuse(req, attr, codes, error_entry, resp_attr="topics", key=lambda t: t.name):
+    """Takes the entries of ``req.<attr>`` whose key ``codes`` refuses out of the request and
+    returns the post() that answers each with ``error_entry(entry, code)`` in
+    ``resp.<resp_attr>``; None when nothing is refused. The entry shapes stay with each API."""
+    if not codes:
+        return None
+    items = getattr(req, attr)
+    errs = [error_entry(t, codes[key(t)]) for t in items if key(t) in codes]
+    setattr(req, attr, [t for t in items if key(t) not in codes])
+    return _extend(resp_attr)(errs)
+
+
+def _topic_codes(ctx, op, names) -> dict:
+    """TOPIC_AUTHORIZATION_FAILED for each of ``names`` without ``op``."""
+    return dict.fromkeys(_denied_topics(ctx, op, names), TOPIC_DENIED)
+
+
 # -- produce / fetch / offsets ----------------------------------------------------------------
 
 def _produce(ctx, req):
@@ -145,15 +162,11 @@ def _fetch(ctx, req):
 
 def _list_offsets(ctx, req):
     from kbroker.wire.generated.list_offsets_response import ListOffsetsResponse as R
-    bad = _denied_topics(ctx, DESCRIBE, (t.name for t in req.topics))
-    if not bad:
-        return None
-    errs = [R.ListOffsetsTopicResponse(name=t.name, partitions=[
-        R.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(partition_index=p.partition_index, error_code=TOPIC_DENIED,
-                                                                old_style_offsets=[], timestamp=-1, offset=-1, leader_epoch=-1)
-        for p in t.partitions]) for t in req.topics if t.name in bad]
-    req.topics = [t for t in req.topics if t.name not in bad]
-    return _extend("topics")(errs)
+    P = R.ListOffsetsTopicResponse.ListOffsetsPartitionResponse
+    return _refuse(req, "topics", _topic_codes(ctx, DESCRIBE, (t.name for t in req.topics)),
+                   lambda t, c: R.ListOffsetsTopicResponse(name=t.name, partitions=[
+                       P(partition_index=p.partition_index, error_code=c, old_style_offsets=[], timestamp=-1, offset=-1,
+                         leader_epoch=-1) for p in t.partitions]))
 
 
 def _offset_for_leader_epoch(ctx, req):
@@ -161,40 +174,28 @@ def _offset_for_leader_epoch(ctx, req):
     if ctx.api_version >= 3 and req.replica_id >= 0:
         bad = {t.topic: CLUSTER_DENIED for t in req.topics} if not _cluster(ctx, CLUSTER_ACTION) else {}
     else:
-        bad = {n: TOPIC_DENIED for n in _denied_topics(ctx, DESCRIBE, (t.topic for t in req.topics))}
-    if not bad:
-        return None
-    errs = [R.OffsetForLeaderTopicResult(topic=t.topic, partitions=[
-        R.OffsetForLeaderTopicResult.EpochEndOffset(error_code=bad[t.topic], partition=p.partition, leader_epoch=-1,
-                                                    end_offset=-1) for p in t.partitions])
-        for t in req.topics if t.topic in bad]
-    req.topics = [t for t in req.topics if t.topic not in bad]
-    return _extend("topics")(errs)
+        bad = _topic_codes(ctx, DESCRIBE, (t.topic for t in req.topics))
+    E = R.OffsetForLeaderTopicResult.EpochEndOffset
+    return _refuse(req, "topics", bad, lambda t, c: R.OffsetForLeaderTopicResult(topic=t.topic, partitions=[
+        E(error_code=c, partition=p.partition, leader_epoch=-1, end_offset=-1) for p in t.partitions]),
+        key=lambda t: t.topic)
 
 
 def _delete_records(ctx, req):
     from kbroker.wire.generated.delete_records_response import DeleteRecordsResponse as R
-    bad = _denied_topics(ctx, DELETE, (t.name for t in req.topics))
-    if not bad:
-        return None
-    errs = [R.DeleteRecordsTopicResult(name=t.name, partitions=[
-        R.DeleteRecordsTopicResult.DeleteRecordsPartitionResult(partition_index=p.partition_index, low_watermark=-1,
-                                                                error_code=TOPIC_DENIED) for p in t.partitions])
-        for t in req.topics if t.name in bad]
-    req.topics = [t for t in req.topics if t.name not in bad]
-    return _extend("topics")(errs)
+    P = R.DeleteRecordsTopicResult.DeleteRecordsPartitionResult
+    return _refuse(req, "topics", _topic_codes(ctx, DELETE, (t.name for t in req.topics)),
+                   lambda t, c: R.DeleteRecordsTopicResult(name=t.name, partitions=[
+                       P(partition_index=p.partition_index, low_watermark=-1, error_code=c) for p in t.partitions]))
 
 
 def _describe_producers(ctx, req):
     from kbroker.wire.generated.describe_producers_response import DescribeProducersResponse as R
-    bad = _denied_topics(ctx, READ, (t.name for t in req.topics))
-    if not bad:
-        return None
-    errs = [R.TopicResponse(name=t.name, partitions=[
-        R.TopicResponse.PartitionResponse(partition_index=i, error_code=TOPIC_DENIED, error_message=None, active_producers=[])
-        for i in t.partition_indexes]) for t in req.topics if t.name in bad]
-    req.topics = [t for t in req.topics if t.name not in bad]
-    return _extend("topics")(errs)
+    P = R.TopicResponse.PartitionResponse
+    return _refuse(req, "topics", _topic_codes(ctx, READ, (t.name for t in req.topics)),
+                   lambda t, c: R.TopicResponse(name=t.name, partitions=[
+                       P(partition_index=i, error_code=c, error_message=None, active_producers=[])
+                       for i in t.partition_indexes]))
 
 
 # -- metadata ---------------------------------------------------------------------------------
@@ -344,13 +345,8 @@ def _delete_topics(ctx, req):
 
 def _create_partitions(ctx, req):
     from kbroker.wire.generated.create_partitions_response import CreatePartitionsResponse as R
-    bad = _denied_topics(ctx, ALTER, (t.name for t in req.topics))
-    if not bad:
-        return None
-    errs = [R.CreatePartitionsTopicResult(name=t.name, error_code=TOPIC_DENIED, error_message=None)
-            for t in req.topics if t.name in bad]
-    req.topics = [t for t in req.topics if t.name not in bad]
-    return _extend("results")(errs)
+    return _refuse(req, "topics", _topic_codes(ctx, ALTER, (t.name for t in req.topics)),
+                   lambda t, c: R.CreatePartitionsTopicResult(name=t.name, error_code=c, error_message=None), "results")
 
 
 # ConfigResource types: 2 topic, 4 broker, 8 broker logger
@@ -503,14 +499,10 @@ def _offset_delete(ctx, req):
     from kbroker.wire.generated.offset_delete_response import OffsetDeleteResponse as R
     if not ctx.authorize(DELETE, R_GROUP, req.group_id):
         return R(error_code=GROUP_DENIED, topics=[])
-    bad = _denied_topics(ctx, READ, (t.name for t in req.topics))
-    if not bad:
-        return None
-    errs = [R.OffsetDeleteResponseTopic(name=t.name, partitions=[
-        R.OffsetDeleteResponseTopic.OffsetDeleteResponsePartition(partition_index=p.partition_index, error_code=TOPIC_DENIED)
-        for p in t.partitions]) for t in req.topics if t.name in bad]
-    req.topics = [t for t in req.topics if t.name not in bad]
-    return _extend("topics")(errs)
+    P = R.OffsetDeleteResponseTopic.OffsetDeleteResponsePartition
+    return _refuse(req, "topics", _topic_codes(ctx, READ, (t.name for t in req.topics)),
+                   lambda t, c: R.OffsetDeleteResponseTopic(name=t.name, partitions=[
+                       P(partition_index=p.partition_index, error_code=c) for p in t.partitions]))
 
 
 def _describe_groups(ctx, req):
@@ -519,10 +511,14 @@ def _describe_groups(ctx, req):
     errs = [R.DescribedGroup(error_code=GROUP_DENIED, group_id=g, group_state="", protocol_type="", protocol_data="",
                              members=[], authorized_operations=OPS_OMITTED) for g in dict.fromkeys(req.groups) if g in bad]
     req.groups = [g for g in req.groups if g not in bad]
-    include = ctx.api_version >= 3 and req.include_authorized_operations
+    return _described_groups(ctx, ctx.api_version >= 3 and req.include_authorized_operations, errs)
 
+
+def _described_groups(ctx, include_ops: bool, errs):
+    """post() of DescribeGroups and ConsumerGroupDescribe: the principal's operations on each
+    described group (when asked), then the refused groups' entries."""
     def post(resp):
-        if include:
+        if include_ops:
             for g in resp.groups:
                 if g.error_code == 0:
                     g.authorized_operations = ops_bitmask(ctx, R_GROUP, g.group_id, GROUP_OPS)
@@ -569,16 +565,7 @@ def _consumer_group_describe(ctx, req):
     errs = [R.DescribedGroup(error_code=GROUP_DENIED, error_message=None, group_id=g, members=[])
             for g in dict.fromkeys(req.group_ids) if g in bad]
     req.group_ids = [g for g in req.group_ids if g not in bad]
-    include = req.include_authorized_operations
-
-    def post(resp):
-        if include:
-            for g in resp.groups:
-                if g.error_code == 0:
-                    g.authorized_operations = ops_bitmask(ctx, R_GROUP, g.group_id, GROUP_OPS)
-        resp.groups = list(resp.groups) + errs
-        return resp
-    return post
+    return _described_groups(ctx, req.include_authorized_operations, errs)
 
 
 # -- coordinators, producers, transactions ----------------------------------------------------

@@ -51,13 +51,15 @@ def parse_add_scram(text: str) -> UserScramCredentialRecord:
 def write(metadata_dir: str, records: list) -> None:
     path = os.path.join(metadata_dir, FILE)
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
+    # owner-only from creation: the file holds SCRAM keys (chmod after writing left a window)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
         for r in records:
             data = encode_record(r)
             f.write(struct.pack(">i", len(data)) + data)
         f.flush()
         os.fsync(f.fileno())
-    os.chmod(tmp, 0o600)
+    os.chmod(tmp, 0o600)   # a stale tmp file from an earlier run keeps its own mode under O_CREAT
     os.replace(tmp, path)
 
 

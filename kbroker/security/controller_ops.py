@@ -9,14 +9,12 @@ from dataclasses import dataclass
 
 from kbroker.kraft.controller import ControllerResult
 from kbroker.security import acls as A
-from kbroker.security.scram import MAX_ITERATIONS, MECHANISMS, MIN_ITERATIONS, credential_from_salted
+from kbroker.security.scram import MAX_ITERATIONS, MECHANISM_BY_ID, MECHANISMS, MIN_ITERATIONS, credential_from_salted
 from kbroker.wire.errors import Errors
 from kbroker.wire.generated.access_control_entry_record import AccessControlEntryRecord
 from kbroker.wire.generated.remove_access_control_entry_record import RemoveAccessControlEntryRecord
 from kbroker.wire.generated.remove_user_scram_credential_record import RemoveUserScramCredentialRecord
 from kbroker.wire.generated.user_scram_credential_record import UserScramCredentialRecord
-
-_MECH_NAME = {mid: name for name, (mid, _) in MECHANISMS.items()}
 
 
 @dataclass
@@ -51,7 +49,7 @@ def alter_scram(deletions, upsertions):
                 continue
             recs, bad = [], None
             for kind, item in ops:
-                mech = _MECH_NAME.get(item[1])
+                mech = MECHANISM_BY_ID.get(item[1])
                 if not name:
                     bad = Outcome(Errors.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
                 elif mech is None:

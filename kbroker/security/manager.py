@@ -162,13 +162,16 @@ class SecurityManager:
         """Does this listener's traffic go through the authorizer?"""
         return self.authorizer is not None and listener_name not in self.trusted_listeners
 
+    def _unchecked(self, conn) -> bool:
+        return self.authorizer is None or (conn is not None and conn.listener_name in self.trusted_listeners)
+
     def authorize(self, conn, op: int, resource_type: int, name: str) -> bool:
-        if self.authorizer is None or (conn is not None and conn.listener_name in self.trusted_listeners):
+        if self._unchecked(conn):
             return True
         return self.authorizer.authorize(principal_of(conn), host_of(conn), op, resource_type, name)
 
     def authorize_any(self, conn, op: int, resource_type: int) -> bool:
-        if self.authorizer is None:
+        if self._unchecked(conn):
             return True
         return self.authorizer.authorize_any(principal_of(conn), host_of(conn), op, resource_type)
 

@@ -118,7 +118,7 @@ class TlsConnection(Connection):
         self._in.write(data)
         if not self._handshaken and not self._advance_handshake():
             return
-        plain = bytearray()
+        chunks = []
         while True:
             try:
                 chunk = self._tls.read(_RECV)
@@ -132,10 +132,12 @@ class TlsConnection(Connection):
                 return
             if not chunk:
                 break
-            plain += chunk
+            chunks.append(chunk)
         self._pump_out()   # TLS 1.3 session tickets, alerts
-        if plain and not self._closed:
-            self._received(len(plain), bytes(plain))
+        if chunks and not self._closed:
+            # one read usually decrypts to one chunk: hand that bytes object on as it is
+            plain = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            self._received(len(plain), plain)
 
     def _advance_handshake(self) -> bool:
         try:

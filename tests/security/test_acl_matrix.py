@@ -337,6 +337,20 @@ def test_cluster_and_group_authorized_operations(h):
     h.grant(acl(A.DESCRIBE, A.R_CLUSTER, A.CLUSTER_NAME), acl(A.ALTER_CONFIGS, A.R_CLUSTER, A.CLUSTER_NAME))
     out = h.call(60, 1, _req(60, include_cluster_authorized_operations=True, endpoint_type=1))
     assert out.cluster_authorized_operations == (1 << A.DESCRIBE) | (1 << A.ALTER_CONFIGS) | (1 << A.DESCRIBE_CONFIGS)
+    # the group exists (a consumer joins it), then both describe APIs answer its operations
+    # and refuse the group without DESCRIBE
+    _, version, fields, _, _ = next(c for c in CASES if c[0] == 68)
+    for _ in range(200):   # COORDINATOR_NOT_AVAILABLE until FindCoordinator has made the offsets topic
+        h.call(10, 3, _req(10, key=G, key_type=0), principal="User:admin")
+        if h.call(68, version, _req(68, **fields), principal="User:admin").error_code == 0:
+            break
+        h.loop.run_until_complete(asyncio.sleep(0.05))
+    h.grant(acl(A.DESCRIBE, A.R_GROUP, G), acl(A.READ, A.R_GROUP, G))
+    for api, version, fields in [(15, 5, dict(groups=[G, "other"])), (69, 0, dict(group_ids=[G, "other"]))]:
+        out = h.call(api, version, _req(api, include_authorized_operations=True, **fields))
+        got = {g.group_id: (g.error_code, g.authorized_operations) for g in out.groups}
+        assert got[G] == (0, (1 << A.READ) | (1 << A.DESCRIBE)), out
+        assert got["other"][0] == Errors.GROUP_AUTHORIZATION_FAILED, out
 
 
 def test_client_quotas_stored_and_described(h):
@@ -365,3 +379,35 @@ def test_client_quotas_stored_and_described(h):
     assert (("user", "bob"),) not in describe([("user", 2, None)])                                 # validate_only stored nothing
     assert alter([("user", "alice")], [("consumer_byte_rate", 0, True)]).error_code == 0
     assert describe([("user", 0, "alice")], strict=True) == {(("user", "alice"),): {"producer_byte_rate": 1048576.0}}
+
+
+@pytest.mark.parametrize("api", [2, 21, 23, 37, 61])   # 47: the harness group has no coordinator (15)
+def test_refused_topic_answered_beside_the_allowed_one(h, api):
+    """A request naming an allowed and a refused topic: the handler answers the allowed one,
+    the refused one comes back with TOPIC_AUTHORIZATION_FAILED in the same response."""
+    _, version, fields, grants, _ = next(c for c in CASES if c[0] == api)
+    entry = fields["topics"][0]
+    key = "topic" if "topic" in entry else "name"
+    fields = dict(fields, topics=[entry, dict(entry, **{key: "logs"})])
+    h.revoke_all()
+    h.grant(*grants)
+    out = h.call(api, version, _req(api, **fields))
+    entries = getattr(out, "results", None) or out.topics
+    got = {getattr(e, key): codes(e) for e in entries}
+    assert set(got) == {T, "logs"}, out
+    assert got["logs"] == {Errors.TOPIC_AUTHORIZATION_FAILED}, out
+    assert not got[T] & AUTH_ERRORS, out
+
+
+def test_controller_listener_is_trusted_by_every_check(h):
+    h.revoke_all()
+    sec = h.server.security
+    ctrl = Conn(ALICE)
+    ctrl.listener_name = "CONTROLLER"   # (the harness broker has no controller listener of its own)
+    sec.trusted_listeners.add("CONTROLLER")
+    try:
+        assert sec.authorize(ctrl, A.WRITE, A.R_TOPIC, T) and sec.authorize_any(ctrl, A.WRITE, A.R_TOPIC)
+    finally:
+        sec.trusted_listeners.discard("CONTROLLER")
+    assert not sec.authorize(Conn(ALICE), A.WRITE, A.R_TOPIC, T)
+    assert not sec.authorize_any(Conn(ALICE), A.WRITE, A.R_TOPIC)

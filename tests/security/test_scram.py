@@ -61,6 +61,7 @@ def test_add_scram_syntax_and_bootstrap_file(tmp_path):
         with pytest.raises(ValueError):
             bootstrap.parse_add_scram(bad)
     bootstrap.write(str(tmp_path), [r, r2])
+    assert (tmp_path / bootstrap.FILE).stat().st_mode & 0o777 == 0o600   # SCRAM keys: owner only
     back = bootstrap.read(str(tmp_path))
     assert back == [r, r2]
     # the stored credential authenticates the password it was made from
