@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import base64
 import os
-import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from compat_tests.brokers import REPO, TANSU, BrokerProcess, _api_versions_ok, free_port  # noqa: E402
+from compat_tests.brokers import REPO, TANSU, BrokerProcess, free_port  # noqa: E402
 
 KAFKA_HOME = REPO.parent.parent / "shared" / "reference-kafka"
 if not KAFKA_HOME.exists():
@@ -23,8 +21,9 @@ if not KAFKA_HOME.exists():
 NAMES = {"kbroker": "kbroker", "kafka": "Kafka", "tansu": "Tansu"}
 
 
-class KafkaProcess:
-    """Apache Kafka 4.0 in KRaft combined mode (the reference-kafka README's one node)."""
+class KafkaProcess(BrokerProcess):
+    """Apache Kafka 4.0 in KRaft combined mode (the reference-kafka README's one node);
+    BrokerProcess's wait, stop and kill, with Kafka's own start scripts."""
 
     kind = "kafka"
 
@@ -71,29 +70,15 @@ class KafkaProcess:
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([str(KAFKA_HOME / "bin/kafka-server-start.sh"), str(cfg)],
                                      stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"kafka exited with {self.proc.returncode}: see {self.log_path}")
-            if _api_versions_ok(self.port):
-                return self
-            time.sleep(0.2)
-        self.kill()
-        raise RuntimeError(f"kafka did not answer within {timeout}s: see {self.log_path}")
+        try:
+            self.wait_serving(self.port, timeout, "kafka")
+        except RuntimeError:
+            self.kill()
+            raise
+        return self
 
     def stop(self, timeout: float = 30.0):
-        if self.proc is None or self.proc.poll() is not None:
-            return None
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+        return super().stop(timeout)    # a JVM takes longer to shut down than kbroker
 
 
 def make_broker(kind: str, data_dir: Path, kbroker_overrides: dict | None = None,

@@ -77,15 +77,24 @@ class BrokerProcess:
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
                                      cwd=self.data_dir, env={**os.environ, "PYTHONPATH": str(REPO)})
+        try:
+            self.wait_serving(self.port, timeout, self.kind)
+        except RuntimeError:
+            self.kill()    # a no-op if it already exited
+            raise
+        return self
+
+    def wait_serving(self, port: int, timeout: float, what: str) -> None:
+        """Return once the process answers ApiVersions on ``port``; RuntimeError with the
+        log's tail if it exits first or stays silent for ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.kind} exited with {self.proc.returncode}:\n{self.tail()}")
-            if _api_versions_ok(self.port):
-                return self
+                raise RuntimeError(f"{what} exited with {self.proc.returncode}:\n{self.tail()}")
+            if _api_versions_ok(port):
+                return
             time.sleep(0.05)
-        self.kill()
-        raise RuntimeError(f"{self.kind} did not answer within {timeout}s:\n{self.tail()}")
+        raise RuntimeError(f"{what} did not answer within {timeout}s:\n{self.tail()}")
 
     def tail(self, n: int = 40) -> str:
         try:
@@ -170,14 +179,7 @@ class ClusterNode(BrokerProcess):
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         port = self.port if "broker" in self.roles else self.controller_port
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"node {self.node_id} exited with {self.proc.returncode}:\n{self.tail()}")
-            if _api_versions_ok(port):
-                return
-            time.sleep(0.1)
-        raise RuntimeError(f"node {self.node_id} did not answer within {timeout}s:\n{self.tail()}")
+        self.wait_serving(port, timeout, f"node {self.node_id}")
 
     def signal(self, sig: int) -> None:
         """SIGKILL / SIGSTOP / SIGCONT this node's process (by the PID we started)."""

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
                                    NewPartitions, NewTopic, ResourceType)
 
-TIMEOUT = 30
+from compat_tests.clients.confluent import TIMEOUT, produce  # noqa: F401  (the tests import produce from here)
 
 
 def start_spark(app_name: str):
@@ -73,28 +73,6 @@ def delete_records(bootstrap: str, topic: str, before: dict[int, int]) -> None:
     fs = a.delete_records([TopicPartition(topic, p, o) for p, o in before.items()])
     for f in fs.values():
         f.result(TIMEOUT)
-
-
-def produce(bootstrap: str, topic: str, records, **conf) -> list[tuple[int, int]]:
-    """records: iterable of dicts with value and optional key/partition/timestamp/headers.
-    Returns the acknowledged (partition, offset) of each, in order."""
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **conf})
-    records = list(records)
-    acks: list = [None] * len(records)
-
-    def on_ack(i):
-        def cb(err, msg):
-            acks[i] = err or (msg.partition(), msg.offset())
-        return cb
-
-    for i, r in enumerate(records):
-        kw = {k: r[k] for k in ("key", "partition", "timestamp", "headers") if k in r}
-        p.produce(topic, value=r["value"], on_delivery=on_ack(i), **kw)
-        p.poll(0)
-    assert p.flush(TIMEOUT) == 0, "records left unacknowledged"
-    bad = [a for a in acks if not isinstance(a, tuple)]
-    assert not bad, bad[:3]
-    return acks
 
 
 def wait_for(predicate, timeout: float = 90, what: str = "condition", interval: float = 0.5):

@@ -9,6 +9,28 @@ from compat_tests.clients import Consumed, Rec
 TIMEOUT = 30
 
 
+def produce(bootstrap: str, topic: str, records, **conf) -> list[tuple[int, int]]:
+    """records: iterable of dicts with value and optional key/partition/timestamp/headers.
+    Returns the acknowledged (partition, offset) of each, in order."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **conf})
+    records = list(records)
+    acks: list = [None] * len(records)
+
+    def on_ack(i):
+        def cb(err, msg):
+            acks[i] = err or (msg.partition(), msg.offset())
+        return cb
+
+    for i, r in enumerate(records):
+        kw = {k: r[k] for k in ("key", "partition", "timestamp", "headers") if k in r}
+        p.produce(topic, value=r["value"], on_delivery=on_ack(i), **kw)
+        p.poll(0)
+    assert p.flush(TIMEOUT) == 0, "records left unacknowledged"
+    bad = [a for a in acks if not isinstance(a, tuple)]
+    assert not bad, bad[:3]
+    return acks
+
+
 class ConfluentDriver:
     name = "confluent-kafka"
 
@@ -24,23 +46,9 @@ class ConfluentDriver:
         self.admin.delete_topics([name])[name].result(TIMEOUT)
 
     def produce(self, topic, records: list[Rec], compression="none", **conf):
-        p = Producer({"bootstrap.servers": self.bootstrap, "compression.type": compression,
-                      "linger.ms": 5, **conf})
-        acks: list = [None] * len(records)
-
-        def on_ack(i):
-            def cb(err, msg):
-                acks[i] = err or (msg.partition(), msg.offset())
-            return cb
-
-        for i, r in enumerate(records):
-            p.produce(topic, key=r.key, value=r.value, timestamp=r.timestamp,
-                      headers=list(r.headers), on_delivery=on_ack(i))
-            p.poll(0)
-        assert p.flush(TIMEOUT) == 0, "records left unacknowledged"
-        bad = [a for a in acks if not isinstance(a, tuple)]
-        assert not bad, bad[:3]
-        return acks
+        return produce(self.bootstrap, topic, [
+            {"key": r.key, "value": r.value, "timestamp": r.timestamp, "headers": list(r.headers)} for r in records],
+            **{"compression.type": compression, **conf})
 
     def consume(self, topic, count, **conf):
         c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "compat-assign",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 
-from kbroker.wire.errors import Errors
+from kbroker.wire.errors import error_name
 from kbroker.wire.registry import api_name
 
 DLQ_SUFFIX = ".dlq"
@@ -36,13 +36,6 @@ _TIMES = (
     ("responsequeuetimems", "response_queue", "Time in the response queue, ms"),
     ("responsesendtimems", "response_send", "Time sending the response, ms"),
 )
-
-
-def _error_name(code: int) -> str:
-    try:
-        return Errors(code).name
-    except ValueError:
-        return str(code)
 
 
 class BrokerCollector:
@@ -85,7 +78,7 @@ class BrokerCollector:
         errs = CounterMetricFamily("kafka_network_requestmetrics_errors", "Error codes in responses (ErrorsPerSec)",
                                    labels=["request", "error"])
         for (key, code), n in rm.errors.items():
-            errs.add_metric([api_name(key), _error_name(code)], n)
+            errs.add_metric([api_name(key), error_name(code)], n)
         yield errs
         for suffix, attr, doc in _TIMES:
             f = SummaryMetricFamily(f"kafka_network_requestmetrics_{suffix}", doc, labels=["request"])

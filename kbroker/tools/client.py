@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 
 from kbroker.groups.admin_client import EARLIEST, LATEST, AdminClient, KafkaError  # noqa: F401
-from kbroker.wire.errors import Errors
+from kbroker.wire.errors import Errors, error_name
 from kbroker.net.client import ClientError, KafkaClient
 from kbroker.wire.generated.create_partitions_request import CreatePartitionsRequest
 from kbroker.wire.generated.create_topics_request import CreateTopicsRequest
@@ -28,13 +28,6 @@ from kbroker.wire.records import iter_batches
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 MAX_TIMESTAMP = -3
 OP_SET, OP_DELETE = 0, 1
-
-
-def error_name(code: int) -> str:
-    try:
-        return Errors(code).name
-    except ValueError:
-        return str(code)
 
 
 def _check(code: int, what: str, message: str | None = None) -> None:

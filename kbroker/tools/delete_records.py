@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from kbroker.tools.client import error_name
+from kbroker.wire.errors import error_name
 from kbroker.tools.common import add_bootstrap, client, run
 
 

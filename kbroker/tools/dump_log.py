@@ -14,9 +14,9 @@ import struct
 import sys
 import uuid
 
+from kbroker.wire.compression import CODEC_NAMES
 from kbroker.wire.records import iter_batches
 
-CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 
 
 def add_parser(sub) -> None:
@@ -166,7 +166,7 @@ def _dump_log(path: str, args) -> None:
               f"producerEpoch: {b.producer_epoch} partitionLeaderEpoch: {b.partition_leader_epoch} "
               f"isTransactional: {str(b.is_transactional).lower()} isControl: {str(b.is_control).lower()} "
               f"deleteHorizonMs: OptionalLong.empty position: {pos} {ts_type}: {b.max_timestamp} size: {b.size} "
-              f"magic: {b.magic} compresscodec: {CODECS.get(b.compression, b.compression)} crc: {b.crc} "
+              f"magic: {b.magic} compresscodec: {CODEC_NAMES.get(b.compression, b.compression)} crc: {b.crc} "
               f"isvalid: {str(b.verify_crc()).lower()}")
         pos += b.size
         if not deep:

@@ -129,13 +129,14 @@ async def _produce_async(args, props, kc, nparts: int, payloads: list[bytes]) ->
     import asyncio
 
     from kbroker.tools.partitioner import Partitioner
+    from kbroker.tools.sender import CODEC_IDS
     from kbroker.wire.generated.produce_request import ProduceRequest
     from kbroker.wire.records import BatchBuilder
     acks = {"all": -1}.get(props.get("acks", "all"), None)
     acks = int(props.get("acks", "-1")) if acks is None else acks
     batch_bytes = int(props.get("batch.size", 16384))
     slots = asyncio.Semaphore(int(props.get("max.in.flight.requests.per.connection", 5)))
-    codec = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}[props.get("compression.type", "none")]
+    codec = CODEC_IDS[props.get("compression.type", "none")]
     parts = Partitioner(nparts)
     per_batch = max(1, batch_bytes // max(1, len(payloads[0]) + 10))
     P = ProduceRequest.TopicProduceData

@@ -6,9 +6,10 @@ from __future__ import annotations
 import time
 
 from kbroker.tools.partitioner import Partitioner
+from kbroker.wire.compression import CODEC_NAMES
 from kbroker.wire.records import BatchBuilder
 
-_CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+CODEC_IDS = {name: codec for codec, name in CODEC_NAMES.items()}
 
 
 class RecordSender:
@@ -17,7 +18,7 @@ class RecordSender:
         self.client = client
         self.topic = topic
         self.batch_records = batch_records
-        self.compression = _CODECS[compression]
+        self.compression = CODEC_IDS[compression]
         self.acks = acks
         self.fixed = partition
         parts = client.partitions(topic)

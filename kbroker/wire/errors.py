@@ -35,4 +35,14 @@ class UnsupportedVersionError(CodecError):
 
 from kbroker.wire.generated.error_codes import Errors  # noqa: E402  (generated; imports nothing from here)
 
-__all__ = ["CodecError", "FrameTooLarge", "UnsupportedVersionError", "Errors"]
+
+
+def error_name(code: int) -> str:
+    """Kafka's name for an error code (``UNKNOWN_TOPIC_OR_PARTITION``), or the number if unknown."""
+    try:
+        return Errors(code).name
+    except ValueError:
+        return str(code)
+
+
+__all__ = ["CodecError", "FrameTooLarge", "UnsupportedVersionError", "Errors", "error_name"]
