@@ -59,16 +59,8 @@ class BackgroundIO:
             self._ex.shutdown(wait=True)
 
     # ------------------------------------------------------------------ segments
-    def fsync_fds(self, fds: list[int]) -> concurrent.futures.Future:
-        """fsync duplicates of ``fds`` (taken now, on the caller's thread)."""
-        dups = []
-        try:
-            for fd in fds:
-                dups.append(os.dup(fd))
-        except OSError:
-            for d in dups:
-                os.close(d)
-            raise
+    def fsync_and_close(self, dups: list[int]) -> concurrent.futures.Future:
+        """fsync and close ``dups``: duplicates the caller took (LogSegment.dup_fds)."""
         return self.submit(_fsync_and_close, dups)
 
     # ------------------------------------------------------------------ files

@@ -1016,10 +1016,14 @@ class PartitionLog:
         pending = [s for s in pending if s in self._segments]
         if not pending:
             return None
-        fds = [fd for s in pending for fd in s.sync_fds(with_indexes=True)]
+        dups: list[int] = []
         try:
-            fut = self.io.fsync_fds(fds)
+            for s in pending:
+                dups += s.dup_fds(with_indexes=True)
+            fut = self.io.fsync_and_close(dups)
         except OSError:
+            for fd in dups:
+                os.close(fd)
             self._roll_flush_pending = pending + self._roll_flush_pending
             raise
         self._roll_flush_in_flight += pending
@@ -1102,9 +1106,12 @@ class PartitionLog:
             segs = [s for s in self._segments_from(self._recovery_point) if s.base_offset < upto]
             # log data of every segment; indexes of the closed ones (the active segment's
             # are rebuilt by recovery, so the recovery point stops at its base)
-            jobs = [(fd, fd == s.handle.fd and s is active)
-                    for s in segs for fd in s.sync_fds(with_indexes=s is not active)]
+            # (duplicated descriptors: the cache may close the originals meanwhile)
             try:
+                jobs = []
+                for s in segs:
+                    fds = s.dup_fds(with_indexes=s is not active)
+                    jobs += [(fd, i == 0 and s is active) for i, fd in enumerate(fds)]
                 await asyncio.to_thread(_fsync_jobs, jobs)
             except Exception as e:  # pragma: no cover - disk failure
                 waiters, self._sync_waiters = self._sync_waiters, []
@@ -1150,6 +1157,12 @@ class PartitionLog:
         self._pending_deletes = []
         self.closed = True
 
+    def detach_descriptors(self) -> None:
+        """Before handing the log to another thread (which closes it): its files leave the
+        descriptor cache, so the event loop's evictions never close one under that thread."""
+        for s in self._segments + self._pending_deletes:
+            s.detach_descriptors()
+
     def close_without_trim(self) -> None:
         """Drop everything without the clean-close work (tests: simulate a crash)."""
         for s in self._segments:
@@ -1189,6 +1202,8 @@ def _as_bytes_view(buf) -> memoryview:
 
 
 def _fsync_jobs(jobs) -> None:
+    """fsync (fdatasync for the active log) and close duplicated descriptors."""
+    err = None
     for fd, data_only in jobs:
         try:
             if data_only:
@@ -1196,8 +1211,11 @@ def _fsync_jobs(jobs) -> None:
             else:
                 os.fsync(fd)
         except OSError as e:
-            if e.errno != errno.EBADF:  # closed meanwhile (deleted segment): nothing to do
-                raise
+            err = err or e
+        finally:
+            os.close(fd)
+    if err is not None:
+        raise err
 
 
 def _unlink(path: str) -> None:
