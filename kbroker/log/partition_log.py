@@ -176,6 +176,7 @@ class PartitionLog:
         self._sync_task: asyncio.Task | None = None
         self.sync_rounds = 0  # fsync batches run by sync() (group commit)
         self._durable_offset = 0  # below it, the log data is fsynced (group commit)
+        self._sync_requested = 0  # the highest offset an append asked to be fsynced (sync_soon)
         self.closed = False
         self.recovery: RecoveryReport = RecoveryReport(clean_shutdown=True)
         self.leader_epoch_cache = LeaderEpochCache(None)
@@ -799,6 +800,7 @@ class PartitionLog:
     def _after_truncate(self) -> None:
         self._fail_sync_waiters(self._leo)
         self._durable_offset = min(self._durable_offset, self._leo)
+        self._sync_requested = min(self._sync_requested, self._leo)
         self._recovery_point = min(self._recovery_point, self._leo)
         self._high_watermark = min(self._high_watermark, self._leo)
         self._log_start_offset = min(self._log_start_offset, self._leo)
@@ -820,6 +822,7 @@ class PartitionLog:
         self._log_start_offset = offset
         self._recovery_point = offset
         self._durable_offset = offset
+        self._sync_requested = offset
         self._high_watermark = offset
         self.leader_epoch_cache.clear()
         self.first_dirty_offset = None
@@ -1075,6 +1078,25 @@ class PartitionLog:
             return True
         return False
 
+    def sync_soon(self, offset: int) -> None:
+        """flush.messages reached by an append: start a group-commit fsync covering
+        everything below ``offset`` instead of fsyncing on the event loop; whoever answers
+        the append awaits ``sync(offset)`` when ``awaits_sync(offset)`` says so. Without a
+        running loop (tools, tests): flush now."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()
+            return
+        self._sync_requested = max(self._sync_requested, offset)
+        task = asyncio.ensure_future(self.sync(offset))
+        task.add_done_callback(_retrieve)   # failures reach the awaiting handler, not the log
+
+    def awaits_sync(self, offset: int) -> bool:
+        """True if an append ending below ``offset`` asked for an fsync (``sync_soon``)
+        that has not completed: its acknowledgement waits for it (flush.messages=1)."""
+        return offset <= self._sync_requested and offset > max(self._recovery_point, self._durable_offset)
+
     async def sync(self, offset: int | None = None) -> None:
         """Group commit: return once everything below ``offset`` (default: the current
         log end) is fsynced. Concurrent callers share fsyncs: while one fsync runs (in a
@@ -1199,6 +1221,11 @@ def _as_bytes_view(buf) -> memoryview:
     if mv.ndim != 1 or mv.itemsize != 1:
         mv = mv.cast("B")
     return mv
+
+
+def _retrieve(task) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def _fsync_jobs(jobs) -> None:
