@@ -89,7 +89,20 @@ class BackgroundIO:
             text = self._texts.pop(key, None)
             if self._queued.get(key) is not None and self._queued[key].running():
                 del self._queued[key]
+            batch = []
+            if text is not None and key[1] in BATCHED_FILES and _syncfs is not None:
+                # Per-partition files queued behind this one are written now too, with two
+                # file-system syncs for the lot instead of three fsyncs each: creating
+                # 10,000 partitions queued 20,000 of them (minutes of fsyncs, and every
+                # flush.messages fsync waited behind them). Writing them early is safe: they
+                # never claim that other data is durable. Their own jobs find nothing to do.
+                for k in list(self._texts):
+                    if k[1] in BATCHED_FILES and len(batch) < _BATCH_MAX:
+                        batch.append((k, self._texts.pop(k)))
         if text is None:
+            return
+        if batch:
+            _write_batch([(key, text)] + batch)
             return
         dfd = _open_dir(key[0], key[2])
         if dfd is None:
@@ -147,6 +160,77 @@ def _fsync_and_close(fds: list[int]) -> None:
             os.close(fd)
     if err is not None:  # pragma: no cover
         raise err
+
+
+# files whose early write is harmless (see _write_job); recovery-point and log-start
+# checkpoints are not: they claim the data they name is on disk, so they keep their turn
+BATCHED_FILES = frozenset({"leader-epoch-checkpoint", "partition.metadata"})
+_BATCH_MAX = 2048
+
+
+def _load_syncfs():
+    try:
+        import ctypes
+        fn = ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        return None
+    fn.argtypes = [ctypes.c_int]
+
+    def syncfs(fd: int) -> None:
+        if fn(fd) != 0:
+            e = ctypes.get_errno()
+            raise OSError(e, os.strerror(e))
+    return syncfs
+
+
+_syncfs = _load_syncfs()
+
+
+def _write_batch(items) -> None:
+    """Atomic replacement of many small files: every tmp file written, one syncfs per file
+    system (their data on disk), every rename, one syncfs again (the renames on disk)."""
+    written = []
+    devices: dict[int, int] = {}   # st_dev -> a directory descriptor on it, for syncfs
+    try:
+        for item in items:
+            (directory, name, ino), text = item
+            dfd = _open_dir(directory, ino)
+            if dfd is None:
+                continue   # deleted (or replaced) meanwhile: the write is moot
+            try:
+                fd = os.open(name + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=dfd)
+                try:
+                    view = memoryview(text.encode("utf-8"))
+                    while view:
+                        view = view[os.write(fd, view):]
+                finally:
+                    os.close(fd)
+            except FileNotFoundError:
+                os.close(dfd)
+                continue
+            dev = os.fstat(dfd).st_dev
+            if dev in devices:
+                os.close(dfd)
+            else:
+                devices[dev] = dfd
+            written.append(item)
+        for dfd in devices.values():
+            _syncfs(dfd)
+        for (directory, name, ino), _text in written:
+            dfd = _open_dir(directory, ino)
+            if dfd is None:
+                continue
+            try:
+                os.replace(name + ".tmp", name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            except FileNotFoundError:
+                pass
+            finally:
+                os.close(dfd)
+        for dfd in devices.values():
+            _syncfs(dfd)
+    finally:
+        for dfd in devices.values():
+            os.close(dfd)
 
 
 def _open_dir(directory: str, ino: int) -> int | None:
