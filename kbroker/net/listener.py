@@ -19,6 +19,9 @@ log = logging.getLogger("kbroker.net")
 _ids = itertools.count(1)
 
 
+ACCEPTS_PER_WAKEUP = 16
+
+
 class Listener:
     def __init__(
         self,
@@ -103,7 +106,9 @@ class Listener:
             await asyncio.gather(*(c.shutdown(timeout) for c in conns), return_exceptions=True)
 
     def _on_accept(self, lsock: socket.socket) -> None:
-        for _ in range(64):
+        # a few per wake-up (the listening socket stays readable, so the loop comes back):
+        # a burst of 1,000 connections is then set up between other clients' requests
+        for _ in range(ACCEPTS_PER_WAKEUP):
             try:
                 sock, addr = lsock.accept()
             except (BlockingIOError, InterruptedError):
