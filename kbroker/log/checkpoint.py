@@ -63,6 +63,22 @@ def offsets_text(offsets: dict[tuple[str, int], int]) -> str:
     return versioned_text(f"{t} {p} {o}" for (t, p), o in sorted(offsets.items()))
 
 
+# log dir -> its LogManager's BackgroundIO (registered by start_background_io)
+_background_io: dict[str, object] = {}
+
+
+def write_offsets(directory: str, name: str, offsets: dict[tuple[str, int], int]) -> None:
+    """An offsets checkpoint file in a log dir: queued on the dir's IO thread when it has
+    one (the event loop never waits for its fsyncs: with thousands of partitions on a busy
+    disk the fsyncs held it for 100 ms and more), else written now. Used for checkpoints
+    whose lag is harmless, like the high watermarks: an older value is always safe."""
+    io = _background_io.get(os.path.abspath(directory))
+    if io is not None and not io.closed:
+        io.write_file(directory, name, offsets_text(offsets))
+        return
+    OffsetCheckpointFile(os.path.join(directory, name)).write(offsets)
+
+
 def _write_versioned(path: str, lines: Iterable[str], sync: bool = True) -> None:
     write_atomic(path, versioned_text(lines), sync)
 

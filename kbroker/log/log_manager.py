@@ -24,6 +24,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping
 
+from . import checkpoint as _checkpoint
 from .checkpoint import (
     CLEAN_SHUTDOWN_FILE,
     CLEANER_OFFSET_CHECKPOINT,
@@ -111,6 +112,8 @@ class LogManager:
             self._admin = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-admin")
             for plog in self._logs.values():
                 plog.set_io(self.io)
+            for d in self.log_dirs:
+                _checkpoint._background_io[d] = self.io
 
     def _stop_background_io(self, wait: bool = True) -> None:
         admin, self._admin = self._admin, None
@@ -119,6 +122,9 @@ class LogManager:
         io, self.io = self.io, None
         if io is None:
             return
+        for d in self.log_dirs:
+            if _checkpoint._background_io.get(d) is io:
+                del _checkpoint._background_io[d]
         if wait:
             io.close()
         else:

@@ -9,7 +9,7 @@ import logging
 import os
 from typing import Iterable
 
-from kbroker.log.checkpoint import CheckpointError, OffsetCheckpointFile
+from kbroker.log.checkpoint import CheckpointError, OffsetCheckpointFile, write_offsets
 
 log = logging.getLogger("kbroker.replicas")
 
@@ -37,5 +37,5 @@ class HighWatermarkCheckpoints:
         for d, topic, partition, hw in rows:
             by_dir.setdefault(d, {})[(topic, partition)] = hw
         for d, offsets in by_dir.items():
-            OffsetCheckpointFile(os.path.join(d, HW_CHECKPOINT)).write(offsets)
+            write_offsets(d, HW_CHECKPOINT, offsets)   # on the log dir's IO thread, if it has one
             self._read[d] = offsets

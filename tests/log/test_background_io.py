@@ -148,3 +148,28 @@ def test_queued_per_partition_files_are_written_in_one_batch(tmp_path, monkeypat
         assert not any(p.name.endswith(".tmp") for p in d.iterdir())
     assert not (tmp_path / "t-0.x-delete" / "partition.metadata").exists()
     assert len(syncs) == 2   # one batch: data, then renames (instead of 3 fsyncs per file)
+
+
+def test_offsets_checkpoint_goes_to_the_log_dirs_io_thread(tmp_path, monkeypatch):
+    from kbroker.log import checkpoint
+
+    lm = LogManager([str(tmp_path)], LogConfig(), now_ms=0)
+    lm.start_background_io()
+    threads = []
+    from kbroker.log import background
+
+    orig = background.write_atomic_at
+
+    def spy(dfd, name, text):
+        threads.append(threading.current_thread() is threading.main_thread())
+        return orig(dfd, name, text)
+
+    monkeypatch.setattr(background, "write_atomic_at", spy)
+    checkpoint.write_offsets(str(tmp_path), "replication-offset-checkpoint", {("t", 0): 5})
+    lm.io.drain()
+    assert threads == [False]   # written by the IO thread, not the caller's
+    assert checkpoint.OffsetCheckpointFile(str(tmp_path / "replication-offset-checkpoint")).read() == {("t", 0): 5}
+    lm.shutdown()
+    # without the IO thread: written at once
+    checkpoint.write_offsets(str(tmp_path), "replication-offset-checkpoint", {("t", 0): 7})
+    assert checkpoint.OffsetCheckpointFile(str(tmp_path / "replication-offset-checkpoint")).read() == {("t", 0): 7}
