@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from compat_tests.brokers import KBrokerCluster  # noqa: E402
+from peers import write_report  # noqa: E402
 
 from bench_scale import consume, create, produce  # noqa: E402
 
@@ -100,10 +101,7 @@ def report(res, setups, args) -> None:
     if (a, "produce") in med and (b, "produce") in med:
         L += ["", f"2 processes / 1 process: produce {med[(b, 'produce')] / med[(a, 'produce')]:.2f}x, "
               f"consume {med[(b, 'consume')] / med[(a, 'consume')]:.2f}x.", ""]
-    text = "\n".join(L) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    write_report(L, args.out)
 
 
 if __name__ == "__main__":

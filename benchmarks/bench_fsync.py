@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_scale import create, produce  # noqa: E402
-from peers import NAMES, make_broker  # noqa: E402
+from peers import NAMES, make_broker, write_report  # noqa: E402
 
 
 def produce_parallel(bootstrap: str, topic: str, records: int, producers: int) -> float:
@@ -110,10 +110,7 @@ def report(res, errors, kinds, counts, args) -> None:
     L.append("")
     if errors:
         L += ["Errors:", ""] + [f"- {e}" for e in errors] + [""]
-    text = "\n".join(L) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    write_report(L, args.out)
 
 
 if __name__ == "__main__":

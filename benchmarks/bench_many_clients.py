@@ -36,7 +36,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition, OFFSET_BEGINNING
 
 from bench_scale import create  # noqa: E402
 from bench_stalls import probe_lags  # noqa: E402
-from peers import NAMES, make_broker, rss_mb  # noqa: E402
+from peers import NAMES, make_broker, rss_mb, write_report  # noqa: E402
 
 VALUE = os.urandom(1024)
 TOPIC = "crowd"
@@ -218,10 +218,7 @@ def report(rows, kinds, args) -> None:
     errs = [f"- {NAMES[k]}: {r['error']}" for k, r in rows.items() if "error" in r]
     if errs:
         L += ["Errors:", ""] + errs + [""]
-    text = "\n".join(L) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    write_report(L, args.out)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from confluent_kafka import Consumer, Producer, TopicPartition, OFFSET_BEGINNING  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from peers import NAMES, make_broker, open_fds, rss_mb  # noqa: E402
+from peers import NAMES, make_broker, open_fds, rss_mb, write_report  # noqa: E402
 
 VALUE = os.urandom(1024)
 
@@ -294,10 +294,7 @@ def report(rows, extra, kinds, counts, args) -> None:
     errs = [f"- P={p}, {NAMES[k]}: {r['error']}" for p in counts for k, r in rows[p].items() if "error" in r]
     if errs:
         L += ["Errors:", ""] + errs + [""]
-    text = "\n".join(L) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    write_report(L, args.out)
     if args.plot:
         import matplotlib
         matplotlib.use("Agg")

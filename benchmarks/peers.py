@@ -95,6 +95,15 @@ def make_broker(kind: str, data_dir: Path, kbroker_overrides: dict | None = None
     return b
 
 
+def write_report(lines: list[str], out: str = "") -> str:
+    """Print a benchmark's markdown report and write it to ``out`` (if given)."""
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if out:
+        Path(out).write_text(text)
+    return text
+
+
 def open_fds(pid: int) -> int:
     try:
         return len(os.listdir(f"/proc/{pid}/fd"))

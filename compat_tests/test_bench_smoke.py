@@ -1,0 +1,29 @@
+"""Smoke runs of the scale benchmarks (tiny sizes, kbroker only): each script starts its
+brokers, runs every step and writes a report without errors. Timings are not checked."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+RUNS = {
+    "bench_fsync": ["--brokers", "kbroker", "--records", "400", "--producers", "1,2", "--trials", "1"],
+    "bench_many_clients": ["--brokers", "kbroker", "--connections", "30", "--producers", "3",
+                           "--consumers", "3", "--records", "50"],
+    "bench_cores": ["--partitions", "6", "--records", "300", "--trials", "1"],
+}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("script", sorted(RUNS))
+def test_benchmark_runs_and_reports(script, tmp_path):
+    out = tmp_path / "report.md"
+    r = subprocess.run([sys.executable, str(REPO / "benchmarks" / f"{script}.py"), *RUNS[script], "--out", str(out)],
+                       cwd=REPO, capture_output=True, text=True, timeout=280)
+    assert r.returncode == 0, r.stderr[-3000:]
+    text = out.read_text()
+    assert "| kbroker" in text or "| 1 process" in text
+    assert "Errors:" not in text and "n/a" not in text, text
