@@ -1,11 +1,12 @@
-"""FindCoordinator (10), versions 0-6: this node for transactional ids (creating and loading
-__transaction_state on first use, as Kafka does), and for groups when the group coordinator
-runtime is attached (``broker.groups``). v4+ batches several keys."""
+"""FindCoordinator (10), versions 0-6: for a transactional id the leader of its partition of
+__transaction_state (created on first use, as Kafka does), and for groups when the group
+coordinator runtime is attached (``broker.groups``). v4+ batches several keys."""
 
 from __future__ import annotations
 
 from kbroker.groups.handler_support import coordinator
 from kbroker.groups.runtime import CoordinatorError
+from kbroker.replication.leader_hints import endpoint
 from kbroker.wire.errors import Errors
 from kbroker.wire.generated.find_coordinator_response import FindCoordinatorResponse
 
@@ -32,8 +33,16 @@ async def _find(ctx, key_type: int, key: str) -> tuple[int, tuple | None]:
         rt = getattr(broker, "txn_coordinator", None)
         if rt is None or not key:
             return (Errors.COORDINATOR_NOT_AVAILABLE if rt is None else Errors.INVALID_REQUEST), None
-        err = await rt.ensure_ready()
-        return (err, None) if err else (0, _endpoint(ctx))
+        err = await rt.ensure_ready(key)
+        if err:
+            return err, None
+        node = rt.coordinator_node(key)
+        if node == ctx.broker.node_id:
+            return 0, _endpoint(ctx)
+        ep = endpoint(ctx.broker.image, node, ctx.listener_name) if node >= 0 else None
+        if ep is None:
+            return Errors.COORDINATOR_NOT_AVAILABLE, None
+        return 0, (node, ep[0], ep[1])
     if key_type == GROUP:
         try:
             groups = coordinator(ctx)    # broker.groups, started on first use

@@ -1,0 +1,94 @@
+"""Transactions under real faults: three combined kbroker nodes on loopback, RF=3 everywhere
+(__transaction_state and __consumer_offsets too, min ISR 2), confluent-kafka clients.
+
+* The transaction coordinator is killed (-9) after PrepareCommit is durable and before any
+  marker went out (the window is held open by the test hook ``kbroker.test.txn.marker.delay.ms``
+  and checked: DescribeTransactions says PrepareCommit and read_committed sees nothing): the
+  new coordinator loads the partition, sends the markers and completes the transaction;
+  read_committed sees every record once.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from compat_tests.brokers import KBrokerCluster
+from compat_tests.cluster_faults.txn_support import coordinator_of, read_topic, txn_state
+from compat_tests.cluster_faults.workload import wait_until
+from kbroker.txn.runtime import MARKER_DELAY_KEY
+
+OUT = "txn-out"
+PARTITIONS = 3
+BASE = {"min.insync.replicas": "2", "replica.lag.time.max.ms": "5000",
+        "offsets.topic.replication.factor": "3", "offsets.topic.num.partitions": "6",
+        "transaction.state.log.replication.factor": "3", "transaction.state.log.min.isr": "2",
+        "transaction.state.log.num.partitions": "6"}
+
+
+def _start(tmp_path, overrides, topics):
+    c = KBrokerCluster(tmp_path, 3, overrides={**BASE, **overrides}).start()
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    for f in admin.create_topics([NewTopic(t, n, 3) for t, n in topics]).values():
+        f.result(60)
+
+    def full_isr():
+        md = admin.list_topics(timeout=10)
+        return all(len(md.topics[t].partitions) == n and
+                   all(len(p.isrs) == 3 for p in md.topics[t].partitions.values())
+                   for t, n in topics)
+    wait_until(full_isr, 60, "a full ISR")
+    return c
+
+
+@pytest.fixture
+def delayed_markers_cluster(tmp_path):
+    c = _start(tmp_path, {MARKER_DELAY_KEY: "8000"}, [(OUT, PARTITIONS)])
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def test_kill9_coordinator_between_prepare_commit_and_markers(delayed_markers_cluster):
+    c = delayed_markers_cluster
+    txn_id = "crash-between-prepare-and-markers"
+    p = Producer({"bootstrap.servers": c.bootstrap, "transactional.id": txn_id,
+                  "transaction.timeout.ms": 60000, "message.timeout.ms": 60000})
+    p.init_transactions(60)
+    p.begin_transaction()
+    sent = {part: [f"v-{part}-{i}".encode() for i in range(10)] for part in range(PARTITIONS)}
+    for part, values in sent.items():
+        for v in values:
+            p.produce(OUT, key=b"k%d" % part, value=v, partition=part)
+    p.commit_transaction(60)      # answered once PrepareCommit is committed; markers held
+    coordinator = coordinator_of(c, txn_id)
+    assert coordinator > 0
+    assert txn_state(c, txn_id) == "PrepareCommit"
+    assert all(v == [] for v in read_topic(c.bootstrap, OUT, PARTITIONS, "read_committed").values())
+    assert txn_state(c, txn_id) == "PrepareCommit", "the window closed before the kill"
+
+    c.kill(coordinator)
+    wait_until(lambda: coordinator_of(c, txn_id) not in (-1, coordinator), 60,
+               "a new transaction coordinator")
+    wait_until(lambda: txn_state(c, txn_id) == "CompleteCommit", 60,
+               "the new coordinator to complete the transaction")
+    got = read_topic(c.bootstrap, OUT, PARTITIONS, "read_committed")
+    assert {part: [v for _, v in recs] for part, recs in got.items()} == sent
+
+    # the old coordinator comes back as a follower: it neither completes nor repeats anything
+    c.restart(coordinator)
+    p2 = Producer({"bootstrap.servers": c.bootstrap, "transactional.id": txn_id})
+    p2.init_transactions(60)          # fences the old producer; the id is usable again
+    p2.begin_transaction()
+    p2.produce(OUT, key=b"k0", value=b"after", partition=0)
+    p2.commit_transaction(60)
+    wait_until(lambda: txn_state(c, txn_id) == "CompleteCommit", 60, "the second transaction")
+    got = read_topic(c.bootstrap, OUT, PARTITIONS, "read_committed")
+    assert [v for _, v in got[0]] == sent[0] + [b"after"]
+    assert {part: [v for _, v in recs] for part, recs in got.items() if part} == \
+        {part: v for part, v in sent.items() if part}
+
