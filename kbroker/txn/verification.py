@@ -69,7 +69,9 @@ def coordinator_verdict(runtime, transactional_id: str | None, producer_id: int,
     if remote is not None and (topic, partition) in remote:
         return remote[(topic, partition)]
     if runtime.coordinator_node(transactional_id) != runtime.broker.node_id:
-        return E.NOT_COORDINATOR   # (asked remotely first; not answered: retriable)
+        # A synchronous caller cannot ask another broker; callers that can await use
+        # verify_remotely (Produce) / verify_partition
+        return E.NONE if remote is None else E.NOT_COORDINATOR
     codes = runtime.coordinator.verify_partitions(transactional_id, producer_id, producer_epoch,
                                                   [(topic, partition)])
     return codes[(topic, partition)]
@@ -133,6 +135,19 @@ async def verify_remotely(runtime, transactional_id: str, producer_id: int, prod
             for p in t.results_by_partition:
                 out[(t.name, p.partition_index)] = p.partition_error_code
     return out
+
+
+async def verify_partition(runtime, transactional_id: str | None, producer_id: int,
+                           producer_epoch: int, topic: str, partition: int) -> int:
+    """The coordinator's verify_only answer for one partition, asking the id's coordinator
+    wherever it is (for TxnOffsetCommit's __consumer_offsets partition, say)."""
+    remote = None
+    if runtime is not None and transactional_id and \
+            runtime.coordinator_node(transactional_id) != runtime.broker.node_id:
+        remote = await verify_remotely(runtime, transactional_id, producer_id, producer_epoch,
+                                       [(topic, partition)])
+    return coordinator_verdict(runtime, transactional_id, producer_id, producer_epoch, topic,
+                               partition, remote)
 
 
 def verify_produce(runtime, transactional_id: str | None, part, buf,
