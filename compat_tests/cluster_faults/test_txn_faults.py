@@ -92,3 +92,86 @@ def test_kill9_coordinator_between_prepare_commit_and_markers(delayed_markers_cl
     assert {part: [v for _, v in recs] for part, recs in got.items() if part} == \
         {part: v for part, v in sent.items() if part}
 
+
+# ---- consume-transform-produce while brokers die ---------------------------------------------
+
+SRC, DST = "eos-in", "eos-out"
+KEYS = 30
+CI_RECORDS = 3000
+KILL_EVERY_S = 10
+
+
+class BrokerKiller:
+    """kill -9 a random broker every ~``every_s`` seconds and restart it, one at a time
+    (min ISR 2 of 3 keeps everything writable); waits for the full ISR before the next."""
+
+    def __init__(self, cluster, topics, every_s: float, seed: int) -> None:
+        import random
+        import threading
+        self.c, self.topics, self.every = cluster, topics, every_s
+        self.rng = random.Random(seed)
+        self.kills: list[int] = []
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.error: BaseException | None = None
+        self.t0 = time.monotonic()
+
+    def _full_isr(self) -> bool:
+        md = AdminClient({"bootstrap.servers": self.c.bootstrap}).list_topics(timeout=10)
+        return all(len(p.isrs) == 3 for t in self.topics for p in md.topics[t].partitions.values())
+
+    def _run(self) -> None:
+        try:
+            while not self.stop_event.wait(self.rng.uniform(0.7, 1.3) * self.every):
+                victim = self.rng.choice(sorted(self.c.nodes))
+                self.c.kill(victim)
+                self.kills.append((victim, round(time.monotonic() - self.t0, 1)))
+                time.sleep(self.rng.uniform(1, 3))
+                self.c.restart(victim, timeout=90)
+                wait_until(self._full_isr, 90, f"broker {victim} back in every ISR")
+        except BaseException as e:
+            self.error = e
+
+    def start(self) -> "BrokerKiller":
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(240)
+        if self.error is not None:
+            raise self.error
+
+
+@pytest.fixture
+def eos_cluster(tmp_path):
+    c = _start(tmp_path, {}, [(SRC, PARTITIONS), (DST, PARTITIONS)])
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def test_consume_transform_produce_exactly_once_while_brokers_are_killed(eos_cluster, duration,
+                                                                         request):
+    """The issue's run: ``--txn-records 100000 --duration 600``."""
+    from compat_tests.cluster_faults.eos import Transformer, check_exactly_once, fill_input
+
+    c = eos_cluster
+    total = request.config.getoption("--txn-records") or CI_RECORDS
+    run_s = max(35.0, duration)          # long enough for three kills at the least
+    fill_input(c.bootstrap, SRC, total, KEYS)
+    killer = BrokerKiller(c, [SRC, DST], KILL_EVERY_S, seed=total).start()
+    t = Transformer(c.bootstrap, SRC, DST, total, group="eos-group", txn_id="eos-transformer",
+                    batch=100, rate_per_s=total / run_s).start()
+    try:
+        t.join(run_s + 600)
+    finally:
+        killer.stop()
+    assert len(killer.kills) >= 2, f"only {len(killer.kills)} brokers were killed during the run"
+    out = read_topic(c.bootstrap, DST, PARTITIONS, "read_committed", timeout_s=120)
+    report = check_exactly_once(total, KEYS, out, t.attempts)
+    print(f"kills {killer.kills}; restarts of the transformer {t.restarts}; {report.summary()}")
+    print("timeline:", [x for x in t.timeline if x[2] != "commit"],
+          "commits at", [x[0] for x in t.timeline if x[2] == "commit"])
+    assert report.ok, report.summary()

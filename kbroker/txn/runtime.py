@@ -2,8 +2,8 @@
 
 * creates __transaction_state on first use (compacted, ``transaction.state.log.*``);
 * loads a partition of it (replaying it, coordinator epoch = its leader epoch) when this
-  broker becomes its leader and unloads it when leadership leaves (``became_leader`` /
-  ``resigned``, called from the replica manager's role changes); in between requests for its
+  broker becomes its leader and unloads it when leadership leaves (``load`` / ``unload``,
+  called by ``kbroker.broker.coordinator_partitions``); in between requests for its
   ids get COORDINATOR_LOAD_IN_PROGRESS / NOT_COORDINATOR; transactions found in a Prepare
   state are completed;
 * persists every ``TxnWrite`` (one uncompressed record, key + value, Kafka's format) through
@@ -78,6 +78,7 @@ class TxnRuntime:
         self._loads: dict[int, asyncio.Event] = {}   # partition -> set once its load ended
         self._tasks: set[asyncio.Task] = set()
         self._timer: asyncio.Task | None = None
+        self.leadership = None   # CoordinatorPartitions: calls load / unload / epoch_changed
         # listeners told about markers written to __consumer_offsets (the group coordinator)
         self.offsets_marker_listeners: list = []
         from kbroker.net.peers import PeerClients
@@ -113,11 +114,10 @@ class TxnRuntime:
     def start(self) -> None:
         """Follow leadership of __transaction_state (loading what this broker leads now: a
         restart) and start the timers."""
-        replicas = self.broker.replicas
-        replicas.role_listeners.append(self._on_role)
-        for part in list(replicas.topics.get(TRANSACTION_STATE_TOPIC, {}).values()):
-            if part.leader_state is not None:
-                self.became_leader(part.index, part.leader_epoch)
+        from kbroker.broker.coordinator_partitions import CoordinatorPartitions
+
+        self.leadership = CoordinatorPartitions(self.broker, TRANSACTION_STATE_TOPIC, self)
+        self.leadership.start()
         self._timer = asyncio.create_task(self._timers(), name="txn-timers")
 
     async def stop(self) -> None:
@@ -125,22 +125,14 @@ class TxnRuntime:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self.leadership is not None:
+            self.leadership.stop()
         await self.markers.close()
         await self.peers.close()
 
     # ---- leadership of __transaction_state partitions -----------------------------------------
 
-    def _on_role(self, part, change) -> None:
-        """A replica manager role listener (part, RoleChange)."""
-        if part.topic != TRANSACTION_STATE_TOPIC:
-            return
-        if part.leader_state is not None:
-            if change.value == "became-leader":
-                self.became_leader(part.index, part.leader_epoch)
-        else:
-            self.resigned(part.index)
-
-    def became_leader(self, index: int, leader_epoch: int) -> None:
+    def load(self, index: int, leader_epoch: int) -> None:
         """This broker leads __transaction_state-<index> at ``leader_epoch`` (= the
         coordinator epoch): load it. Requests for its ids get COORDINATOR_LOAD_IN_PROGRESS
         until the replay is done."""
@@ -151,12 +143,16 @@ class TxnRuntime:
         ev = self._loads[index] = asyncio.Event()
         self._spawn(self._load(index, leader_epoch, ev))
 
-    def resigned(self, index: int) -> None:
+    def epoch_changed(self, index: int, leader_epoch: int) -> None:
+        """Still the leader, at a newer epoch: reload, so markers carry the new coordinator
+        epoch (Kafka reloads on every election)."""
+        self.unload(index)
+        self.load(index, leader_epoch)
+
+    def unload(self, index: int, leader_epoch: int = -1) -> None:
         """Leadership of __transaction_state-<index> left this broker: forget its state
         (requests for its ids get NOT_COORDINATOR; marker and write tasks see they are no
         longer current and stop)."""
-        if index in self.coordinator.owned_partitions():
-            log.info("unloading %s-%d", TRANSACTION_STATE_TOPIC, index)
         self.coordinator.unload_partition(index)
         ev = self._loads.pop(index, None)
         if ev is not None:
@@ -167,7 +163,7 @@ class TxnRuntime:
         part = self.broker.replicas.get(TRANSACTION_STATE_TOPIC, index)
         try:
             if part is None:
-                self.resigned(index)
+                self.unload(index)
                 return
             if part.leader_state is None or part.leader_epoch != epoch:
                 return   # resigned meanwhile, or a newer load is on its way
