@@ -191,14 +191,15 @@ class TxnRuntime:
         if transactional_id:
             index = self.coordinator.partition_for(transactional_id)
             if self._leader_of(TRANSACTION_STATE_TOPIC, index) == self.broker.node_id:
-                deadline = self._now() + wait_s * 1000
-                while index not in self.coordinator.owned_partitions() and self._now() < deadline:
+                loop = asyncio.get_running_loop()   # real time: a wait, not coordinator logic
+                deadline = loop.time() + wait_s
+                while index not in self.coordinator.owned_partitions() and loop.time() < deadline:
                     ev = self._loads.get(index)
                     try:
                         if ev is not None:
-                            await asyncio.wait_for(ev.wait(), max(0.01, (deadline - self._now()) / 1000))
-                        else:
-                            await asyncio.sleep(0.01)   # the partition is still being opened
+                            await asyncio.wait_for(ev.wait(), max(0.01, deadline - loop.time()))
+                            break
+                        await asyncio.sleep(0.01)   # the partition is still being opened
                     except asyncio.TimeoutError:
                         break
         return E.NONE

@@ -1,12 +1,12 @@
-"""The producer id simulation in CI: 400 seeds (by hand: ``python -m tests.sim.producer_id_sim
+"""The producer id simulation in CI: 300 seeds (by hand: ``python -m tests.sim.producer_id_sim
 --seeds 5000``), plus proof that the checker catches each broken rule."""
 
 import pytest
 
 from tests.sim.producer_id_sim import PidSim, run_seeds
 
-SEEDS = 400
-BATCH = 200
+SEEDS = 300
+BATCH = 150
 
 
 @pytest.mark.timeout(300)
