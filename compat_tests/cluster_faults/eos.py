@@ -52,6 +52,7 @@ class Transformer:
         self.done = 0                # input records covered by committed offsets
         self.restarts = 0
         self.timeline: list[tuple[float, int, str]] = []   # (seconds, done, what) for reports
+        self._t0 = time.monotonic()
         self.error: BaseException | None = None
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -98,17 +99,26 @@ class Transformer:
             c.seek(TopicPartition(tp.topic, tp.partition,
                                   0 if tp.offset == OFFSET_INVALID else tp.offset))
 
-    @staticmethod
-    def _retrying(op, *args):
-        """Call a transactional operation again while it fails with a retriable error."""
-        for _ in range(30):
-            try:
-                return op(*args)
-            except KafkaException as e:
-                if not e.args[0].retriable():
-                    raise
-                time.sleep(0.5)
-        return op(*args)
+    def _note(self, what: str) -> None:
+        self.timeline.append((round(time.monotonic() - self._t0, 1), self.done, what))
+
+    def _retrying(self, op, *args):
+        """Call a transactional operation again while it fails with a retriable error (calls
+        slower than 5 s land in the timeline)."""
+        t0 = time.monotonic()
+        try:
+            for _ in range(30):
+                try:
+                    return op(*args)
+                except KafkaException as e:
+                    if not e.args[0].retriable():
+                        raise
+                    self._note(f"{op.__name__}: {e.args[0].name()}")
+                    time.sleep(0.5)
+            return op(*args)
+        finally:
+            if time.monotonic() - t0 > 5:
+                self._note(f"{op.__name__} took {time.monotonic() - t0:.1f} s")
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -119,16 +129,20 @@ class Transformer:
             self.error = e
 
     def _loop(self) -> None:
-        started = time.monotonic()
-        note = lambda what: self.timeline.append((round(time.monotonic() - started, 1),  # noqa: E731
-                                                  self.done, what))
+        started = self._t0
+        note = self._note
         c, p = self._clients()
         note("clients ready")
         attempt = 0
+        idle_since = None
         while self.done < self.total and not self.stop_event.is_set():
             msgs = [m for m in c.consume(self.batch, 0.5) if not m.error()]
             if not msgs:
+                idle_since = idle_since or time.monotonic()
                 continue
+            if idle_since and time.monotonic() - idle_since > 5:
+                note(f"consumer got nothing for {time.monotonic() - idle_since:.1f} s")
+            idle_since = None
             attempt += 1
             try:
                 p.begin_transaction()
