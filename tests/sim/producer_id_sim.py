@@ -5,9 +5,10 @@ writes, isolated leaders, splits, flaky links) carries the metadata log. On ever
 controller node a real ``kbroker.kraft.controller.Controller`` replays the committed records
 (ProducerIdsRecord into its MetadataImage) and answers AllocateProducerIds with
 ``allocate_producer_ids``, as ``kbroker.kraft.quorum_runtime`` runs it: only while active
-(leader, and everything up to its epoch's start applied), one operation at a time, the answer
-released once the record is committed in the epoch it was appended in (RaftDriver.append's
-rule), NOT_CONTROLLER otherwise. Brokers are ``kbroker.broker.producer_ids.ProducerIdBlocks``
+(leader, and everything up to its epoch's start applied); operations pipelined, each one's
+records applied to the controller at append so the next sees them (dropped again when the
+node is deposed); the answer released once the record is committed in the epoch it was
+appended in (RaftDriver.append's rule), NOT_CONTROLLER otherwise. Brokers are ``kbroker.broker.producer_ids.ProducerIdBlocks``
 (the broker's real state: current block, prefetch at 90%) taking ids at random rates; they
 restart (losing their blocks), their requests go to whichever node claims to lead (a deposed
 leader too), answers are delayed or lost.
@@ -17,12 +18,13 @@ blocks overlap, and, after the faults heal, every broker gets new ids again.
 
 By hand:  python -m tests.sim.producer_id_sim --seeds 2000
 One seed: python -m tests.sim.producer_id_sim --seed 17 -v
-A broken rule the checker must catch: --bad answer_before_commit | no_lock | early_active
+A broken rule the checker must catch: --bad answer_before_commit | stale_image | early_active
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 import time
 
@@ -34,7 +36,7 @@ from kbroker.wire.errors import CodecError
 from tests.sim.raft_sim import CHAOS_MS, HEAL_BOUND_MS, Sim, Violation
 
 SCENARIOS = ("crash", "isolate", "split", "flaky")
-BAD_RULES = ("answer_before_commit", "no_lock", "early_active")
+BAD_RULES = ("answer_before_commit", "stale_image", "early_active")
 
 
 class SimBroker:
@@ -53,7 +55,7 @@ class PidSim(Sim):
         self.owner: dict[int, tuple[int, int, int]] = {}     # id -> (broker, session, t)
         self.granted: list[tuple[int, int, int]] = []        # (start, end, broker)
         self.ctrl: dict[int, list] = {}      # node -> [its values list, Controller, replayed]
-        self.queue: dict[int, list] = {}     # node -> requests waiting for the submit lock
+        self.spec: dict[int, tuple[int, list]] = {}   # node -> (epoch, [(offset, record)])
         self.inflight: dict[int, list] = {}  # node -> [(offset, epoch, request, block)]
         super().__init__(SCENARIOS[seed % len(SCENARIOS)], seed, voters=3, observers=0,
                          verbose=verbose)
@@ -91,23 +93,31 @@ class PidSim(Sim):
             return False
         return self.pid_bad == "early_active" or n.applied > n.node.epoch_start_offset
 
-    def run_ops(self, nid: int) -> None:
-        """Submit queued requests: one at a time (the runtime's lock), unless --bad no_lock."""
+    def submit(self, nid: int, req) -> None:
+        """One AllocateProducerIds on node ``nid`` (quorum_runtime.submit)."""
         n = self.nodes[nid]
-        q = self.queue.setdefault(nid, [])
-        while q and (not self.inflight.get(nid) or self.pid_bad == "no_lock"):
-            req = q.pop(0)
-            if not self.active(nid):
-                self.answer(req, None)
-                continue
-            res = self.controller(nid).allocate_producer_ids(req[0], req[1], n.local(self.t))
-            off = n.node.append([encode_record(r) for r in res.records], n.local(self.t))
-            n.deadline = min(n.deadline, self.t + 1)
-            if self.pid_bad == "answer_before_commit":
-                self.answer(req, res.response)
-                self.inflight.setdefault(nid, []).append((off, n.node.epoch, None, None))
-            else:
-                self.inflight.setdefault(nid, []).append((off, n.node.epoch, req, res.response))
+        if not self.active(nid):
+            self.answer(req, None)
+            return
+        epoch = n.node.epoch
+        spec_epoch, spec = self.spec.get(nid, (epoch, []))
+        if spec_epoch != epoch:
+            spec = []                        # deposed since: its speculation is gone
+        c = self.controller(nid)
+        if spec and self.pid_bad != "stale_image":
+            c = Controller(nid, {}, image=copy.deepcopy(c.image))
+            for off, rec in spec:
+                if off >= n.applied:         # applied at append, not yet committed
+                    c.replay(rec, off)
+        res = c.allocate_producer_ids(req[0], req[1], n.local(self.t))
+        off = n.node.append([encode_record(r) for r in res.records], n.local(self.t))
+        spec = [(o, r) for o, r in spec if o >= n.applied] + [(off, r) for r in res.records]
+        self.spec[nid] = (epoch, spec)
+        n.deadline = min(n.deadline, self.t + 1)
+        if self.pid_bad == "answer_before_commit":
+            self.answer(req, res.response)
+        else:
+            self.inflight.setdefault(nid, []).append((off, epoch, req, res.response))
 
     def settle(self, nid: int) -> None:
         """Answer the operations of ``nid`` whose records committed, or whose leadership
@@ -125,7 +135,6 @@ class PidSim(Sim):
             else:
                 keep.append((off, epoch, req, block))
         self.inflight[nid] = keep
-        self.run_ops(nid)
 
     def answer(self, req, block) -> None:
         if req is None:
@@ -168,8 +177,7 @@ class PidSim(Sim):
             if self.nodes[nid].node is None:
                 self.at(self.t + 20, "pid_answer", bid, session, None)   # request timed out
             else:
-                self.queue.setdefault(nid, []).append((bid, session))
-                self.run_ops(nid)
+                self.submit(nid, (bid, session))
         elif what == "pid_answer":
             bid, session, block = args
             b = self.brokers[bid]

@@ -18,7 +18,7 @@ def test_no_producer_id_is_handed_out_twice(first):
 
 @pytest.mark.parametrize("bad, seeds, says", [
     ("answer_before_commit", range(40), ("handed out twice", "overlaps")),
-    ("no_lock", range(5), ("handed out twice", "overlaps")),
+    ("stale_image", range(20), ("handed out twice", "overlaps")),
     ("early_active", range(60), ("handed out twice", "overlaps")),
 ])
 def test_checker_catches_a_broken_rule(bad, seeds, says):
