@@ -71,6 +71,7 @@ class RaftDriver:
 
     async def append(self, records: list[bytes]) -> int:
         """Append as leader; returns the last offset once the high watermark passes it."""
+        self._refuse_if_closed()
         offset = self.node.append(records, self.clock())
         fut = asyncio.get_running_loop().create_future()
         self._appends.append((offset, self.node.epoch, fut))
@@ -80,6 +81,7 @@ class RaftDriver:
     async def handle_request(self, src: int, request) -> Any:
         """A Raft request that arrived from ``src`` over the network (or an admin request:
         DescribeQuorum, AddRaftVoter, RemoveRaftVoter); returns the node's response."""
+        self._refuse_if_closed()
         corr = next(self._corrs)
         fut = asyncio.get_running_loop().create_future()
         self._local[(src, corr)] = fut
@@ -111,6 +113,12 @@ class RaftDriver:
         except asyncio.CancelledError:
             pass
         self._fail_waiters(NotLeaderError("raft driver closed"))
+
+    def _refuse_if_closed(self) -> None:
+        # after close nothing polls the node: a waiter added now would never be answered (a
+        # peer's Vote or Fetch arriving during shutdown held the connection drain for 30 s)
+        if self._closing:
+            raise NotLeaderError("raft driver closed")
 
     # -- the task ------------------------------------------------------------------------------
 
