@@ -186,14 +186,11 @@ def alter_partition(image, topic_id, p, new_isr: list[int]) -> list[PartitionCha
 # -- reassignment ------------------------------------------------------------------------------
 
 def start_reassignment(topic_id, p, target: list[int]) -> PartitionChangeRecord | None:
-    """Begin moving ``p`` to ``target``: the union is replicated while new replicas catch up."""
-    if p.adding_replicas or p.removing_replicas:
-        base = [r for r in p.replicas if r not in p.adding_replicas]  # cancel the running one
-    else:
-        base = list(p.replicas)
-    if list(target) == base:
-        return change_record(topic_id, p, replicas=base, adding=[], removing=[],
-                             isr=[r for r in p.isr if r in base] or None)
+    """Begin moving ``p`` to ``target``: the union is replicated while new replicas catch up.
+    A running reassignment is replaced from the current replica set (Kafka's
+    PartitionReassignmentReplicas), so a leader among its new replicas stays until the
+    replacement completes."""
+    base = list(p.replicas)
     adding = [r for r in target if r not in base]
     removing = [r for r in base if r not in target]
     replicas = list(target) + removing
@@ -207,6 +204,8 @@ def _complete_reassignment(topic_id, p, isr: list[int], live: set[int]) -> Parti
         return None  # new replicas still catching up
     target = [r for r in p.replicas if r not in p.removing_replicas]
     new_isr = [r for r in isr if r in target]
+    if not new_isr:
+        return None  # (Kafka's rule) never an empty ISR: wait for the new replicas
     leader = NO_LEADER_CHANGE
     if p.leader not in target:
         leader = elect_leader(target, new_isr, live).leader
