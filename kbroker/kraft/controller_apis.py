@@ -100,6 +100,8 @@ class ControllerSide:
     """What a reused admin handler sees as ``ctx.broker`` on the controller listener: the
     node's server, with metadata operations going to this node's controller runtime."""
 
+    on_controller = True   # (config_changes: any broker's configs are accepted here)
+
     def __init__(self, server, service: "ControllerService") -> None:
         self._server = server
         self.controller = service         # .submit(op), raising NotControllerError

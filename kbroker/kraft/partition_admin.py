@@ -253,3 +253,53 @@ def list_reassignments(image, targets=None):
         if found:
             out.append((topic, found))
     return out
+
+
+# -- the controller's periodic partition work --------------------------------------------------
+
+class PartitionTasks:
+    """What the active controller does on its own, on a timer: restore preferred leaders
+    (``auto.leader.rebalance.enable``, every ``leader.imbalance.check.interval.seconds``) and
+    give leaderless partitions a leader where unclean election is now allowed (a topic's
+    ``unclean.leader.election.enable`` turned on while it had no leader). ``op(now_ms)``
+    returns the controller operation to submit, or None."""
+
+    UNCLEAN_CHECK_MS = 1000
+
+    def __init__(self, *, auto_rebalance: bool, check_interval_ms: int, imbalance_percentage: int,
+                 unclean_default, now_ms: int) -> None:
+        self.auto_rebalance = auto_rebalance
+        self.balance = LeaderBalanceTimer(check_interval_ms, now_ms)
+        self.unclean = LeaderBalanceTimer(self.UNCLEAN_CHECK_MS, now_ms)
+        self.percentage = imbalance_percentage
+        self.unclean_default = unclean_default     # () -> bool, read when the op runs
+
+    @classmethod
+    def from_config(cls, cfg, unclean_default, now_ms: int) -> "PartitionTasks":
+        return cls(auto_rebalance=cfg["auto.leader.rebalance.enable"],
+                   check_interval_ms=cfg["leader.imbalance.check.interval.seconds"] * 1000,
+                   imbalance_percentage=cfg["leader.imbalance.per.broker.percentage"],
+                   unclean_default=unclean_default, now_ms=now_ms)
+
+    def op(self, now_ms: int):
+        balance = self.auto_rebalance and self.balance.due(now_ms)
+        unclean = self.unclean.due(now_ms)
+        if not balance and not unclean:
+            return None
+
+        def run(c, now):
+            from kbroker.kraft.controller import ControllerResult
+            from kbroker.kraft.partition_change import elect_leaders_for_offline
+            records = []
+            if unclean and any(p.leader == NO_LEADER for t in c.image.topics_by_name.values()
+                               for p in t.partitions.values()):
+                records += elect_leaders_for_offline(c.image, unclean_default=self.unclean_default())
+            if balance:   # (each change is judged on the image: one per partition)
+                taken = {(r.topic_id, r.partition_id) for r in records}
+                moves = [r for r in rebalance_leaders(c.image, self.percentage)
+                         if (r.topic_id, r.partition_id) not in taken]
+                if moves:
+                    log.info("auto leader rebalance: %d partitions back to their preferred leader", len(moves))
+                records += moves
+            return ControllerResult(records, len(records))
+        return run

@@ -126,6 +126,10 @@ def elect_leaders_for_offline(image, *, unclean_default: bool = False,
             if p.leader != NO_LEADER:
                 continue
             e = elect_leader(p.replicas, p.isr, live, _unclean_for(image, t.name, unclean_default))
+            if e.unclean:
+                log.warning("unclean leader election for %s-%d: broker %d leads without being in "
+                            "the ISR %s; records only the ISR had are lost",
+                            t.name, p.partition_id, e.leader, p.isr)
             if e.leader != NO_LEADER:
                 rec = change_record(t.topic_id, p, leader=e.leader,
                                     isr=[e.leader] if e.unclean else None)
@@ -134,10 +138,10 @@ def elect_leaders_for_offline(image, *, unclean_default: bool = False,
     return out
 
 
-def elect_where_leaderless(image, returning: int) -> list[PartitionChangeRecord]:
+def elect_where_leaderless(image, returning: int, *, unclean_default: bool = False) -> list[PartitionChangeRecord]:
     """``returning`` is being unfenced (its UnfenceBrokerRecord is in the same batch, not yet
     in the image): leaderless partitions it can lead get it back."""
-    return elect_leaders_for_offline(image, live=_live(image) | {returning})
+    return elect_leaders_for_offline(image, unclean_default=unclean_default, live=_live(image) | {returning})
 
 
 # -- AlterPartition ----------------------------------------------------------------------------

@@ -267,3 +267,32 @@ def test_reassignment_simulation():
             print(f"failing seed: KBROKER_SIM_SEED={seed} python -m pytest "
                   f"tests/kraft/test_partition_admin.py -k simulation")
             raise
+
+
+# -- the controller's timer ----------------------------------------------------------------------
+
+class _C:
+    def __init__(self, img):
+        self.image = img
+
+
+def test_partition_tasks_rebalance_on_the_interval_and_unclean_when_a_topic_allows_it():
+    from kbroker.wire.generated.config_record import ConfigRecord
+    img = image({0: ([1, 2, 3], [1, 2, 3], 2), 1: ([2, 3], [3], -1)})
+    img.brokers[3].fenced = True
+    tasks = pa.PartitionTasks(auto_rebalance=True, check_interval_ms=300_000, imbalance_percentage=10,
+                              unclean_default=lambda: False, now_ms=0)
+    assert tasks.op(500) is None
+    recs, n = tasks.op(1000)(_C(img), 1000)   # partition 1 has no leader, its ISR member is fenced
+    assert recs == []                          # and unclean election is off
+    img.apply(ConfigRecord(resource_type=2, resource_name="t", name="unclean.leader.election.enable", value="true"))
+    recs, n = tasks.op(2000)(_C(img), 2000)
+    assert [(r.partition_id, r.leader, r.isr) for r in recs] == [(1, 2, [2])]
+    commit(img, recs)
+    img.brokers[3].fenced = False
+    recs, n = tasks.op(300_000)(_C(img), 300_000)
+    assert [(r.partition_id, r.leader) for r in recs] == [(0, 1)]   # 3 is not in partition 1's ISR
+    off = pa.PartitionTasks(auto_rebalance=False, check_interval_ms=1000, imbalance_percentage=10,
+                            unclean_default=lambda: False, now_ms=0)
+    img2 = image({0: ([1, 2, 3], [1, 2, 3], 2)})
+    assert off.op(5000)(_C(img2), 5000)[0] == []
