@@ -299,6 +299,20 @@ def place_replicas(brokers: list[tuple[int, str | None]], num_partitions: int, r
     return out
 
 
+def assign_replicas(image, live: list[int], name: str, first_partition: int, count: int,
+                    rf: int) -> list[list[int]]:
+    """Replica lists for ``count`` new partitions of topic ``name`` over the sorted ``live``
+    brokers: round robin from a start derived from the name, so topics spread their leaders;
+    rack-aware (``place_replicas``) once any of those brokers has a ``broker.rack``."""
+    import zlib
+    start = zlib.crc32(name.encode()) % len(live)
+    racks = {b: (image.brokers[b].rack if b in image.brokers else None) for b in live}
+    if any(racks.values()):
+        return place_replicas([(b, racks[b]) for b in live], count, rf, start, first_partition)
+    return [[live[(start + p + i) % len(live)] for i in range(rf)]
+            for p in range(first_partition, first_partition + count)]
+
+
 def internal_topic_replication_factor(configured: int, live_brokers: int) -> tuple[int, str | None]:
     """Internal topics (__consumer_offsets, __transaction_state) get their configured
     replication factor or are not created yet, never silently fewer replicas (Kafka answers

@@ -296,3 +296,21 @@ def test_partition_tasks_rebalance_on_the_interval_and_unclean_when_a_topic_allo
                             unclean_default=lambda: False, now_ms=0)
     img2 = image({0: ([1, 2, 3], [1, 2, 3], 2)})
     assert off.op(5000)(_C(img2), 5000)[0] == []
+
+
+# -- placement -----------------------------------------------------------------------------------
+
+def test_new_partitions_spread_across_racks_once_brokers_have_them():
+    img = image(brokers=(1, 2, 3, 4, 5, 6))
+    # no racks: the plain round robin (unchanged placement for rackless clusters)
+    plain = pc.assign_replicas(img, [1, 2, 3, 4, 5, 6], "orders", 0, 6, 3)
+    start = plain[0][0] - 1
+    assert plain == [[1 + (start + p + i) % 6 for i in range(3)] for p in range(6)]
+    for b, rack in {1: "a", 2: "a", 3: "b", 4: "b", 5: "c", 6: "c"}.items():
+        img.brokers[b].rack = rack
+    placed = pc.assign_replicas(img, [1, 2, 3, 4, 5, 6], "orders", 0, 12, 3)
+    assert all(len({img.brokers[r].rack for r in reps}) == 3 for reps in placed)
+    assert sorted(reps[0] for reps in placed) == sorted([1, 2, 3, 4, 5, 6] * 2)   # leaders spread
+    # more partitions later continue from where creation stopped
+    assert pc.assign_replicas(img, [1, 2, 3, 4, 5, 6], "orders", 12, 2, 3) == \
+        pc.assign_replicas(img, [1, 2, 3, 4, 5, 6], "orders", 0, 14, 3)[12:]
