@@ -5,7 +5,9 @@
   ``preferred_read_replica`` (and no records); the follower serves the records up to its high
   watermark; confluent-kafka with ``client.rack`` reads everything that way;
 * KIP-951: a broker that does not host a partition answers Produce (v10+) and Fetch (v16+)
-  with NOT_LEADER_OR_FOLLOWER, the current leader and its endpoint.
+  with NOT_LEADER_OR_FOLLOWER, the current leader and its endpoint;
+* ``auto.leader.rebalance.enable``: a preferred leader that restarted gets its leadership
+  back on the controller's next imbalance check (no ElectLeaders asked for).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from kbroker.wire.records import BatchBuilder
 
 pytestmark = pytest.mark.timeout(300)
 OVERRIDES = {"replica.selector.class": "org.apache.kafka.common.replica.RackAwareReplicaSelector",
+             "leader.imbalance.check.interval.seconds": "2", "replica.lag.time.max.ms": "5000",
              "offsets.topic.replication.factor": "3", "transaction.state.log.replication.factor": "1"}
 
 
@@ -144,3 +147,17 @@ def test_not_leader_answers_name_the_leader_and_its_endpoint(cluster):
     r = resp.responses[0].partition_responses[0]
     assert r.error_code == Errors.NOT_LEADER_OR_FOLLOWER and r.current_leader.leader_id == leader
     assert [e.node_id for e in resp.node_endpoints] == [leader]
+
+
+def test_preferred_leader_comes_back_by_itself(cluster):
+    topic = "rebalanced"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, 3, 3)])[topic].result(60)
+    wait_until(lambda: len(_state(cluster, topic).isrs) == 3, 60, "a full ISR")
+    preferred = _state(cluster, topic).replicas[0]
+    assert _state(cluster, topic).leader == preferred
+    cluster.nodes[preferred].stop()          # controlled shutdown: leadership moves away
+    wait_until(lambda: _state(cluster, topic).leader != preferred, 30, "leadership off the stopped broker")
+    cluster.restart(preferred)
+    wait_until(lambda: preferred in _state(cluster, topic).isrs, 60, f"broker {preferred} back in the ISR")
+    wait_until(lambda: _state(cluster, topic).leader == preferred, 30, "the preferred leader back by itself")
