@@ -175,7 +175,8 @@ class KafkaServer:
         metrics_setup.register_apis(self)   # KIP-714 telemetry APIs, when configured
         defaults = {"num.partitions": cfg["num.partitions"],
                     "default.replication.factor": cfg["default.replication.factor"],
-                    "delete.topic.enable": cfg["delete.topic.enable"]}
+                    "delete.topic.enable": cfg["delete.topic.enable"],
+                    "unclean.leader.election.enable": cfg["unclean.leader.election.enable"]}
         controller = Controller(self.node_id, defaults, config_validator=self.validate_topic_configs)
         from kbroker.security import bootstrap as security_bootstrap
         controller.bootstrap_records = security_bootstrap.read(cfg.metadata_log_dir)
