@@ -231,6 +231,8 @@ class KafkaServer:
         # listeners (TLS and SASL per listener, the authorizer: kbroker.security)
         from kbroker.security.manager import SecurityManager
         self.security = SecurityManager(cfg, self.image)
+        from kbroker.security.quotas import QuotaConfig, QuotaManager
+        self.quotas = QuotaManager(self.image.security, QuotaConfig.from_broker(cfg))   # client quotas
         from kbroker.kraft.controller_channel import forwarding_specs
         dispatcher = Dispatcher(self, self.api_specs)
         forwarding = Dispatcher(self, forwarding_specs(self, self.api_specs))

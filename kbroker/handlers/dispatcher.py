@@ -21,6 +21,7 @@ from kbroker.handlers.context import RequestContext
 from kbroker.net.connection import CloseConnection
 from kbroker.security.authenticator import gate as security_gate
 from kbroker.security.authz_filters import authorized_handle
+from kbroker.security.throttling import apply as apply_quotas
 from kbroker.wire.errors import CodecError
 from kbroker.wire.frame import decode_request_header, encode_response_chunks
 from kbroker.wire.primitives import Reader
@@ -75,14 +76,21 @@ class Dispatcher:
             result = spec.handle(ctx, req)
         t_local = perf_counter_ns()
         if inspect.isawaitable(result):
-            return self._finish(result, ctx, req, t0, t_local)
+            return self._finish(result, ctx, req, t0, t_local, len(frame))
+        result = apply_quotas(ctx, req, result, len(frame), t_local - t0)   # KIP-219 throttling
+        if inspect.isawaitable(result):
+            return self._finish(result, ctx, req, t0, t_local, 0, throttled=True)
         self._done(ctx, req, result, t0, t_local, t_local)
         if result is None:
             return None
         return encode_response_chunks(corr, api_key, version, result)
 
-    async def _finish(self, awaitable, ctx, req, t0, t_local):
+    async def _finish(self, awaitable, ctx, req, t0, t_local, nbytes, throttled=False):
         resp = await awaitable
+        if not throttled:
+            resp = apply_quotas(ctx, req, resp, nbytes, t_local - t0)
+            if inspect.isawaitable(resp):
+                resp = await resp
         self._done(ctx, req, resp, t0, t_local, perf_counter_ns())
         if resp is None:
             return None

@@ -156,6 +156,30 @@ class ToolClient(AdminClient):
         return whole_batches(bytes(p.records or b"")), p.high_watermark
 
 
+def alter_client_quotas(tc: "ToolClient", entity: dict[str, str | None], set_: dict[str, float],
+                        remove: list[str] = ()) -> None:
+    """AlterClientQuotas for one entity ({"user": "alice", "client-id": None} = alice, any
+    client's default)."""
+    from kbroker.wire.generated.alter_client_quotas_request import AlterClientQuotasRequest as Q
+    ops = [Q.EntryData.OpData(key=k, value=float(v), remove=False) for k, v in set_.items()]
+    ops += [Q.EntryData.OpData(key=k, value=0.0, remove=True) for k in remove]
+    req = Q(entries=[Q.EntryData(entity=[Q.EntryData.EntityData(entity_type=t, entity_name=n) for t, n in entity.items()],
+                                 ops=ops)], validate_only=False)
+    for e in tc.call(req, 1).entries:
+        _check(e.error_code, "AlterClientQuotas", e.error_message)
+
+
+def describe_client_quotas(tc: "ToolClient", components: list[tuple[str, int, str | None]], strict: bool = False):
+    """[(entity {type: name|None}, {key: value})] matching components [(type, match type
+    0 exact / 1 default / 2 any, name)]."""
+    from kbroker.wire.generated.describe_client_quotas_request import DescribeClientQuotasRequest as D
+    resp = tc.call(D(components=[D.ComponentData(entity_type=t, match_type=m, match=n) for t, m, n in components],
+                     strict=strict), 1)
+    _check(resp.error_code, "DescribeClientQuotas", resp.error_message)
+    return [({e.entity_type: e.entity_name for e in x.entity}, {v.key: v.value for v in x.values})
+            for x in resp.entries or ()]
+
+
 def whole_batches(data: bytes) -> list:
     """The complete batches of a fetch response (a response may end in a partial batch)."""
     out = []
