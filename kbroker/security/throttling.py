@@ -14,6 +14,9 @@ back for that time, as those clients do not back off by themselves.
   tests/security/test_quotas.py), while sending first overshoots by at most one response.
 * Every request but the exempt ones records its handling time against
   ``request_percentage`` (percent of one thread, per second).
+* CreateTopics / CreatePartitions / DeleteTopics record the partitions they create or delete
+  against ``controller_mutation_rate``; at the versions that know THROTTLING_QUOTA_EXCEEDED
+  (KIP-599) a request arriving while that quota is exhausted is refused topic by topic.
 The longest of the throttles applies.
 """
 
@@ -25,6 +28,7 @@ import copy
 from kbroker.replication.replica_fetch import replica_of
 from kbroker.security import quotas as Q
 from kbroker.security.manager import principal_of
+from kbroker.wire.errors import Errors
 
 PRODUCE, FETCH = 0, 1
 # Not subject to request quotas (Kafka exempts the SASL/version exchange and cluster actions).
@@ -53,7 +57,7 @@ def _records_size(resp) -> int:
     return n
 
 
-def apply(ctx, req, resp, request_bytes: int, elapsed_ns: int):
+def apply(ctx, req, resp, request_bytes: int, elapsed_ns: int, mutations: "Mutations | None" = None):
     """The response to send (or an awaitable of it); mutes the connection when throttled."""
     broker = ctx.broker
     qm = getattr(broker, "quotas", None)
@@ -74,6 +78,13 @@ def apply(ctx, req, resp, request_bytes: int, elapsed_ns: int):
         bandwidth = qm.record(Q.PRODUCE, user, client, request_bytes, now)
     elif api == FETCH and resp.error_code == 0:
         bandwidth = qm.record(Q.FETCH, user, client, _records_size(resp), now)
+    if mutations is not None:
+        if mutations.refused is not None:
+            bandwidth = mutations.refused.throttle_time_ms
+        else:
+            spent = mutations.spent(resp)
+            if spent:
+                bandwidth = qm.record(Q.MUTATION, user, client, spent, now)
     throttle = max(bandwidth, request_throttle)
     if throttle <= 0:
         return resp
@@ -91,3 +102,90 @@ def apply(ctx, req, resp, request_bytes: int, elapsed_ns: int):
 async def _delayed(resp, delay_s: float):
     await asyncio.sleep(delay_s)
     return resp
+
+
+# -- controller_mutation_rate (KIP-599) --------------------------------------------------------
+
+CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
+STRICT_FROM = {CREATE_TOPICS: 6, DELETE_TOPICS: 5, CREATE_PARTITIONS: 3}   # THROTTLING_QUOTA_EXCEEDED known
+
+
+class Mutations:
+    """A topic-mutating request's cost in partitions per topic (counted for the topics that
+    succeed), or ``refused``: the answer when the quota was already exhausted."""
+
+    __slots__ = ("cost", "refused")
+
+    def __init__(self, cost: dict, refused=None) -> None:
+        self.cost = cost
+        self.refused = refused
+
+    def spent(self, resp) -> int:
+        items = {CREATE_TOPICS: "topics", DELETE_TOPICS: "responses", CREATE_PARTITIONS: "results"}
+        for attr in items.values():
+            if hasattr(resp, attr) and getattr(resp, attr) is not None:
+                return sum(self.cost.get(r.name, 0) for r in getattr(resp, attr) if r.error_code == 0)
+        return 0
+
+
+def admit_mutations(ctx, req) -> Mutations | None:
+    """Before CreateTopics / DeleteTopics / CreatePartitions: their partition counts, and at
+    versions that know THROTTLING_QUOTA_EXCEEDED, a refusal of every topic while the
+    principal's controller_mutation_rate is exhausted (Kafka's strict quota)."""
+    api = ctx.api_key
+    if api not in STRICT_FROM:
+        return None
+    broker = ctx.broker
+    qm = getattr(broker, "quotas", None)
+    if qm is None or ctx.conn is None or not qm.enabled or getattr(req, "validate_only", False):
+        return None
+    sec = getattr(broker, "security", None)
+    if sec is not None and ctx.listener_name in sec.trusted_listeners:
+        return None
+    image = broker.image
+    if api == CREATE_TOPICS:
+        default = broker.config["num.partitions"]
+        cost = {t.name: (t.num_partitions if t.num_partitions > 0 else
+                         len(t.assignments) if t.assignments else default) for t in req.topics}
+    elif api == CREATE_PARTITIONS:
+        cost = {}
+        for t in req.topics:
+            ti = image.topics_by_name.get(t.name)
+            cost[t.name] = max(0, t.count - (len(ti.partitions) if ti is not None else 0))
+    else:
+        cost = {}
+        names = list(getattr(req, "topic_names", None) or [])
+        for t in getattr(req, "topics", None) or ():
+            ti = image.topics_by_id.get(t.topic_id) if t.name is None else image.topics_by_name.get(t.name)
+            if ti is not None:
+                cost[ti.name] = len(ti.partitions)
+        for n in names:
+            ti = image.topics_by_name.get(n)
+            cost[n] = len(ti.partitions) if ti is not None else 0
+    m = Mutations(cost)
+    if ctx.api_version < STRICT_FROM[api]:
+        return m
+    throttle = qm.throttle_if_exceeded(Q.MUTATION, user_of(ctx.conn), ctx.client_id or "", broker.clock.now_ms())
+    if throttle > 0:
+        m.refused = _refuse_all(api, req, throttle, ctx.api_version)
+    return m
+
+
+def _refuse_all(api, req, throttle: int, version: int):
+    msg = "The throttling quota has been exceeded."
+    code = Errors.THROTTLING_QUOTA_EXCEEDED
+    if api == CREATE_TOPICS:
+        from kbroker.wire.generated.create_topics_response import CreateTopicsResponse as R
+        return R(throttle_time_ms=throttle, topics=[R.CreatableTopicResult(
+            name=t.name, error_code=code, error_message=msg, topic_config_error_code=0, num_partitions=-1,
+            replication_factor=-1, configs=None) for t in req.topics])
+    if api == CREATE_PARTITIONS:
+        from kbroker.wire.generated.create_partitions_response import CreatePartitionsResponse as R
+        return R(throttle_time_ms=throttle, results=[R.CreatePartitionsTopicResult(
+            name=t.name, error_code=code, error_message=msg) for t in req.topics])
+    from kbroker.wire.generated.delete_topics_response import DeleteTopicsResponse as R
+    if version < 6:
+        return R(throttle_time_ms=throttle, responses=[R.DeletableTopicResult(
+            name=n, error_code=code, error_message=msg) for n in req.topic_names])
+    return R(throttle_time_ms=throttle, responses=[R.DeletableTopicResult(
+        name=t.name, topic_id=t.topic_id, error_code=code, error_message=msg) for t in req.topics])
