@@ -238,6 +238,10 @@ class KafkaServer:
         forwarding = Dispatcher(self, forwarding_specs(self, self.api_specs))
         from kbroker.wire.frame import FrameDecoder
         max_frame = cfg["socket.request.max.bytes"]
+        from kbroker.net.connection_limits import ConnectionLimits
+        inter = cfg["inter.broker.listener.name"]   # protected when it is one of several (Kafka)
+        limits = ConnectionLimits(cfg, self.image.security.quotas,
+                                  exempt_listeners=[inter] if inter and len(cfg.broker_listeners) > 1 else [])
         for ep in (cfg.listeners if listen else []):
             if ep.listener_name in self.control.own_listeners:
                 continue       # the controller listeners already serve the quorum
@@ -246,7 +250,7 @@ class KafkaServer:
                            backlog=cfg["socket.listen.backlog.size"],
                            send_buffer=cfg["socket.send.buffer.bytes"] if not cfg.is_default("socket.send.buffer.bytes") else -1,
                            recv_buffer=cfg["socket.receive.buffer.bytes"] if not cfg.is_default("socket.receive.buffer.bytes") else -1,
-                           connection_factory=self.security.connection_factory(ep.listener_name))
+                           connection_factory=self.security.connection_factory(ep.listener_name), limits=limits)
             lst.bind()
             self.listeners.append(lst)
         # bootstrap + registration

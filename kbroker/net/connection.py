@@ -341,6 +341,7 @@ class Connection:
     # -- writing -----------------------------------------------------------------------------
 
     def _send(self, chunks: list) -> None:
+        self.last_active = self.loop.time()
         wq = self._wq
         for c in chunks:
             if isinstance(c, (bytes, bytearray, memoryview)):
