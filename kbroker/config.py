@@ -288,6 +288,11 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI"),
     ConfigDef("sasl.mechanism.controller.protocol", "string", "GSSAPI"),
     ConfigDef("super.users", "string", None),
+    ConfigDef("delegation.token.secret.key", "password", None),
+    ConfigDef("delegation.token.master.key", "password", None),
+    ConfigDef("delegation.token.max.lifetime.ms", "long", 604800000, at_least(1)),
+    ConfigDef("delegation.token.expiry.time.ms", "long", 86400000, at_least(1)),
+    ConfigDef("delegation.token.expiry.check.interval.ms", "long", 3600000, at_least(1)),
     # Operations (kbroker.metrics): the Prometheus endpoint, off unless a port is given
     ConfigDef("metrics.port", "int", -1, doc="Port of the Prometheus /metrics endpoint; -1 (default) disables it"),
     ConfigDef("metrics.host", "string", "127.0.0.1", doc="Address the metrics endpoint binds"),

@@ -1,0 +1,35 @@
+"""What the four delegation token handlers share (the rules are kbroker.security.delegation_tokens)."""
+
+from __future__ import annotations
+
+from kbroker.security.delegation_tokens import token_config
+from kbroker.wire.errors import Errors
+
+
+def split_principal(p: str) -> tuple[str, str]:
+    kind, _, name = p.partition(":")
+    return kind, name
+
+
+def tokens_or_error(ctx):
+    """(TokenConfig, None) when tokens are on, else (None, DELEGATION_TOKEN_AUTH_DISABLED)."""
+    cfg = token_config(getattr(ctx.broker, "security", None))
+    return (cfg, None) if cfg.enabled else (None, Errors.DELEGATION_TOKEN_AUTH_DISABLED)
+
+
+def request_not_allowed(ctx) -> bool:
+    """Kafka's allowTokenRequests: only over SASL or TLS with a client certificate, and never
+    over a connection that authenticated with a token."""
+    conn = ctx.conn
+    if conn is None:
+        return True
+    st = conn.state
+    if st.get("token_authenticated"):
+        return True
+    sec = ctx.broker.security
+    ls = sec.listener(ctx.listener_name) if sec is not None else None
+    if ls is None or ls.protocol == "PLAINTEXT":
+        return True
+    if ls.protocol == "SSL":
+        return st.get("principal", "User:ANONYMOUS") == "User:ANONYMOUS"
+    return not st.get("authenticated")
