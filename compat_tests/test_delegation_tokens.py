@@ -20,6 +20,7 @@ from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, 
 
 from compat_tests.brokers import REPO, BrokerProcess, free_port
 from compat_tests.test_ops_kafka_tools import KAFKA, _wave
+from compat_tests.test_security import _recv
 from kbroker.security.scram import ScramClient
 
 MECH = "SCRAM-SHA-512"
@@ -54,16 +55,6 @@ def _props(path, user, password, tokenauth=False):
                     "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
                     f'username="{user}" password="{password}"{extra};\n')
     return str(path)
-
-
-def _recv(s, n):
-    buf = b""
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return buf
 
 
 def _uvarint(n: int) -> bytes:

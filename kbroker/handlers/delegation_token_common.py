@@ -33,3 +33,19 @@ def request_not_allowed(ctx) -> bool:
     if ls.protocol == "SSL":
         return st.get("principal", "User:ANONYMOUS") == "User:ANONYMOUS"
     return not st.get("authenticated")
+
+
+def token_write(ctx, response_cls, make_op, hmac: bytes, period_ms: int):
+    """Renew / Expire: the checks both share, then the controller operation
+    ``make_op(cfg, hmac, principal, period_ms)``; the response carries the new expiry."""
+    cfg, err = tokens_or_error(ctx)
+    if err:
+        return response_cls(error_code=err)
+    if request_not_allowed(ctx):
+        return response_cls(error_code=Errors.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED)
+    return _submit(ctx, response_cls, make_op(cfg, hmac, ctx.principal, period_ms))
+
+
+async def _submit(ctx, response_cls, op):
+    out = await ctx.broker.controller.submit(op)
+    return response_cls(error_code=out.error, expiry_timestamp_ms=out.expiry_ms)

@@ -123,15 +123,24 @@ def _may_renew(t, principal: str) -> bool:
     return principal == t.owner or principal in t.renewers
 
 
+def _renewable(cfg: TokenConfig, tokens: dict, mac: bytes, principal: str, now_ms: int):
+    """(token, 0) when ``principal`` may renew or expire the token with HMAC ``mac``, else
+    (None, error code)."""
+    t = find_by_hmac(cfg, tokens, mac)
+    if t is None:
+        return None, Errors.DELEGATION_TOKEN_NOT_FOUND
+    if not _may_renew(t, principal):
+        return None, Errors.DELEGATION_TOKEN_OWNER_MISMATCH
+    if t.expiry_ms < now_ms or t.max_ms < now_ms:
+        return None, Errors.DELEGATION_TOKEN_EXPIRED
+    return t, 0
+
+
 def renew_token(cfg: TokenConfig, mac: bytes, principal: str, period_ms: int):
     def op(c, now_ms):
-        t = find_by_hmac(cfg, c.image.security.tokens, mac)
-        if t is None:
-            return ControllerResult([], TokenOutcome(Errors.DELEGATION_TOKEN_NOT_FOUND))
-        if not _may_renew(t, principal):
-            return ControllerResult([], TokenOutcome(Errors.DELEGATION_TOKEN_OWNER_MISMATCH))
-        if t.expiry_ms < now_ms or t.max_ms < now_ms:
-            return ControllerResult([], TokenOutcome(Errors.DELEGATION_TOKEN_EXPIRED))
+        t, err = _renewable(cfg, c.image.security.tokens, mac, principal, now_ms)
+        if err:
+            return ControllerResult([], TokenOutcome(err))
         expiry = min(t.max_ms, now_ms + (period_ms if period_ms >= 0 else cfg.expiry_ms))
         records = _purge_expired(c.image.security.tokens, now_ms, keep=t.token_id) + [_record(t, expiry)]
         return ControllerResult(records, TokenOutcome(0, t, expiry))
@@ -141,13 +150,9 @@ def renew_token(cfg: TokenConfig, mac: bytes, principal: str, period_ms: int):
 def expire_token(cfg: TokenConfig, mac: bytes, principal: str, period_ms: int):
     def op(c, now_ms):
         from kbroker.wire.generated.remove_delegation_token_record import RemoveDelegationTokenRecord
-        t = find_by_hmac(cfg, c.image.security.tokens, mac)
-        if t is None:
-            return ControllerResult([], TokenOutcome(Errors.DELEGATION_TOKEN_NOT_FOUND))
-        if not _may_renew(t, principal):
-            return ControllerResult([], TokenOutcome(Errors.DELEGATION_TOKEN_OWNER_MISMATCH))
-        if t.expiry_ms < now_ms or t.max_ms < now_ms:
-            return ControllerResult([], TokenOutcome(Errors.DELEGATION_TOKEN_EXPIRED))
+        t, err = _renewable(cfg, c.image.security.tokens, mac, principal, now_ms)
+        if err:
+            return ControllerResult([], TokenOutcome(err))
         others = _purge_expired(c.image.security.tokens, now_ms, keep=t.token_id)
         if period_ms < 0:    # expire now: the token is gone
             return ControllerResult(others + [RemoveDelegationTokenRecord(token_id=t.token_id)],
