@@ -147,3 +147,22 @@ def test_token_lifecycle_with_kafka_tools(tbroker, tmp_path):
     _wave({"expire": base + ["--expire", "--hmac", hmac_b64, "--expiry-time-period", "-1", "--command-config", alice]},
           tmp_path)
     assert _scram_token_auth(b.sasl_port, token_id, hmac_b64) != 0
+
+
+def test_kbroker_tools_authenticate_with_command_config(tbroker, tmp_path):
+    """`kbroker acls --command-config` speaks SCRAM (and with tokenauth, a token) like Kafka's
+    tools: the super user lists ACLs, alice is refused the cluster operation, a wrong password
+    is refused at authentication."""
+    b = tbroker
+    sasl = f"127.0.0.1:{b.sasl_port}"
+
+    def acls(props):
+        return subprocess.run([sys.executable, "-m", "kbroker", "acls", "--bootstrap-server", sasl, "--list",
+                               "--command-config", props], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    ok = acls(_props(tmp_path / "admin.properties", "admin", "admin-secret"))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    denied = acls(_props(tmp_path / "alice.properties", "alice", "alice-secret"))
+    assert denied.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED" in denied.stderr, denied.stdout + denied.stderr
+    wrong = acls(_props(tmp_path / "wrong.properties", "admin", "nope"))
+    assert wrong.returncode == 1 and "authentication failed" in wrong.stderr.lower(), wrong.stdout + wrong.stderr

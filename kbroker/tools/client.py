@@ -36,8 +36,10 @@ def _check(code: int, what: str, message: str | None = None) -> None:
 
 
 class ToolClient(AdminClient):
-    def __init__(self, bootstrap: str, timeout: float = 30.0, client_id: str = "kbroker-tools"):
+    def __init__(self, bootstrap: str, timeout: float = 30.0, client_id: str = "kbroker-tools",
+                 ssl=None, sasl=None):
         super().__init__(bootstrap, timeout, client_id)
+        self.ssl, self.sasl = ssl, sasl     # from --command-config (kbroker.security.client_auth)
         self.loop = asyncio.new_event_loop()
         self._clients: dict[tuple[str, int], KafkaClient] = {}
 
@@ -46,7 +48,8 @@ class ToolClient(AdminClient):
         c = self._clients.get(addr)
         if c is None:
             c = self._clients[addr] = KafkaClient(addr[0], addr[1], client_id=self.client_id,
-                                                  request_timeout_ms=int(self.timeout * 1000))
+                                                  request_timeout_ms=int(self.timeout * 1000),
+                                                  ssl=self.ssl, sasl=self.sasl)
         return c
 
     def call(self, req, version: int, addr: tuple[str, int] | None = None):
