@@ -29,60 +29,59 @@ def kb(b, *args) -> str:
     return p.stdout
 
 
-def test_acls_tool_both_ways(sbroker, tmp_path):
+def test_acls_and_client_configs_both_ways(sbroker, tmp_path):
     b = sbroker
+    # -- written by kbroker's tools ---------------------------------------------------------
     out = kb(b, "acls", "--add", "--allow-principal", "User:alice", "--operation", "Read", "--operation", "Write",
              "--topic", "orders", "--resource-pattern-type", "prefixed")
     assert "Adding ACLs for resource `ResourcePattern(resourceType=TOPIC, name=orders, patternType=PREFIXED)`" in out
     kb(b, "acls", "--add", "--consumer", "--allow-principal", "User:bob", "--topic", "t1", "--group", "g1")
     kb(b, "acls", "--add", "--deny-principal", "User:eve", "--deny-host", "10.0.0.1", "--operation", "All", "--cluster")
-    kafka = ["kafka-acls.sh", "--bootstrap-server", b.bootstrap]
-    res = _wave({"list": kafka + ["--list"],
-                 "add": kafka + ["--add", "--allow-principal", "User:carol", "--operation", "Describe",
-                                 "--transactional-id", "tx-1"]}, tmp_path)
+    kb(b, "configs", "--alter", "--entity-type", "users", "--entity-name", "alice",
+       "--add-config", "SCRAM-SHA-512=[iterations=8192,password=alice-pw]")
+    kb(b, "configs", "--alter", "--entity-type", "users", "--entity-name", "alice", "--add-config", "producer_byte_rate=1048576")
+    kb(b, "configs", "--alter", "--entity-type", "clients", "--entity-default", "--add-config", "consumer_byte_rate=2048")
+    kb(b, "configs", "--alter", "--user", "alice", "--client", "app", "--add-config", "request_percentage=50")
+    # -- read (and more written) by Kafka's tools, in one wave of JVMs -------------------------
+    acls = ["kafka-acls.sh", "--bootstrap-server", b.bootstrap]
+    configs = ["kafka-configs.sh", "--bootstrap-server", b.bootstrap]
+    res = _wave({"list": acls + ["--list"],
+                 "add": acls + ["--add", "--allow-principal", "User:carol", "--operation", "Describe",
+                                "--transactional-id", "tx-1"],
+                 "user": configs + ["--describe", "--entity-type", "users", "--entity-name", "alice"],
+                 "client": configs + ["--describe", "--entity-type", "clients", "--entity-default"],
+                 "both": configs + ["--describe", "--entity-type", "users", "--entity-name", "alice",
+                                    "--entity-type", "clients", "--entity-name", "app"],
+                 "set": configs + ["--alter", "--entity-type", "users", "--entity-name", "bob",
+                                   "--add-config", "SCRAM-SHA-256=[iterations=4096,password=bob-pw]"],
+                 "setq": configs + ["--alter", "--entity-type", "clients", "--entity-name", "kc",
+                                    "--add-config", "consumer_byte_rate=4096"]}, tmp_path)
     listed = res["list"]
     for text in ("name=orders, patternType=PREFIXED", "principal=User:alice, host=*, operation=WRITE, permissionType=ALLOW",
                  "name=t1, patternType=LITERAL", "principal=User:bob, host=*, operation=READ",
                  "name=g1, patternType=LITERAL", "resourceType=CLUSTER",
                  "principal=User:eve, host=10.0.0.1, operation=ALL, permissionType=DENY"):
         assert text in listed, (text, listed)
+    assert "producer_byte_rate=1048576" in res["user"] and "SCRAM-SHA-512=iterations=8192" in res["user"], res["user"]
+    assert "consumer_byte_rate=2048" in res["client"], res["client"]
+    assert "request_percentage=50" in res["both"], res["both"]
+    # -- what Kafka's tools wrote, read by kbroker's ----------------------------------------
     ours = kb(b, "acls", "--list")
     assert "principal=User:carol, host=*, operation=DESCRIBE, permissionType=ALLOW" in ours, ours
     assert "resourceType=TRANSACTIONAL_ID, name=tx-1" in ours
     only_bob = kb(b, "acls", "--list", "--principal", "User:bob")
     assert "User:bob" in only_bob and "User:alice" not in only_bob
-    out = kb(b, "acls", "--remove", "--allow-principal", "User:alice", "--operation", "Write", "--topic", "orders",
-             "--resource-pattern-type", "prefixed", "--force")
-    assert "operation=WRITE" in out
-    listed = _wave({"list": kafka + ["--list", "--topic", "orders", "--resource-pattern-type", "prefixed"]}, tmp_path)["list"]
-    assert "operation=READ" in listed and "operation=WRITE" not in listed, listed
-
-
-def test_configs_users_and_clients_both_ways(sbroker, tmp_path):
-    b = sbroker
-    kb(b, "configs", "--alter", "--entity-type", "users", "--entity-name", "alice",
-       "--add-config", "SCRAM-SHA-512=[iterations=8192,password=alice-pw]")
-    kb(b, "configs", "--alter", "--entity-type", "users", "--entity-name", "alice", "--add-config", "producer_byte_rate=1048576")
-    kb(b, "configs", "--alter", "--entity-type", "clients", "--entity-default", "--add-config", "consumer_byte_rate=2048")
-    kb(b, "configs", "--alter", "--user", "alice", "--client", "app", "--add-config", "request_percentage=50")
-    kafka = ["kafka-configs.sh", "--bootstrap-server", b.bootstrap]
-    res = _wave({"user": kafka + ["--describe", "--entity-type", "users", "--entity-name", "alice"],
-                 "client": kafka + ["--describe", "--entity-type", "clients", "--entity-default"],
-                 "both": kafka + ["--describe", "--entity-type", "users", "--entity-name", "alice",
-                                  "--entity-type", "clients", "--entity-name", "app"],
-                 "set": kafka + ["--alter", "--entity-type", "users", "--entity-name", "bob",
-                                 "--add-config", "SCRAM-SHA-256=[iterations=4096,password=bob-pw]"],
-                 "setq": kafka + ["--alter", "--entity-type", "clients", "--entity-name", "kc",
-                                  "--add-config", "consumer_byte_rate=4096"]},
-                tmp_path)
-    assert "producer_byte_rate=1048576" in res["user"] and "SCRAM-SHA-512=iterations=8192" in res["user"], res["user"]
-    assert "consumer_byte_rate=2048" in res["client"], res["client"]
-    assert "request_percentage=50" in res["both"], res["both"]
     out = kb(b, "configs", "--describe", "--entity-type", "users", "--entity-name", "bob")
     assert "SCRAM credential configs for user-principal 'bob' are SCRAM-SHA-256=iterations=4096" in out, out
     out = kb(b, "configs", "--describe", "--client", "kc")
     assert "Quota configs for client-id 'kc' are consumer_byte_rate=4096.0" in out, out
+    # -- removals by kbroker's tools, seen by Kafka's ---------------------------------------
+    out = kb(b, "acls", "--remove", "--allow-principal", "User:alice", "--operation", "Write", "--topic", "orders",
+             "--resource-pattern-type", "prefixed", "--force")
+    assert "operation=WRITE" in out
     kb(b, "configs", "--alter", "--entity-type", "users", "--entity-name", "alice", "--delete-config", "SCRAM-SHA-512")
     kb(b, "configs", "--alter", "--entity-type", "users", "--entity-name", "alice", "--delete-config", "producer_byte_rate")
-    out = _wave({"user": kafka + ["--describe", "--entity-type", "users", "--entity-name", "alice"]}, tmp_path)["user"]
-    assert "SCRAM-SHA-512" not in out and "producer_byte_rate" not in out, out
+    res = _wave({"list": acls + ["--list", "--topic", "orders", "--resource-pattern-type", "prefixed"],
+                 "user": configs + ["--describe", "--entity-type", "users", "--entity-name", "alice"]}, tmp_path)
+    assert "operation=READ" in res["list"] and "operation=WRITE" not in res["list"], res["list"]
+    assert "SCRAM-SHA-512" not in res["user"] and "producer_byte_rate" not in res["user"], res["user"]

@@ -288,6 +288,7 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI"),
     ConfigDef("sasl.mechanism.controller.protocol", "string", "GSSAPI"),
     ConfigDef("super.users", "string", None),
+    ConfigDef("allow.everyone.if.no.acl.found", "boolean", False),
     ConfigDef("delegation.token.secret.key", "password", None),
     ConfigDef("delegation.token.master.key", "password", None),
     ConfigDef("delegation.token.max.lifetime.ms", "long", 604800000, at_least(1)),
