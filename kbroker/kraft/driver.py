@@ -3,6 +3,7 @@
     driver = RaftDriver(node, transport, clock=SYSTEM_CLOCK.monotonic_ms)
     driver.start()
     offset = await driver.append([framed_record, ...])   # last offset, once committed (HW)
+    offset, committed = driver.append_nowait([...])       # the same, without waiting
     response = await driver.handle_request(src_node_id, request_obj)   # the server side
     driver.add_listener(fn)    # fn(CommittedBatch | SnapshotLoaded), in log order, once each
     await driver.close()       # a leader resigns (EndQuorumEpoch) before stopping
@@ -71,11 +72,16 @@ class RaftDriver:
 
     async def append(self, records: list[bytes]) -> int:
         """Append as leader; returns the last offset once the high watermark passes it."""
+        return await self.append_nowait(records)[1]
+
+    def append_nowait(self, records: list[bytes]) -> tuple[int, asyncio.Future]:
+        """Append as leader now (NotLeaderError if not); returns the last offset and a future
+        that resolves once the high watermark passes it, so callers can pipeline appends."""
         offset = self.node.append(records, self.clock())
         fut = asyncio.get_running_loop().create_future()
         self._appends.append((offset, self.node.epoch, fut))
         self._wake.set()
-        return await fut
+        return offset, fut
 
     async def handle_request(self, src: int, request) -> Any:
         """A Raft request that arrived from ``src`` over the network (or an admin request:
@@ -140,10 +146,13 @@ class RaftDriver:
             if self._inbox:
                 continue
             wait = max(0, deadline - self.clock())
+            # asyncio.wait, not wait_for: 3.11's wait_for can swallow a cancel that races
+            # with the event being set, and whoever cancels this task would wait forever.
+            waiter = asyncio.ensure_future(self._wake.wait())
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout=min(wait, 60_000) / 1000)
-            except asyncio.TimeoutError:
-                pass
+                await asyncio.wait([waiter], timeout=min(wait, 60_000) / 1000)
+            finally:
+                waiter.cancel()
 
     def _deliver(self) -> None:
         node = self.node

@@ -9,12 +9,16 @@ publishers. Nothing uncommitted reaches either image.
 The node is the *active* controller when its Raft node leads and it has applied everything
 up to the start of its epoch (the previous leaders' records, committed together with the
 epoch's LeaderChange record): only then is its controller image the whole truth.
-``submit(op)`` runs one operation at a time: the operation reads the controller image,
-its records are appended as leader and the response is released once they are committed and
-applied. A node that is not active, or loses leadership before the commit, raises
-NotControllerError; the request is answered NOT_CONTROLLER and the broker's channel retries
-with the new leader (the records may still commit: the caller treats that as unknown, as
-Kafka does).
+``submit(op)`` runs operations one at a time but pipelines their commits, as Kafka's
+controller does: an operation reads the controller image, its records are appended as leader
+and applied to the controller image at once (so the next operation sees them), and its
+response is released once they are committed and applied to the broker's image. Many
+operations in flight share one replication round trip. A node that is not active, or loses
+leadership before the commit, raises NotControllerError; the request is answered
+NOT_CONTROLLER and the broker's channel retries with the new leader (the records may still
+commit: the caller treats that as unknown, as Kafka does). A leader that loses leadership
+with records applied but not committed rebuilds its controller image from the committed one
+(Kafka reverts to its last committed snapshot).
 
 On becoming active the node gives every broker a fresh session (``on_activate``) and, on a
 new cluster, writes the bootstrap records (metadata.version). Snapshots: after
@@ -59,6 +63,10 @@ class RaftControllerRuntime:
         self._lock = asyncio.Lock()
         self._was_active = False
         self._applied_waiters: list[tuple[int, asyncio.Future]] = []
+        # Records this node appended as leader and already applied to the controller image:
+        # offsets below _speculative_end, written in epoch _speculative_epoch.
+        self._speculative_end = 0
+        self._speculative_epoch = -1
         driver.add_listener(self._on_committed)
 
     # -- state -------------------------------------------------------------------------------
@@ -80,15 +88,12 @@ class RaftControllerRuntime:
     # -- committed records in ----------------------------------------------------------------
 
     def _on_committed(self, item) -> None:
+        self._drop_speculation_if_deposed()
         if isinstance(item, SnapshotLoaded):
             recs = [decode_record(v) for v in item.records]
             end = item.snapshot_id.end_offset
             if self.controller is not None:
-                self.controller.image = MetadataImage()
-                for r in recs:
-                    self.controller.image.apply(r)
-                self.controller.image.offset = end - 1
-                self.controller.next_offset = end
+                self._reset_controller_image(recs, end)
             self.loader.load_snapshot(recs, end)
             self.applied = end
             log.info("loaded metadata snapshot at offset %d (%d records)", end, len(recs))
@@ -97,7 +102,8 @@ class RaftControllerRuntime:
                 recs = [decode_record(v) for v in item.records]
                 if self.controller is not None:
                     for i, r in enumerate(recs):
-                        self.controller.replay(r, item.base_offset + i)
+                        if item.base_offset + i >= self._speculative_end:   # else applied at append
+                            self.controller.replay(r, item.base_offset + i)
                 self.loader.apply_batch(item.base_offset, recs)
                 self._bytes_since_snapshot += sum(len(v) for v in item.records)
             self.applied = item.last_offset + 1
@@ -105,6 +111,28 @@ class RaftControllerRuntime:
                 self.controller.next_offset = max(self.controller.next_offset, self.applied)
         self._wake_applied()
         self._check_activation()
+
+    def _reset_controller_image(self, records: list, end: int) -> None:
+        image = MetadataImage()
+        for r in records:
+            image.apply(r)
+        image.offset = end - 1
+        self.controller.image = image
+        self.controller.next_offset = end
+
+    def _drop_speculation_if_deposed(self) -> None:
+        """A leader that lost its epoch may hold applied records the new leader truncates:
+        rebuild the controller image from the broker's, which holds only committed records."""
+        if self._speculative_end == 0:
+            return
+        node = self.node
+        if node.role == LEADER and node.epoch == self._speculative_epoch:
+            return
+        if self._speculative_end > self.applied:
+            log.info("node %d lost leadership with metadata up to offset %d uncommitted: reverting to %d",
+                     node.node_id, self._speculative_end - 1, self.applied - 1)
+            self._reset_controller_image(image_records(self.image), self.applied)
+        self._speculative_end = 0
 
     def _wake_applied(self) -> None:
         keep = []
@@ -118,6 +146,7 @@ class RaftControllerRuntime:
         self._applied_waiters = keep
 
     def _check_activation(self) -> None:
+        self._drop_speculation_if_deposed()
         now_active = self.active
         if now_active and not self._was_active:
             log.info("node %d is the active controller (epoch %d)", self.node.node_id, self.node.epoch)
@@ -152,23 +181,32 @@ class RaftControllerRuntime:
 
     async def submit(self, op: Callable[[Controller, int], ControllerResult]) -> Any:
         async with self._lock:
+            self._drop_speculation_if_deposed()
             if not self.active:
                 raise NotControllerError(f"node {self.node.node_id} is not the active controller "
                                          f"(leader {self.node.leader_id})")
             c = self.controller
             c.next_offset = self.node.log_end_offset
             result = op(c, self.now_ms())
-            if result.records:
-                framed = [encode_record(r) for r in result.records]
-                try:
-                    last = await self.driver.append(framed)
-                except NotLeaderError as e:
-                    raise NotControllerError(str(e)) from None
-                if self.applied <= last:
-                    fut = asyncio.get_running_loop().create_future()
-                    self._applied_waiters.append((last, fut))
-                    await fut
-            return result.response
+            if not result.records:
+                return result.response
+            try:
+                last, committed = self.driver.append_nowait([encode_record(r) for r in result.records])
+            except NotLeaderError as e:
+                raise NotControllerError(str(e)) from None
+            first = last - len(result.records) + 1
+            for i, r in enumerate(result.records):
+                c.replay(r, first + i)
+            self._speculative_end, self._speculative_epoch = last + 1, self.node.epoch
+        try:
+            await committed
+        except NotLeaderError as e:
+            raise NotControllerError(str(e)) from None
+        if self.applied <= last:
+            fut = asyncio.get_running_loop().create_future()
+            self._applied_waiters.append((last, fut))
+            await fut
+        return result.response
 
     def submit_now(self, op):
         raise RuntimeError("a Raft quorum commits asynchronously: use submit()")
@@ -183,7 +221,8 @@ class RaftControllerRuntime:
         end = self.applied
         if end <= self.node.log.start_offset or end > self.node.high_watermark:
             return None
-        image = self.controller.image if self.controller is not None else self.image
+        # the broker's image: the controller's may hold records not yet committed
+        image = self.image
         framed = [encode_record(r) for r in image_records(image)]
         sid = self.node.create_snapshot(end, framed, now)
         self._bytes_since_snapshot = 0
