@@ -16,7 +16,7 @@ from kbroker.log.errors import LogError
 from kbroker.net.connection import CloseConnection
 from kbroker.replication import leader_hints
 from kbroker.replication.delayed_produce import check_before_append
-from kbroker.txn.verification import verify_produce
+from kbroker.txn.verification import pending_remote, verify_produce, verify_remotely
 from kbroker.wire.errors import Errors
 from kbroker.wire.generated.produce_response import ProduceResponse
 
@@ -31,6 +31,23 @@ _Leader = _Part.LeaderIdAndEpoch
 
 
 def handle(ctx, req):
+    # KIP-890: a transaction coordinated by another broker is asked first (AddPartitionsToTxn
+    # verify_only), then the request is handled with its answers
+    remote = pending_remote(getattr(ctx.broker, "txn_coordinator", None), req.transactional_id,
+                            ctx.broker.replicas, req) if req.transactional_id else None
+    if remote is not None:
+        return _verified_remotely(ctx, req, *remote)
+    return _handle(ctx, req)
+
+
+async def _verified_remotely(ctx, req, producer_id, producer_epoch, partitions):
+    codes = await verify_remotely(ctx.broker.txn_coordinator, req.transactional_id, producer_id,
+                                  producer_epoch, partitions)
+    out = _handle(ctx, req, codes)
+    return (await out) if not isinstance(out, ProduceResponse) and out is not None else out
+
+
+def _handle(ctx, req, remote_verdicts=None):
     replicas = ctx.broker.replicas
     now = ctx.now_ms
     acks = req.acks
@@ -87,7 +104,7 @@ def handle(ctx, req):
                                      log_start_offset=part.log.log_start_offset, error_message=str(e)))
                     continue
             # KIP-890: a transaction's first batch here must be in a partition it added
-            txn_err = verify_produce(txn_rt, req.transactional_id, part, records)
+            txn_err = verify_produce(txn_rt, req.transactional_id, part, records, remote_verdicts)
             if txn_err:
                 failed = True
                 out.append(_Part(index=pd.index, error_code=txn_err, base_offset=-1,
