@@ -74,6 +74,8 @@ def _read(entries, replicas, budget: int, read_committed: bool, follower_reads: 
         elif closer is not None and (pref := closer(part, e.fetch_offset)) >= 0:
             r.preferred = pref
             errors = True          # (answer at once, as for an error: the client moves on)
+        elif e.fetch_offset == limit and r.log_start <= limit:
+            pass   # caught up: nothing to read (most partitions of a large session, most fetches)
         elif budget - total > 0 or total == 0:
             try:
                 rr = plog.read(e.fetch_offset, min(e.max_bytes, budget - total), max_offset=limit,
