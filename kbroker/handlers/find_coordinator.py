@@ -1,7 +1,7 @@
-"""FindCoordinator (10), versions 0-6: this node for transactional ids (creating and loading
-__transaction_state on first use, as Kafka does), and for groups the leader of the group's
-__consumer_offsets partition (creating the topic on first use), on the listener the request
-came in on. v4+ batches several keys."""
+"""FindCoordinator (10), versions 0-6: the leader of the key's partition of its internal
+topic, created on first use as Kafka does (__transaction_state for transactional ids,
+__consumer_offsets for groups), on the listener the request came in on. v4+ batches several
+keys."""
 
 from __future__ import annotations
 
@@ -45,8 +45,14 @@ async def _find(ctx, key_type: int, key: str) -> tuple[int, tuple | None]:
         rt = getattr(broker, "txn_coordinator", None)
         if rt is None or not key:
             return (Errors.COORDINATOR_NOT_AVAILABLE if rt is None else Errors.INVALID_REQUEST), None
-        err = await rt.ensure_ready()
-        return (err, None) if err else (0, _endpoint(ctx))
+        err = await rt.ensure_ready(key)
+        if err:
+            return err, None
+        node = rt.coordinator_node(key)
+        ep = _endpoint_of(ctx, node) if node >= 0 else None
+        if ep is None:
+            return Errors.COORDINATOR_NOT_AVAILABLE, None
+        return 0, ep
     if key_type == GROUP:
         try:
             groups = coordinator(ctx)    # broker.groups, started on first use
