@@ -231,3 +231,69 @@ def _java_acked_commits(members):
             elif kind in ("revoked", "lost"):
                 polled = {}
     return acked
+
+
+# (KIP-848 only: the classic protocol through a coordinator kill is covered by the commit
+# stream above and the Java classic member; CI time)
+@pytest.mark.parametrize("protocol", ["consumer"])
+def test_kill9_coordinator_during_a_rebalance_confluent(cluster, duration, protocol):
+    """Two confluent-kafka members (a synchronous commit every 5th record): the second subscribes, the
+    coordinator is killed while they rebalance; they end up splitting the partitions on the new
+    coordinator, read every record, and every acknowledged commit is kept."""
+    _healthy(cluster)
+    topic, group = f"rebalance-c-{protocol}", f"g-rebalance-c-{protocol}"
+    _topic_with_records(cluster, topic, 300)
+    conf = {"bootstrap.servers": cluster.bootstrap, "group.id": group, "enable.auto.commit": False,
+            "auto.offset.reset": "earliest", "group.protocol": protocol}
+    if protocol == "classic":
+        conf.update({"session.timeout.ms": 10000, "heartbeat.interval.ms": 500})
+    members = [Consumer(conf)]
+    members[0].subscribe([topic])
+    acked: dict[int, int] = {}
+    seen: set[tuple[int, int]] = set()
+
+    def poll_all():
+        for cons in members:
+            m = cons.poll(0.1)
+            if m is None or m.error():
+                continue
+            seen.add((m.partition(), m.offset()))
+            if m.offset() % 5:
+                continue
+            try:
+                cons.commit(message=m, asynchronous=False)
+            except KafkaException:
+                continue
+            acked[m.partition()] = max(acked.get(m.partition(), -1), m.offset() + 1)
+
+    def until(cond, timeout, what):
+        deadline = time.monotonic() + timeout
+        while not cond():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}: {len(seen)} read, acked {acked}"
+            poll_all()
+
+    victim = None
+    try:
+        until(lambda: len(seen) >= 50, 60, "the first member reading")
+        members.append(Consumer(conf))
+        members[1].subscribe([topic])
+        for _ in range(3):
+            poll_all()                 # the second member's join is under way
+        victim = _coordinator(cluster, group)
+        cluster.kill(victim)
+        produce(cluster, topic, 300, 150)
+        until(lambda: len(seen) >= 450, 120, "every record read")
+
+        def split():
+            owned = [{tp.partition for tp in c.assignment()} for c in members]
+            return all(owned) and not (owned[0] & owned[1]) and owned[0] | owned[1] == set(range(PARTITIONS))
+        until(split, 90, "the two members splitting the partitions on the new coordinator")
+        end = time.monotonic() + duration
+        until(lambda: time.monotonic() >= end, duration + 10, "the extra duration")
+    finally:
+        for cons in members:
+            cons.close()
+    assert _coordinator(cluster, group) != victim
+    _assert_acked_commits_kept(cluster, group, topic, acked)
+    cluster.restart(victim)
+    _healthy(cluster)
