@@ -123,6 +123,20 @@ def _assert_acked_commits_kept(c, group, topic, acked):
     assert not lost, f"acknowledged commits lost (partition: (acked, now committed)): {lost}"
 
 
+def _after_the_kill(c, group, topic, victim, acked):
+    """The group has a new coordinator, every acknowledged commit is there; the victim is
+    restarted for the next test."""
+    assert _coordinator(c, group) != victim
+    _assert_acked_commits_kept(c, group, topic, acked)
+    c.restart(victim)
+    _healthy(c)
+
+
+def _split(owned, everything) -> bool:
+    """Each member owns something, no partition twice, all of them owned."""
+    return all(owned) and sum(map(len, owned)) == len(everything) and set.union(*owned) == everything
+
+
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_kill9_coordinator_during_a_stream_of_commits(cluster, duration, protocol):
     """confluent-kafka commits every record synchronously; the coordinator dies mid-stream;
@@ -165,11 +179,8 @@ def test_kill9_coordinator_during_a_stream_of_commits(cluster, duration, protoco
         cons.close()
     assert victim is not None, f"never reached 200 acknowledged commits ({acked})"
     assert acked_after_kill >= 100, f"{acked_after_kill} commits acknowledged after the kill ({failed} failed)"
-    assert _coordinator(cluster, group) != victim
-    _assert_acked_commits_kept(cluster, group, topic, acked)
-    cluster.restart(victim)
-    _healthy(cluster)
-    _assert_acked_commits_kept(cluster, group, topic, acked)
+    _after_the_kill(cluster, group, topic, victim, acked)
+    _assert_acked_commits_kept(cluster, group, topic, acked)     # and with the victim back
 
 
 @pytest.mark.parametrize("protocol,version", [("classic", "3.9.0"), ("consumer", "4.3.0")])
@@ -198,10 +209,8 @@ def test_kill9_coordinator_during_a_rebalance_java(cluster, tmp_path, duration, 
         produce(cluster, topic, 600, 300)
         all_tps = {(topic, p) for p in range(PARTITIONS)}
 
-        def reformed():
-            owned = [m.owned() for m in members]
-            return all(owned) and not (owned[0] & owned[1]) and owned[0] | owned[1] == all_tps
-        wait_for(reformed, 90, "the group re-formed on the new coordinator", members)
+        wait_for(lambda: _split([m.owned() for m in members], all_tps), 90,
+                 "the group re-formed on the new coordinator", members)
         wait_for(lambda: len({(p, o) for m in members for _, p, o in m.records()}) >= 900, 90,
                  "every record read", members)
         time.sleep(duration)
@@ -209,10 +218,7 @@ def test_kill9_coordinator_during_a_rebalance_java(cluster, tmp_path, duration, 
     finally:
         for m in members:
             m.close()
-    assert _coordinator(cluster, group) != victim
-    _assert_acked_commits_kept(cluster, group, topic, acked)
-    cluster.restart(victim)
-    _healthy(cluster)
+    _after_the_kill(cluster, group, topic, victim, acked)
 
 
 def _java_acked_commits(members):
@@ -284,16 +290,11 @@ def test_kill9_coordinator_during_a_rebalance_confluent(cluster, duration, proto
         produce(cluster, topic, 300, 150)
         until(lambda: len(seen) >= 450, 120, "every record read")
 
-        def split():
-            owned = [{tp.partition for tp in c.assignment()} for c in members]
-            return all(owned) and not (owned[0] & owned[1]) and owned[0] | owned[1] == set(range(PARTITIONS))
-        until(split, 90, "the two members splitting the partitions on the new coordinator")
+        until(lambda: _split([{tp.partition for tp in c.assignment()} for c in members], set(range(PARTITIONS))),
+              90, "the two members splitting the partitions on the new coordinator")
         end = time.monotonic() + duration
         until(lambda: time.monotonic() >= end, duration + 10, "the extra duration")
     finally:
         for cons in members:
             cons.close()
-    assert _coordinator(cluster, group) != victim
-    _assert_acked_commits_kept(cluster, group, topic, acked)
-    cluster.restart(victim)
-    _healthy(cluster)
+    _after_the_kill(cluster, group, topic, victim, acked)
