@@ -45,6 +45,7 @@ DEFAULT_TESTS="
 0081:CreateTopics 0081:DeleteTopics 0081:CreatePartitions 0081:do_test_DescribeConfigs
 0081:DeleteRecords 0081:DeleteGroups 0081:AlterConsumerGroupOffsets
 0103:do_test_fenced_txn
+0115 0119 0109 0081:CreateAcls 0081:DescribeAcls 0081:DeleteAcls
 0113:l_unsubscribe
 "
 NOAUTOCREATE_TESTS="
@@ -68,6 +69,10 @@ QUICK="0015 0038 0050 0051 0069 0113"
 # subscribe together and expect them to share the first generation. The others run with 0 ms
 # (every new group would wait 3 s otherwise).
 KAFKA_DELAY_TESTS="0102 0113:l_unsubscribe 0113:n_wildcard"   # last in DEFAULT_TESTS: one broker restart
+# Entries run against a broker with Kafka's StandardAuthorizer and allow.everyone.if.no.acl.found
+# (the suite's principal is User:ANONYMOUS on PLAINTEXT): they add ACLs with kafka-acls.sh (our
+# stand-in runs `kbroker acls`) or call the ACL admin APIs, and expect the authorizer's errors.
+ACL_TESTS="0109 0115 0119 0081:CreateAcls 0081:DescribeAcls 0081:DeleteAcls"
 # ---------------------------------------------------------------------------------------------
 
 # Tests that need nothing but the client library (mock cluster, config parsing ...) are not
@@ -195,6 +200,9 @@ print(f"kafka-topics.sh stand-in: done: {' '.join(sys.argv[1:])}")
 PY
 printf '#!/bin/sh\nexec python3 "$(dirname "$0")/kafka_topics.py" "$@"\n' >"$SHIM/bin/kafka-topics.sh"
 chmod +x "$SHIM/bin/kafka-topics.sh"
+# kafka-acls.sh: kbroker's own tool takes kafka-acls.sh's flags (0109, 0115, 0119 add ACLs with it)
+printf '#!/bin/sh\ncd "%s" && exec python3 -m kbroker acls "$@"\n' "$ROOT" >"$SHIM/bin/kafka-acls.sh"
+chmod +x "$SHIM/bin/kafka-acls.sh"
 
 # ------------------------------------------------------------------------------ the broker
 rm -rf "$RUN"; mkdir -p "$RUN"
@@ -218,10 +226,11 @@ stop_broker() {
 trap 'stop_broker' EXIT
 trap 'exit 130' INT TERM
 
-start_broker() {  # $1: scenario (default | noautocreate | cluster); $2: group.initial.rebalance.delay.ms
+start_broker() {  # $1: scenario (default | noautocreate | cluster*); $2: group.initial.rebalance.delay.ms; $3: acl
   stop_broker
   case $1 in cluster*) start_cluster "$1"; return ;; esac
-  local autocreate=true cport data delay=${2:-0}
+  local autocreate=true cport data delay=${2:-0} authz=
+  [ "${3:-}" = acl ] && authz="--override authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer --override allow.everyone.if.no.acl.found=true"
   [ "$1" = noautocreate ] && autocreate=false
   BROKER_N=$((BROKER_N + 1))
   BROKER_PORT=$(free_port); cport=$(free_port)
@@ -236,9 +245,9 @@ start_broker() {  # $1: scenario (default | noautocreate | cluster); $2: group.i
       --override default.replication.factor=1 \
       --override "auto.create.topics.enable=$autocreate" \
       --override group.initial.rebalance.delay.ms=$delay \
-      --override log.cleaner.backoff.ms=1000 ) >"$BROKER_LOG" 2>&1 &
+      --override log.cleaner.backoff.ms=1000 $authz ) >"$BROKER_LOG" 2>&1 &
   BROKER_PID=$!
-  BROKER_SCENARIO="$1/$delay"
+  BROKER_SCENARIO="$1/$delay/${3:-}"
   echo "$data" >>"$RUN/broker-data-dirs"
   for _ in $(seq 300); do
     kill -0 "$BROKER_PID" 2>/dev/null || { tail -30 "$BROKER_LOG" >&2; echo "kbroker exited at startup" >&2; exit 1; }
@@ -303,7 +312,9 @@ run_one() {  # $1 entry: test number, or NUMBER:SUBTESTS (the suite's sub-test f
   [ "$mode" != all ] && case " $QUICK " in *" $1 "*) flags="$flags -Q" ;; esac
   local delay=0
   case " $KAFKA_DELAY_TESTS " in *" $1 "*) delay=3000 ;; esac
-  [ "$BROKER_SCENARIO" = "$scen/$delay" ] && kill -0 "$BROKER_PID" 2>/dev/null || start_broker "$scen" "$delay"
+  local acl=
+  case " $ACL_TESTS " in *" $1 "*|*" $n "*) acl=acl ;; esac
+  [ "$BROKER_SCENARIO" = "$scen/$delay/$acl" ] && kill -0 "$BROKER_PID" 2>/dev/null || start_broker "$scen" "$delay" "$acl"
   start=$(date +%s)
   { (cd "$SRC/tests" && exec env SUBTESTS="$sub" RDKAFKA_TEST_CONF="$RUN/test.conf" TESTS="$n" \
       TEST_REPORT="$RUN/$tag.json" LD_LIBRARY_PATH="$SRC/src:$SRC/src-cpp" \
