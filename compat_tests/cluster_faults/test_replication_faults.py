@@ -189,32 +189,3 @@ def test_leader_cut_off_then_healed_truncates_its_unreplicated_tail(cluster, dur
     report = check(history, reads)
     assert report.ok, report.summary()
     assert report.acked >= 400, report.summary()
-
-
-def test_slow_link_to_a_follower_shrinks_the_isr_then_it_rejoins(cluster, duration):
-    """The link between partition 0's leader and one follower is throttled far below the
-    load's rate (tc htb): the follower falls behind, the leader drops it from the ISR after
-    replica.lag.time.max.ms and acks=all writes go on with the other two (min.insync.replicas
-    = 2); with the link restored it catches up and rejoins. Nothing acknowledged is lost."""
-    history = History()
-    load = ProducerLoad(cluster.bootstrap, TOPIC, PARTITIONS, history).start()
-    wait_until(lambda: load.acked() >= 100, 60, "acknowledged writes before the slowdown")
-    parts = _partitions(cluster)
-    leader = parts[0].leader
-    # not the active controller: every broker's heartbeats would queue behind the backlog
-    controller = cluster.active_controller()
-    slowed = next(r for r in parts[0].replicas if r not in (leader, controller))
-    with cluster.slow_links([leader], [slowed], rate_kbit=16):
-        wait_until(lambda: slowed not in _partitions(cluster)[0].isrs, 60,
-                   f"broker {slowed} dropped from partition 0's ISR")
-        before = load.acked()
-        wait_until(lambda: load.acked() >= before + 200, 60 + duration, "writes with the shrunk ISR")
-        time.sleep(duration)
-    wait_until(lambda: all(len(p.isrs) == 3 for p in _partitions(cluster).values()), 90,
-               f"broker {slowed} back in the ISR")
-    after = load.acked()
-    wait_until(lambda: load.acked() >= after + 100, 60, "writes after the link recovered")
-    load.stop()
-    report = check(history, read_all(cluster.bootstrap, TOPIC, PARTITIONS))
-    assert report.ok, report.summary()
-    assert report.acked >= 400, report.summary()
