@@ -55,6 +55,7 @@ NOAUTOCREATE_TESTS="
 # that create replication-factor-3 topics or need several brokers. *_ONLY: the test numbers
 # that always run there (when named on the command line, and in --all).
 CLUSTER_TESTS="
+0103:do_test_fenced_txn 0103:do_test_wmark_isolation_level
 "
 CLUSTER_NOAUTOCREATE_TESTS="
 0111
@@ -280,7 +281,7 @@ start_cluster() {  # $1: cluster | cluster-noautocreate: three combined nodes (k
       --override num.partitions=4 --override default.replication.factor=1 \
       --override "auto.create.topics.enable=$autocreate" --override group.initial.rebalance.delay.ms=0 --override log.cleaner.backoff.ms=1000 ) >"$BROKER_LOG" 2>&1 &
   BROKER_PID=$!
-  BROKER_SCENARIO="$1/0"
+  BROKER_SCENARIO="$1/0/"
   echo "$data" >>"$RUN/broker-data-dirs"
   for _ in $(seq 1200); do
     kill -0 "$BROKER_PID" 2>/dev/null || { tail -30 "$BROKER_LOG" >&2; echo "kbroker cluster up exited at startup" >&2; exit 1; }

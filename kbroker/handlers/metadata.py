@@ -257,9 +257,13 @@ def handle(ctx, req):
     if missing and allow:
         async def create_then_answer():
             results = await broker.create_topics([NewTopic(n) for n in missing])
-            codes = {r.name: (r.error if r.error not in (0, Errors.TOPIC_ALREADY_EXISTS) else 0) for r in results}
             # A topic that could not be created is reported as Kafka does: its creation error
-            # (INVALID_REPLICATION_FACTOR ...), else UNKNOWN_TOPIC_OR_PARTITION.
-            return finish({n: c for n, c in codes.items() if c})
+            # (INVALID_REPLICATION_FACTOR ...). One that exists (created now or by another
+            # broker) but is not yet in this broker's image is LEADER_NOT_AVAILABLE, a
+            # retriable "not ready": UNKNOWN_TOPIC_OR_PARTITION would tell a client that
+            # already saw its partitions from another broker that the topic is gone
+            # (librdkafka then fails the records it queued for them: "Unknown partition").
+            return finish({r.name: (r.error if r.error not in (0, Errors.TOPIC_ALREADY_EXISTS)
+                                    else Errors.LEADER_NOT_AVAILABLE) for r in results})
         return create_then_answer()
     return finish({})

@@ -199,3 +199,17 @@ def test_produce_without_key_to_compacted_topic_reports_record_errors(broker):
         assert "without key" in part.error_message
     ok = produce(broker, "compacted", 0, batch(3)).responses[0].partition_responses[0]
     assert (ok.error_code, ok.base_offset) == (0, 0)
+
+
+def test_metadata_auto_create_of_a_topic_not_yet_in_this_brokers_image(broker):
+    """On a cluster, another broker may have created the topic (TOPIC_ALREADY_EXISTS) while
+    this broker's image has not caught up yet: the answer is LEADER_NOT_AVAILABLE (retriable,
+    as Kafka), never UNKNOWN_TOPIC_OR_PARTITION, which tells a client the topic is gone."""
+    from types import SimpleNamespace
+
+    async def created_elsewhere(topics, validate_only=False):
+        return [SimpleNamespace(name=t.name, error=Errors.TOPIC_ALREADY_EXISTS) for t in topics]
+    broker.server.create_topics = created_elsewhere
+    Topic = MetadataRequest.MetadataRequestTopic
+    r = broker.call(3, 9, MetadataRequest(topics=[Topic(name="lagging")], allow_auto_topic_creation=True))
+    assert r.topics[0].error_code == Errors.LEADER_NOT_AVAILABLE and r.topics[0].partitions == []

@@ -1,0 +1,213 @@
+"""Replication benchmarks (not tests): real broker processes on loopback, each number next to
+a reference measured in the same run. Results: benchmarks/results/replication.md.
+
+    python benchmarks/bench_replication.py produce [--messages 200000] [--size 200] [--rounds 5]
+        produce throughput (confluent-kafka, as fast as it goes) and acknowledgement latency
+        (paced at --rate msg/s, linger 0: p50/p99 from produce() to the delivery report) on
+        a 3-node cluster, RF=3, min.insync.replicas=2, acks=all, beside a 1-node cluster,
+        RF=1, acks=1, both up at once and measured in alternation for --rounds rounds
+        (medians; the machine is shared): ratios 3-node / 1-node.
+    python benchmarks/bench_replication.py failover [--trials 10]
+        a 3-node cluster, RF=3, an acks=all producer sending every 10 ms: kill -9 the
+        partition leader, time until the first write acknowledged after the kill (so by its
+        successor); restart it, wait for the full ISR, again. p50/p99 over the trials, as a
+        ratio to broker.session.timeout.ms (the time the controller waits before it fences a
+        silent broker and elects a successor).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from confluent_kafka import Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from compat_tests.brokers import KBrokerCluster  # noqa: E402
+from compat_tests.cluster_faults.workload import wait_until  # noqa: E402
+
+TOPIC = "bench"
+SESSION_TIMEOUT_MS = 4000          # KBrokerCluster's broker.session.timeout.ms
+OVERRIDES = {"offsets.topic.replication.factor": "1", "transaction.state.log.replication.factor": "1",
+             "replica.lag.time.max.ms": "5000"}
+
+
+def _pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))]
+
+
+def _cluster(base: Path, n: int) -> KBrokerCluster:
+    return KBrokerCluster(base / f"n{n}", n, overrides=OVERRIDES).start()
+
+
+def _create(c: KBrokerCluster, partitions: int, rf: int, min_isr: int) -> None:
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    topic = NewTopic(TOPIC, partitions, rf, config={"min.insync.replicas": str(min_isr)})
+    for f in admin.create_topics([topic]).values():
+        f.result(60)
+    wait_until(lambda: all(len(p.isrs) == rf for p in
+                           admin.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions.values()),
+               60, "a full ISR")
+
+
+def _throughput(bootstrap: str, acks: str, messages: int, size: int) -> float:
+    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
+                  "enable.idempotence": acks == "all", "queue.buffering.max.messages": 1000000})
+    value = b"x" * size
+    done = [0]
+
+    def ack(err, msg):
+        if err is None:
+            done[0] += 1
+    p.produce(TOPIC, value, on_delivery=ack)      # warm up: metadata, connections
+    p.flush(30)
+    t0 = time.monotonic()
+    for _ in range(messages):
+        while True:
+            try:
+                p.produce(TOPIC, value, on_delivery=ack)
+                break
+            except BufferError:
+                p.poll(0.01)
+        p.poll(0)
+    p.flush(120)
+    took = time.monotonic() - t0
+    assert done[0] == messages + 1, f"{done[0] - 1} of {messages} acknowledged"
+    return messages / took
+
+
+def _latency(bootstrap: str, acks: str, seconds: float, rate: float, size: int) -> list[float]:
+    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 0,
+                  "enable.idempotence": acks == "all"})
+    value = b"x" * size
+    lat = []
+    sent = [0]
+
+    def ack(err, msg, t0):
+        if err is None:
+            lat.append((time.monotonic() - t0) * 1000)
+        else:
+            print(f"latency run: delivery failed: {err}", flush=True)
+    p.produce(TOPIC, value)
+    p.flush(30)
+    end = time.monotonic() + seconds
+    nxt = time.monotonic()
+    while time.monotonic() < end:
+        t0 = time.monotonic()
+        p.produce(TOPIC, value, on_delivery=lambda e, m, t0=t0: ack(e, m, t0))
+        sent[0] += 1
+        nxt += 1 / rate
+        while time.monotonic() < nxt:
+            p.poll(max(0.0, nxt - time.monotonic()))
+    left = p.flush(120)
+    if left or len(lat) < sent[0]:
+        print(f"latency run: {sent[0] - len(lat)} of {sent[0]} not acknowledged ({left} still queued)", flush=True)
+    return lat
+
+
+def produce(args) -> None:
+    """Both clusters up at once and measured in alternation, round after round, so that the
+    shared machine's load swings hit both alike; medians over the rounds."""
+    base = Path(tempfile.mkdtemp(prefix="bench-repl-"))
+    setups = {1: (1, 1, "1"), 3: (3, 2, "all")}      # nodes: (rf, min.insync.replicas, acks)
+    clusters = {}
+    try:
+        for n, (rf, min_isr, _) in setups.items():
+            clusters[n] = _cluster(base, n)
+            _create(clusters[n], args.partitions, rf, min_isr)
+        tput = {n: [] for n in setups}
+        lat = {n: [] for n in setups}
+        for r in range(args.rounds):
+            for n, (rf, _, acks) in setups.items():
+                tput[n].append(_throughput(clusters[n].bootstrap, acks, args.messages, args.size))
+                lat[n] += _latency(clusters[n].bootstrap, acks, args.seconds, args.rate, args.size)
+                print(f"round {r + 1}: {n}-node RF={rf} acks={acks}: {tput[n][-1]:,.0f} msg/s", flush=True)
+    finally:
+        for c in clusters.values():
+            c.close()
+    res = {}
+    for n, (rf, _, acks) in setups.items():
+        t = statistics.median(tput[n])
+        res[n] = (t, _pct(lat[n], 50), _pct(lat[n], 99))
+        print(f"{n}-node RF={rf} acks={acks}: median {t:,.0f} msg/s ({t * args.size / 1e6:.2f} MB/s) over "
+              f"{args.rounds} rounds (min {min(tput[n]):,.0f}, max {max(tput[n]):,.0f}); latency at "
+              f"{args.rate:.0f} msg/s p50 {res[n][1]:.1f} ms, p99 {res[n][2]:.1f} ms ({len(lat[n])} acks)")
+    print(f"\n3-node acks=all / 1-node acks=1: throughput {res[3][0] / res[1][0]:.2f}x, "
+          f"p50 latency {res[3][1] / res[1][1]:.2f}x, p99 latency {res[3][2] / res[1][2]:.2f}x")
+
+
+def failover(args) -> None:
+    base = Path(tempfile.mkdtemp(prefix="bench-failover-"))
+    c = KBrokerCluster(base, 3, overrides={**OVERRIDES,
+                                           "broker.session.timeout.ms": str(SESSION_TIMEOUT_MS)}).start()
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    try:
+        _create(c, 1, 3, 2)
+        p = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "enable.idempotence": True,
+                      "linger.ms": 0, "retry.backoff.ms": 20, "retry.backoff.max.ms": 200,
+                      "topic.metadata.refresh.fast.interval.ms": 50, "message.timeout.ms": 120000})
+        acked: list[float] = []
+        lock = threading.Lock()
+        stop = threading.Event()
+
+        def ack(err, msg):
+            if err is None:
+                with lock:
+                    acked.append(time.monotonic())
+
+        def run():
+            while not stop.is_set():
+                p.produce(TOPIC, b"v", partition=0, on_delivery=ack)
+                p.poll(0.01)
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        times = []
+        for trial in range(args.trials):
+            wait_until(lambda: len(acked) > 0, 60, "writes before the kill")
+            leader = admin.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions[0].leader
+            t0 = time.monotonic()
+            c.kill(leader)
+            first = wait_until(lambda: next((x for x in list(acked) if x > t0), None), 120,
+                               "an acknowledged write on the successor")
+            times.append((first - t0) * 1000)
+            print(f"trial {trial + 1}: killed leader {leader}, first ack after {times[-1]:.0f} ms", flush=True)
+            c.restart(leader)
+            wait_until(lambda: len(admin.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions[0].isrs) == 3,
+                       120, "the full ISR again")
+        stop.set()
+        t.join()
+        p.flush(60)
+        print(f"\nkill -9 of the leader -> first acks=all write acknowledged by its successor, "
+              f"{len(times)} trials: p50 {_pct(times, 50):.0f} ms, p99 {_pct(times, 99):.0f} ms "
+              f"(min {min(times):.0f}, max {max(times):.0f}); "
+              f"{_pct(times, 50) / SESSION_TIMEOUT_MS:.2f}x / {_pct(times, 99) / SESSION_TIMEOUT_MS:.2f}x "
+              f"broker.session.timeout.ms ({SESSION_TIMEOUT_MS} ms)")
+    finally:
+        c.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    pr = sub.add_parser("produce")
+    pr.add_argument("--messages", type=int, default=200000)
+    pr.add_argument("--size", type=int, default=200)
+    pr.add_argument("--partitions", type=int, default=3)
+    pr.add_argument("--seconds", type=float, default=5.0)
+    pr.add_argument("--rounds", type=int, default=5)
+    pr.add_argument("--rate", type=float, default=200.0)
+    fo = sub.add_parser("failover")
+    fo.add_argument("--trials", type=int, default=10)
+    args = ap.parse_args()
+    {"produce": produce, "failover": failover}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
