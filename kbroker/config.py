@@ -436,6 +436,16 @@ EMBEDDED_DEFAULTS: dict[str, str] = {
     "transaction.state.log.replication.factor": "1",
     "transaction.state.log.min.isr": "1",
 }
+# Only a node that is the whole cluster can make do with one replica of the internal topics; a
+# node of a larger cluster started without a file keeps Kafka's defaults (3 replicas, min ISR 2).
+SINGLE_NODE_ONLY = ("offsets.topic.replication.factor", "transaction.state.log.replication.factor",
+                    "transaction.state.log.min.isr")
+
+
+def _part_of_larger_cluster(props: Mapping[str, str]) -> bool:
+    voters = [v for v in props.get("controller.quorum.voters", "").split(",") if v.strip()]
+    return (len(voters) > 1 or bool(props.get("controller.quorum.bootstrap.servers", "").strip())
+            or "controller" not in props.get("process.roles", ""))
 
 
 class BrokerConfig:
@@ -464,8 +474,9 @@ class BrokerConfig:
     def load(cls, path: str | None = None, overrides: Iterable[str] = (), *, embedded_defaults: bool = True) -> "BrokerConfig":
         """Read a properties file (optional) and ``key=value`` overrides.
 
-        With no file, the embedded single-node defaults apply (``EMBEDDED_DEFAULTS``); a file is
-        taken as it is, like kafka-server-start.sh.
+        With no file, the embedded single-node defaults apply (``EMBEDDED_DEFAULTS``; the
+        one-replica internal topics only while the node is the whole cluster); a file is taken
+        as it is, like kafka-server-start.sh.
         """
         props: dict[str, str] = {}
         if path is None:
@@ -474,11 +485,17 @@ class BrokerConfig:
         else:
             with open(path, encoding="utf-8") as f:
                 props.update(parse_properties(f.read()))
+        overridden = set()
         for ov in overrides:
             if "=" not in ov:
                 raise ConfigError(f"Invalid override {ov!r}: expected key=value")
             k, v = ov.split("=", 1)
             props[k.strip()] = v.strip()
+            overridden.add(k.strip())
+        if path is None and embedded_defaults and _part_of_larger_cluster(props):
+            for k in SINGLE_NODE_ONLY:
+                if k not in overridden:
+                    props.pop(k, None)
         cfg = cls(props)
         for k in cfg.unknown:
             log.warning("unknown configuration %r = %r (kept, not used)", k, cfg.unknown[k])

@@ -19,6 +19,20 @@ def test_embedded_defaults():
     assert cfg["message.max.bytes"] == 1048588
     assert cfg["socket.request.max.bytes"] == 104857600
     assert cfg["offsets.topic.num.partitions"] == 50
+    assert cfg["offsets.topic.replication.factor"] == 1        # the node is the whole cluster
+
+
+def test_embedded_defaults_in_a_larger_cluster_keep_three_internal_replicas():
+    voters = "controller.quorum.voters=1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095"
+    cfg = BrokerConfig.load(None, [voters, "controller.listener.names=CONTROLLER",
+                                   "listeners=PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093"])
+    assert cfg["offsets.topic.replication.factor"] == 3
+    assert cfg["transaction.state.log.replication.factor"] == 3
+    assert cfg["transaction.state.log.min.isr"] == 2
+    cfg = BrokerConfig.load(None, [voters, "offsets.topic.replication.factor=1", "controller.listener.names=CONTROLLER",
+                                   "listeners=PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093"])
+    assert cfg["offsets.topic.replication.factor"] == 1          # an explicit override stays
+    assert cfg["transaction.state.log.replication.factor"] == 3
 
 
 def test_file_and_overrides(tmp_path, caplog):
