@@ -421,7 +421,10 @@ class LogSegment:
         while pos < file_size:
             head = os.pread(fd, LOG_OVERHEAD, pos)
             if len(head) < LOG_OVERHEAD:
-                reason = f"torn batch: {file_size - pos} trailing bytes"
+                # a preallocated file whose last batch ends a few bytes short of its end
+                zero_tail = not head.strip(b"\0")
+                reason = ("zero-filled tail (preallocated or never written)" if zero_tail
+                          else f"torn batch: {file_size - pos} trailing bytes")
                 break
             base, length = _FRAME.unpack(head)
             if base == 0 and length == 0:
