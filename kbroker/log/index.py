@@ -40,7 +40,9 @@ class _Index:
         self._loaded = False  # _entries/_capacity known
         self._writable = writable
         if new and writable and max_index_size > 0:
-            # a new segment's index: known empty; the file appears on first use
+            # a new segment's index: known empty. The file exists from the start, as Kafka's
+            # does (tools list and dump it), but is opened and preallocated on first use only.
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
             self._entries = 0
             self._capacity = max_index_size - max_index_size % self.entry_size
             self._loaded = True
