@@ -198,6 +198,8 @@ def test_produce_verification_asks_a_coordinator_on_another_broker(delayed_marke
 # ---- consume-transform-produce while brokers die ---------------------------------------------
 
 SRC, DST = "eos-in", "eos-out"
+JSRC, JDST = "jeos-in", "jeos-out"        # the Java client's pipeline, run alongside
+JAVA = "4.3.0"
 KEYS = 30
 CI_RECORDS = 3000
 KILL_EVERY_S = 10
@@ -247,7 +249,8 @@ class BrokerKiller:
 
 @pytest.fixture
 def eos_cluster(tmp_path):
-    c = _start(tmp_path, {}, [(SRC, PARTITIONS), (DST, PARTITIONS)])
+    c = _start(tmp_path, {}, [(SRC, PARTITIONS), (DST, PARTITIONS), (JSRC, PARTITIONS),
+                              (JDST, PARTITIONS)])
     try:
         yield c
     finally:
@@ -256,24 +259,59 @@ def eos_cluster(tmp_path):
 
 def test_consume_transform_produce_exactly_once_while_brokers_are_killed(eos_cluster, duration,
                                                                          request):
-    """The issue's run: ``--txn-records 100000 --duration 600``."""
-    from compat_tests.cluster_faults.eos import Transformer, check_exactly_once, fill_input
+    """confluent-kafka and the Java client (kafka-clients 4.3.0), each its own pipeline, at
+    the same time, while brokers die. The issue's run: ``--txn-records 100000 --duration 600``."""
+    import threading
+
+    from compat_tests.cluster_faults.eos import (
+        Attempts, Transformer, check_exactly_once, fill_input)
+    from compat_tests.clients import java as java_client
 
     c = eos_cluster
+    if not java_client.available(JAVA):
+        pytest.fail("Java client jars missing: run scripts/fetch-java-clients.sh")
     total = request.config.getoption("--txn-records") or CI_RECORDS
     run_s = max(35.0, duration)          # long enough for three kills at the least
     fill_input(c.bootstrap, SRC, total, KEYS)
-    killer = BrokerKiller(c, [SRC, DST], KILL_EVERY_S, seed=total).start()
+    fill_input(c.bootstrap, JSRC, total, KEYS)
+    java = {}
+
+    def run_java():
+        try:
+            java["out"] = java_client.JavaDriver(c.bootstrap, JAVA).txn_copy(
+                JSRC, JDST, "jeos-group", "jeos-transformer", total, 0, timeout=run_s + 660,
+                **{"tool.deadline.ms": str(int((run_s + 600) * 1000)),
+                   "tool.records.per.s": str(total / run_s), "consumer.max.poll.records": "100"})
+        except BaseException as e:
+            java["error"] = e
+    jthread = threading.Thread(target=run_java, daemon=True)
+    killer = BrokerKiller(c, [SRC, DST, JSRC, JDST], KILL_EVERY_S, seed=total).start()
     t = Transformer(c.bootstrap, SRC, DST, total, group="eos-group", txn_id="eos-transformer",
                     batch=100, rate_per_s=total / run_s).start()
+    jthread.start()
     try:
         t.join(run_s + 600)
+        jthread.join(run_s + 700)
     finally:
         killer.stop()
     assert len(killer.kills) >= 2, f"only {len(killer.kills)} brokers were killed during the run"
     out = read_topic(c.bootstrap, DST, PARTITIONS, "read_committed", timeout_s=120)
     report = check_exactly_once(total, KEYS, out, t.attempts)
-    print(f"kills {killer.kills}; restarts of the transformer {t.restarts}; {report.summary()}")
+    print(f"kills {killer.kills}; restarts of the transformer {t.restarts}; "
+          f"confluent: {report.summary()}")
     print("timeline:", [x for x in t.timeline if x[2] != "commit"],
           "commits at", [x[0] for x in t.timeline if x[2] == "commit"])
     assert report.ok, report.summary()
+
+    if "error" in java:
+        raise java["error"]
+    j = java["out"]
+    assert j["done"] == total, f"the Java pipeline committed {j['done']} of {total}"
+    attempts = Attempts(committed={n for n, _ in j["committed"]},
+                        aborted={n for n, _ in j["aborted"]})
+    jout = {part: [(k, v + b"|" + dict(h)["txn"]) for k, v, h in recs]
+            for part, recs in read_topic(c.bootstrap, JDST, PARTITIONS, "read_committed",
+                                         timeout_s=120, headers=True).items()}
+    jreport = check_exactly_once(total, KEYS, jout, attempts)
+    print(f"java: {jreport.summary()}")
+    assert jreport.ok, jreport.summary()
