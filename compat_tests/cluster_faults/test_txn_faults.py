@@ -52,7 +52,7 @@ def _start(tmp_path, overrides, topics):
 @pytest.fixture(scope="module")
 def delayed_markers_cluster(tmp_path_factory):
     """One cluster for the tests below (each leaves every node running)."""
-    c = _start(tmp_path_factory.mktemp("txn"), {MARKER_DELAY_KEY: "8000"}, [(OUT, PARTITIONS)])
+    c = _start(tmp_path_factory.mktemp("txn"), {MARKER_DELAY_KEY: "10000"}, [(OUT, PARTITIONS)])
     try:
         yield c
     finally:
