@@ -54,6 +54,7 @@ def _handle(ctx, req, remote_verdicts=None):
     bad_acks = acks not in (0, 1, -1)
     responses = []
     waits = []   # acks=all: (partition, last offset, its response) not yet replicated
+    syncs = []   # flush.messages reached: (partition, its response) until the fsync is done
     moved = []   # leaders named in NOT_LEADER_OR_FOLLOWER answers (KIP-951)
     failed = False
     txn_rt = getattr(ctx.broker, "txn_coordinator", None)
@@ -126,12 +127,15 @@ def _handle(ctx, req, remote_verdicts=None):
                 out.append(_Part(index=pd.index, error_code=0, base_offset=r.base_offset,
                                  log_append_time_ms=r.log_append_time, log_start_offset=r.log_start_offset))
                 appended += r.records_count
+                if part.log.awaits_sync(r.last_offset + 1):
+                    syncs.append((part.log, r.last_offset + 1, out[-1]))
                 if acks == -1 and r.last_offset >= part.high_watermark:
                     waits.append((part, r.last_offset, out[-1]))
         if appended and metrics is not None:
             metrics.records_in(td.name, appended)
         responses.append(_Topic(name=td.name, partition_responses=out))
     if acks == 0:
+        # (a flush.messages fsync, if any, runs anyway: sync_soon started it)
         if failed:
             raise CloseConnection("acks=0 produce request failed; closing so the producer notices")
         return None
@@ -139,8 +143,24 @@ def _handle(ctx, req, remote_verdicts=None):
     if moved and ctx.api_version >= 10:
         resp.node_endpoints = leader_hints.node_endpoints(ctx.broker.image, moved, ctx.listener_name,
                                                           ProduceResponse.NodeEndpoint)
+    if syncs:
+        return _after_sync(syncs, replicas, waits, req.timeout_ms, resp)
     if waits:
         return _after_replication(replicas, waits, req.timeout_ms, resp)
+    return resp
+
+
+async def _after_sync(syncs, replicas, waits, timeout_ms: int, resp):
+    """flush.messages: answer after the group-commit fsync that covers the appends (Kafka
+    fsyncs inside the append; here appends that arrive meanwhile share the next fsync)."""
+    for plog, end, out in syncs:
+        try:
+            await plog.sync(end)
+        except LogError as e:
+            out.error_code = e.error_code
+            out.base_offset = -1
+    if waits:
+        return await _after_replication(replicas, waits, timeout_ms, resp)
     return resp
 
 

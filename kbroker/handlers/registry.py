@@ -58,6 +58,9 @@ HANDLER_MODULES: tuple[str, ...] = (
     "offset_for_leader_epoch",
     "describe_quorum",           # forwarded to the active controller (kbroker.kraft)
     "update_features",           # forwarded to the active controller (kbroker.kraft)
+    "elect_leaders",             # forwarded to the active controller (kraft.partition_admin)
+    "alter_partition_reassignments",
+    "list_partition_reassignments",
     # security (kbroker.security)
     "sasl_handshake",
     "sasl_authenticate",
@@ -68,6 +71,7 @@ HANDLER_MODULES: tuple[str, ...] = (
     "delete_acls",
     "describe_client_quotas",
     "alter_client_quotas",
+    "create_delegation_token", "renew_delegation_token", "expire_delegation_token", "describe_delegation_token",
 )
 
 
