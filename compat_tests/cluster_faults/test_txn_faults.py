@@ -52,7 +52,7 @@ def _start(tmp_path, overrides, topics):
 @pytest.fixture(scope="module")
 def delayed_markers_cluster(tmp_path_factory):
     """One cluster for the tests below (each leaves every node running)."""
-    c = _start(tmp_path_factory.mktemp("txn"), {MARKER_DELAY_KEY: "8000"}, [(OUT, PARTITIONS)])
+    c = _start(tmp_path_factory.mktemp("txn"), {MARKER_DELAY_KEY: "10000"}, [(OUT, PARTITIONS)])
     try:
         yield c
     finally:
@@ -198,6 +198,8 @@ def test_produce_verification_asks_a_coordinator_on_another_broker(delayed_marke
 # ---- consume-transform-produce while brokers die ---------------------------------------------
 
 SRC, DST = "eos-in", "eos-out"
+JSRC, JDST = "jeos-in", "jeos-out"        # the Java client's pipeline, run alongside
+JAVA = "4.3.0"
 KEYS = 30
 CI_RECORDS = 3000
 KILL_EVERY_S = 10
@@ -205,7 +207,8 @@ KILL_EVERY_S = 10
 
 class BrokerKiller:
     """kill -9 a random broker every ~``every_s`` seconds and restart it, one at a time
-    (min ISR 2 of 3 keeps everything writable); waits for the full ISR before the next."""
+    (min ISR 2 of 3 keeps everything writable); the next kill waits for the full ISR (a
+    restarted broker catching up under load may take a while)."""
 
     def __init__(self, cluster, topics, every_s: float, seed: int) -> None:
         import random
@@ -219,18 +222,24 @@ class BrokerKiller:
         self.t0 = time.monotonic()
 
     def _full_isr(self) -> bool:
-        md = AdminClient({"bootstrap.servers": self.c.bootstrap}).list_topics(timeout=10)
+        try:
+            md = AdminClient({"bootstrap.servers": self.c.bootstrap}).list_topics(timeout=10)
+        except Exception:       # (metadata while a broker restarts): not yet
+            return False
         return all(len(p.isrs) == 3 for t in self.topics for p in md.topics[t].partitions.values())
 
     def _run(self) -> None:
         try:
             while not self.stop_event.wait(self.rng.uniform(0.7, 1.3) * self.every):
+                wait_until(lambda: self.stop_event.is_set() or self._full_isr(), 300,
+                           "every broker back in every ISR")
+                if self.stop_event.is_set():
+                    return
                 victim = self.rng.choice(sorted(self.c.nodes))
                 self.c.kill(victim)
                 self.kills.append((victim, round(time.monotonic() - self.t0, 1)))
                 time.sleep(self.rng.uniform(1, 3))
                 self.c.restart(victim, timeout=90)
-                wait_until(self._full_isr, 90, f"broker {victim} back in every ISR")
         except BaseException as e:
             self.error = e
 
@@ -240,40 +249,77 @@ class BrokerKiller:
 
     def stop(self) -> None:
         self.stop_event.set()
-        self.thread.join(240)
+        self.thread.join(400)
         if self.error is not None:
             raise self.error
 
 
 @pytest.fixture
 def eos_cluster(tmp_path):
-    c = _start(tmp_path, {}, [(SRC, PARTITIONS), (DST, PARTITIONS)])
+    c = _start(tmp_path, {}, [(SRC, PARTITIONS), (DST, PARTITIONS), (JSRC, PARTITIONS),
+                              (JDST, PARTITIONS)])
     try:
         yield c
     finally:
         c.close()
 
 
+@pytest.mark.timeout(0)   # bounded by its own joins (run time + 10 min), whatever --duration says
 def test_consume_transform_produce_exactly_once_while_brokers_are_killed(eos_cluster, duration,
                                                                          request):
-    """The issue's run: ``--txn-records 100000 --duration 600``."""
-    from compat_tests.cluster_faults.eos import Transformer, check_exactly_once, fill_input
+    """confluent-kafka and the Java client (kafka-clients 4.3.0), each its own pipeline, at
+    the same time, while brokers die. The issue's run: ``--txn-records 100000 --duration 600``."""
+    import threading
+
+    from compat_tests.cluster_faults.eos import (
+        Attempts, Transformer, check_exactly_once, fill_input)
+    from compat_tests.clients import java as java_client
 
     c = eos_cluster
+    if not java_client.available(JAVA):
+        pytest.fail("Java client jars missing: run scripts/fetch-java-clients.sh")
     total = request.config.getoption("--txn-records") or CI_RECORDS
     run_s = max(35.0, duration)          # long enough for three kills at the least
     fill_input(c.bootstrap, SRC, total, KEYS)
-    killer = BrokerKiller(c, [SRC, DST], KILL_EVERY_S, seed=total).start()
+    fill_input(c.bootstrap, JSRC, total, KEYS)
+    java = {}
+
+    def run_java():
+        try:
+            java["out"] = java_client.JavaDriver(c.bootstrap, JAVA).txn_copy(
+                JSRC, JDST, "jeos-group", "jeos-transformer", total, 0, timeout=run_s + 660,
+                **{"tool.deadline.ms": str(int((run_s + 600) * 1000)),
+                   "tool.records.per.s": str(total / run_s), "consumer.max.poll.records": "100"})
+        except BaseException as e:
+            java["error"] = e
+    jthread = threading.Thread(target=run_java, daemon=True)
+    killer = BrokerKiller(c, [SRC, DST, JSRC, JDST], KILL_EVERY_S, seed=total).start()
     t = Transformer(c.bootstrap, SRC, DST, total, group="eos-group", txn_id="eos-transformer",
                     batch=100, rate_per_s=total / run_s).start()
+    jthread.start()
     try:
         t.join(run_s + 600)
+        jthread.join(run_s + 700)
     finally:
         killer.stop()
     assert len(killer.kills) >= 2, f"only {len(killer.kills)} brokers were killed during the run"
     out = read_topic(c.bootstrap, DST, PARTITIONS, "read_committed", timeout_s=120)
     report = check_exactly_once(total, KEYS, out, t.attempts)
-    print(f"kills {killer.kills}; restarts of the transformer {t.restarts}; {report.summary()}")
+    print(f"kills {killer.kills}; restarts of the transformer {t.restarts}; "
+          f"confluent: {report.summary()}")
     print("timeline:", [x for x in t.timeline if x[2] != "commit"],
           "commits at", [x[0] for x in t.timeline if x[2] == "commit"])
     assert report.ok, report.summary()
+
+    if "error" in java:
+        raise java["error"]
+    j = java["out"]
+    assert j["done"] == total, f"the Java pipeline committed {j['done']} of {total}"
+    attempts = Attempts(committed={n for n, _ in j["committed"]},
+                        aborted={n for n, _ in j["aborted"]})
+    jout = {part: [(k, v + b"|" + dict(h)["txn"]) for k, v, h in recs]
+            for part, recs in read_topic(c.bootstrap, JDST, PARTITIONS, "read_committed",
+                                         timeout_s=120, headers=True).items()}
+    jreport = check_exactly_once(total, KEYS, jout, attempts)
+    print(f"java: {jreport.summary()}")
+    assert jreport.ok, jreport.summary()

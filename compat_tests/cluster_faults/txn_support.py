@@ -56,9 +56,10 @@ def txn_state(cluster, txn_id: str) -> str | None:
 
 
 def read_topic(bootstrap: str, topic: str, partitions: int, isolation: str,
-               timeout_s: float = 60.0) -> dict[int, list[tuple[bytes, bytes]]]:
-    """partition -> [(key, value)] of every record visible at ``isolation`` (read_committed:
-    up to the last stable offset), read from the start until nothing more comes."""
+               timeout_s: float = 60.0, headers: bool = False) -> dict[int, list[tuple]]:
+    """partition -> [(key, value)] (``headers``: (key, value, [(name, value)])) of every
+    record visible at ``isolation`` (read_committed: up to the last stable offset), read from
+    the start until nothing more comes."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{time.time()}",
                   "enable.auto.commit": False, "auto.offset.reset": "earliest",
                   "isolation.level": isolation, "enable.partition.eof": True})
@@ -74,7 +75,8 @@ def read_topic(bootstrap: str, topic: str, partitions: int, isolation: str,
                         at_eof.add(m.partition())
                     continue
                 at_eof.discard(m.partition())
-                out[m.partition()].append((m.key(), m.value()))
+                out[m.partition()].append((m.key(), m.value(), m.headers() or []) if headers
+                                          else (m.key(), m.value()))
         assert len(at_eof) == partitions, f"read of {topic} did not reach the end in {timeout_s} s"
         return out
     finally:

@@ -379,7 +379,10 @@ class GroupMember {
 //     the log, visible to read_uncommitted readers), the consumer seeks back to the
 //     group's committed offsets and the records are redone. Stops after COUNT inputs committed.
 //     stdout: "committed|aborted \t txn \t records \t p:offset,..." then "done \t total \t txns"
-//     props: consumer.X=... / producer.X=... go to that client only, others to both
+//     props: consumer.X=... / producer.X=... go to that client only, others to both;
+//     tool.deadline.ms=N (default 75000), tool.records.per.s=R (spread the input over the run).
+//     A transaction that fails (brokers dying under it) is aborted and redone: "failed \t txn
+//     \t exception" then its "aborted" line; a commit or abort that times out is retried.
 //   txn-fence TOPIC TXID [prop=value ...]
 //     producer A: init, begin, send "a-1" and flush; producer B with the same transactional.id:
 //     init (fences A, aborts its transaction); A's commitTransaction must fail:
@@ -417,7 +420,11 @@ class TxnTool {
 
     static void rewind(Consumer<byte[], byte[]> c) {
         Set<TopicPartition> parts = c.assignment();
-        Map<TopicPartition, OffsetAndMetadata> committed = c.committed(parts, Duration.ofSeconds(30));
+        Map<TopicPartition, OffsetAndMetadata> committed = null;
+        for (int i = 0; committed == null; i++) {
+            try { committed = c.committed(parts, Duration.ofSeconds(30)); }
+            catch (org.apache.kafka.common.errors.TimeoutException e) { if (i >= 5) throw e; }
+        }
         for (TopicPartition tp : parts) {
             OffsetAndMetadata om = committed.get(tp);
             if (om != null) c.seek(tp, om.offset());
@@ -425,11 +432,26 @@ class TxnTool {
         }
     }
 
+    static void retryOnTimeout(Runnable op) {
+        for (int i = 0; ; i++) {
+            try { op.run(); return; }
+            catch (org.apache.kafka.common.errors.TimeoutException e) { if (i >= 10) throw e; }
+        }
+    }
+
     static void copy(String bootstrap, String[] a) throws Exception {
         String in = a[0], outTopic = a[1], group = a[2], txid = a[3];
         long count = Long.parseLong(a[4]);
         int abortEvery = Integer.parseInt(a[5]);
-        String[] extra = Arrays.copyOfRange(a, 6, a.length);
+        long deadlineMs = 75_000;
+        double rate = 0;
+        List<String> rest = new ArrayList<>();
+        for (String kv : Arrays.copyOfRange(a, 6, a.length)) {
+            if (kv.startsWith("tool.deadline.ms=")) deadlineMs = Long.parseLong(kv.substring(17));
+            else if (kv.startsWith("tool.records.per.s=")) rate = Double.parseDouble(kv.substring(19));
+            else rest.add(kv);
+        }
+        String[] extra = rest.toArray(new String[0]);
         Properties cp = clientProps(bootstrap, extra, "consumer");
         cp.put("group.id", group);
         cp.put("isolation.level", "read_committed");
@@ -442,7 +464,7 @@ class TxnTool {
              Producer<byte[], byte[]> p = new KafkaProducer<>(pp, new ByteArraySerializer(), new ByteArraySerializer())) {
             p.initTransactions();
             c.subscribe(List.of(in));
-            long done = 0, deadline = System.currentTimeMillis() + 75_000;
+            long start = System.currentTimeMillis(), done = 0, deadline = start + deadlineMs;
             int txn = 0;
             while (done < count && System.currentTimeMillis() < deadline) {
                 ConsumerRecords<byte[], byte[]> rs = c.poll(Duration.ofMillis(200));
@@ -450,22 +472,37 @@ class TxnTool {
                 txn++;
                 byte[] tag = Integer.toString(txn).getBytes(StandardCharsets.US_ASCII);
                 Map<TopicPartition, OffsetAndMetadata> next = new HashMap<>();
-                p.beginTransaction();
-                for (ConsumerRecord<byte[], byte[]> r : rs) {
-                    p.send(new ProducerRecord<>(outTopic, r.partition(), null, r.key(), r.value(),
-                        List.of(new RecordHeader("txn", tag))));
-                    next.put(new TopicPartition(r.topic(), r.partition()), new OffsetAndMetadata(r.offset() + 1));
-                }
-                p.sendOffsetsToTransaction(next, c.groupMetadata());
-                if (abortEvery > 0 && txn % abortEvery == 0) {
-                    p.flush();   // abortTransaction drops unsent records: get them into the log first
-                    p.abortTransaction();
+                try {
+                    p.beginTransaction();
+                    for (ConsumerRecord<byte[], byte[]> r : rs) {
+                        p.send(new ProducerRecord<>(outTopic, r.partition(), null, r.key(), r.value(),
+                            List.of(new RecordHeader("txn", tag))));
+                        next.put(new TopicPartition(r.topic(), r.partition()), new OffsetAndMetadata(r.offset() + 1));
+                    }
+                    p.sendOffsetsToTransaction(next, c.groupMetadata());
+                    if (abortEvery > 0 && txn % abortEvery == 0) {
+                        p.flush();   // abortTransaction drops unsent records: get them into the log first
+                        p.abortTransaction();
+                        out("aborted", txn, rs.count(), offsets(next));
+                        rewind(c);
+                    } else {
+                        retryOnTimeout(p::commitTransaction);
+                        done += rs.count();
+                        out("committed", txn, rs.count(), offsets(next));
+                    }
+                } catch (org.apache.kafka.common.errors.ProducerFencedException
+                         | org.apache.kafka.common.errors.OutOfOrderSequenceException
+                         | org.apache.kafka.common.errors.AuthorizationException e) {
+                    throw e;   // fatal for this producer
+                } catch (KafkaException e) {
+                    out("failed", txn, name(e));
+                    retryOnTimeout(p::abortTransaction);
                     out("aborted", txn, rs.count(), offsets(next));
                     rewind(c);
-                } else {
-                    p.commitTransaction();
-                    done += rs.count();
-                    out("committed", txn, rs.count(), offsets(next));
+                }
+                if (rate > 0) {
+                    long ahead = (long) (done * 1000 / rate) - (System.currentTimeMillis() - start);
+                    if (ahead > 0) Thread.sleep(Math.min(ahead, 1000));
                 }
             }
             out("done", done, txn);

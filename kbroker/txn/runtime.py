@@ -32,7 +32,6 @@ from kbroker.txn.coordinator import (
     TransactionCoordinator,
     TxnConfig,
     TxnWrite,
-    WriteKind,
     WriteOutcome,
 )
 from kbroker.txn.errors import TxnErrors as E
