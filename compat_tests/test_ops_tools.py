@@ -3,7 +3,10 @@ real broker, each checked against what a stock client (confluent-kafka) shows (i
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -11,6 +14,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
+from compat_tests.brokers import REPO
 from compat_tests.ops_util import kbroker
 
 T = 30
@@ -194,3 +198,42 @@ def test_perf_produce_and_consume(shared_broker, admin, tmp_path):
     assert lines[0].startswith("start.time, end.time, data.consumed.in.MB")
     fields = [x.strip() for x in lines[1].split(",")]
     assert fields[4] == "20000" and abs(float(fields[2]) - 20000 * 100 / 1024 / 1024) < 0.001
+
+
+def test_console_consumers_in_one_group_split_the_partitions(shared_broker, admin):
+    """Two ``console-consumer --group`` processes join one group (KIP-848): each is given part
+    of the partitions, together they print every record once, and their positions are
+    committed (a stock client sees them)."""
+    b = ["--bootstrap-server", shared_broker.bootstrap]
+    topic, group = "tt-con-split", "tt-con-split-g"
+    kbroker("topics", *b, "--create", "--topic", topic, "--partitions", "4")
+    cmd = [sys.executable, "-m", "kbroker", "console-consumer", *b, "--topic", topic, "--group", group,
+           "--from-beginning", "--timeout-ms", "8000", "--property", "print.partition=true"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) for _ in range(2)]
+    try:
+        deadline = time.monotonic() + T
+        while True:          # both members joined and each owns partitions
+            d = admin.describe_consumer_groups([group])[group].result(T)
+            owners = [len(m.assignment.topic_partitions) for m in d.members]
+            if sorted(owners) == [2, 2]:
+                break
+            assert time.monotonic() < deadline, f"group never split: {owners}"
+            time.sleep(0.2)
+        p = Producer({"bootstrap.servers": shared_broker.bootstrap})
+        for i in range(40):
+            p.produce(topic, value=f"v{i}".encode(), partition=i % 4)
+        assert p.flush(T) == 0
+        outs = [pr.communicate(timeout=60)[0].decode().splitlines() for pr in procs]
+    finally:
+        for pr in procs:
+            if pr.poll() is None:
+                pr.kill()
+    values = [line.split("\t")[1] for out in outs for line in out]
+    assert sorted(values) == sorted(f"v{i}" for i in range(40))         # every record once
+    parts = [{line.split("\t")[0] for line in out} for out in outs]
+    assert all(len(ps) == 2 for ps in parts) and not parts[0] & parts[1], parts
+    c = Consumer({"bootstrap.servers": shared_broker.bootstrap, "group.id": group})
+    committed = c.committed([TopicPartition(topic, i) for i in range(4)], timeout=T)
+    c.close()
+    assert {tp.partition: tp.offset for tp in committed} == {i: 10 for i in range(4)}

@@ -64,6 +64,8 @@ def _parser() -> argparse.ArgumentParser:
     from kbroker.tools import dlq; dlq.add_parser(sub)  # noqa: E702
     from kbroker.tools import metadata_quorum; metadata_quorum.add_parser(sub)  # noqa: E702
     from kbroker.tools import cluster; cluster.add_parser(sub)  # noqa: E702
+    from kbroker.tools import leader_election; leader_election.add_parser(sub)  # noqa: E702
+    from kbroker.tools import reassign_partitions; reassign_partitions.add_parser(sub)  # noqa: E702
     from kbroker.tools import acls; acls.add_parser(sub)  # noqa: E702
     return p
 

@@ -245,6 +245,7 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("replica.selector.class", "string", None),
     ConfigDef("replica.high.watermark.checkpoint.interval.ms", "long", 5000),
     ConfigDef("leader.imbalance.check.interval.seconds", "long", 300),
+    ConfigDef("leader.imbalance.per.broker.percentage", "int", 10),
     # Fetch
     ConfigDef("fetch.max.bytes", "int", 57671680, at_least(1024)),
     ConfigDef("max.incremental.fetch.session.cache.slots", "int", 1000, at_least(0)),

@@ -175,7 +175,8 @@ class KafkaServer:
         metrics_setup.register_apis(self)   # KIP-714 telemetry APIs, when configured
         defaults = {"num.partitions": cfg["num.partitions"],
                     "default.replication.factor": cfg["default.replication.factor"],
-                    "delete.topic.enable": cfg["delete.topic.enable"]}
+                    "delete.topic.enable": cfg["delete.topic.enable"],
+                    "unclean.leader.election.enable": cfg["unclean.leader.election.enable"]}
         controller = Controller(self.node_id, defaults, config_validator=self.validate_topic_configs)
         from kbroker.security import bootstrap as security_bootstrap
         controller.bootstrap_records = security_bootstrap.read(cfg.metadata_log_dir)
@@ -185,6 +186,8 @@ class KafkaServer:
         # log dir unless metadata.log.dir says otherwise); its LogManager handles recovery,
         # checkpoints and the clean-shutdown marker.
         from kbroker.log.log_manager import LogManager
+        from kbroker.log.fd_cache import raise_open_file_limit
+        raise_open_file_limit()   # ulimit -n soft = hard, as Kafka's scripts expect; sizes the descriptor cache
         config_for = lambda topic: meta_cfg if topic == METADATA_TOPIC else None  # noqa: E731
         self.log_manager = LogManager(cfg.log_dirs, self.default_log_config, now_ms=now, config_for=config_for)
         self._log_managers = [self.log_manager]

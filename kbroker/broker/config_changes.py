@@ -45,7 +45,7 @@ class _Fail(Exception):
         self.message = message
 
 
-def preprocess(changes: list[Change], node_id: int) -> list[tuple[int, str | None] | None]:
+def preprocess(changes: list[Change], node_id: int | None) -> list[tuple[int, str | None] | None]:
     """Per change: None when it may go to the controller, else (error code, message)."""
     keys = [(c.resource_type, c.resource_name) for c in changes]
     out: list = []
@@ -61,7 +61,7 @@ def preprocess(changes: list[Change], node_id: int) -> list[tuple[int, str | Non
     return out
 
 
-def _precheck(c: Change, node_id: int) -> None:
+def _precheck(c: Change, node_id: int | None) -> None:
     names = [n for n, _, _ in c.ops]
     if len(set(names)) != len(names):
         raise _Fail(Errors.INVALID_REQUEST, "Error due to duplicate config keys")
@@ -77,7 +77,7 @@ def _precheck(c: Change, node_id: int) -> None:
                 bid = int(c.resource_name)
             except ValueError:
                 raise _Fail(Errors.INVALID_REQUEST, f"Node id must be an integer, but it is: {c.resource_name}") from None
-            if bid != node_id:
+            if node_id is not None and bid != node_id:
                 raise _Fail(Errors.INVALID_REQUEST,
                             f"Unexpected broker id, expected {node_id}, but received {c.resource_name}")
         for n, op, v in c.ops:
@@ -189,7 +189,8 @@ def apply_broker_defaults(broker) -> None:
 async def alter(broker, changes: list[Change], validate_only: bool) -> list[tuple[int, str | None]]:
     """Preprocess, run the controller operation, apply committed broker-level changes; the
     (error code, message) of each change, in request order."""
-    results = preprocess(changes, broker.node_id)
+    # the controller takes any broker's configs (forwarded by that broker, which checked the id)
+    results = preprocess(changes, None if getattr(broker, "on_controller", False) else broker.node_id)
     todo = [c for c, r in zip(changes, results) if r is None]
     if todo:
         done = iter(await broker.controller.submit(alter_op(todo, validate_only, broker.default_log_config)))

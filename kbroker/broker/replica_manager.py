@@ -171,8 +171,9 @@ class ReplicaManager:
             return RoleChange.NONE
         if self._on_hw not in part.hw_listeners:
             part.hw_listeners.append(self._on_hw)
-        if self.node_id not in st.replicas:
-            change = RoleChange.BECAME_FOLLOWER if part.leader_state is not None else RoleChange.NONE
+        removed = self.node_id not in st.replicas
+        if removed:   # reassigned away: stop leading or following, then delete the replica
+            change = RoleChange.BECAME_FOLLOWER
             part.leader_state = None
             part.leader_id = st.leader
             part.replicas, part.isr = list(st.replicas), list(st.isr)
@@ -189,7 +190,25 @@ class ReplicaManager:
                     listener(part, change)
                 except Exception:
                     log.exception("role listener failed for %s", part)
+        if removed:
+            self._delete_replica(part)
         return change
+
+    def _delete_replica(self, part: Partition) -> None:
+        """This broker is no longer a replica (a reassignment moved the partition away):
+        Kafka's StopReplica with delete."""
+        parts = self.topics.get(part.topic)
+        if parts is None or parts.get(part.index) is not part:
+            return
+        del parts[part.index]
+        if not parts:
+            del self.topics[part.topic]
+        self._wake(part)
+        try:
+            self.log_manager.delete(part.topic, part.index, self.now_ms())
+        except Exception:
+            log.exception("deleting the replica %s failed", part)
+        log.info("%s: no longer a replica here (reassigned); its log is deleted", part)
 
     def on_partition_change(self, rec) -> None:
         """(Its presence tells the control plane that this manager follows leader epochs

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from kbroker.broker.fetch_sessions import CachedPartition
 from kbroker.log.errors import LogError, OffsetOutOfRangeError
-from kbroker.replication import leader_hints
+from kbroker.replication import leader_hints, replica_selector
 from kbroker.replication.replica_fetch import handle_replica_fetch, replica_of
 from kbroker.wire.errors import Errors
 from kbroker.wire.generated.fetch_response import FetchResponse
@@ -32,10 +32,13 @@ _EMPTY = b""
 
 
 class _Result:
-    __slots__ = ("entry", "part", "error", "records", "hw", "lso", "log_start", "aborted")
+    __slots__ = ("entry", "part", "error", "records", "hw", "lso", "log_start", "aborted", "preferred")
 
 
-def _read(entries, replicas, budget: int, read_committed: bool, follower_reads: bool = False):
+def _read(entries, replicas, budget: int, read_committed: bool, follower_reads: bool = False,
+          closer=None):
+    """``closer(part, fetch_offset) -> replica id or -1``: KIP-392's preferred read replica
+    (a partition with one gets no records, the client goes there)."""
     results = []
     total = 0
     errors = False
@@ -45,6 +48,7 @@ def _read(entries, replicas, budget: int, read_committed: bool, follower_reads: 
         r.records = _EMPTY
         r.hw = r.lso = r.log_start = -1
         r.aborted = None
+        r.preferred = -1
         part = replicas.get(e.topic, e.partition) if e.topic is not None else None
         r.part = part
         if part is None:
@@ -67,6 +71,9 @@ def _read(entries, replicas, budget: int, read_committed: bool, follower_reads: 
         if e.current_leader_epoch >= 0 and e.current_leader_epoch != part.leader_epoch:
             r.error = Errors.FENCED_LEADER_EPOCH if e.current_leader_epoch < part.leader_epoch else Errors.UNKNOWN_LEADER_EPOCH
             errors = True
+        elif closer is not None and (pref := closer(part, e.fetch_offset)) >= 0:
+            r.preferred = pref
+            errors = True          # (answer at once, as for an error: the client moves on)
         elif budget - total > 0 or total == 0:
             try:
                 rr = plog.read(e.fetch_offset, min(e.max_bytes, budget - total), max_offset=limit,
@@ -172,15 +179,30 @@ def handle(ctx, req):
     read_committed = req.isolation_level == 1
     replicas = broker.replicas
     follower_reads = v >= 11
-    results, total, errors = _read(entries, replicas, budget, read_committed, follower_reads)
+    closer = _closer_replica(broker, req.rack_id, now) if follower_reads and req.rack_id else None
+    results, total, errors = _read(entries, replicas, budget, read_committed, follower_reads, closer)
+    hints = (image, ctx.listener_name) if v >= 16 else None   # KIP-951: where the leader is
     if total >= req.min_bytes or errors or req.max_wait_ms <= 0 or not entries:
-        return _respond(results, session, incremental, use_ids, read_committed)
+        return _respond(results, session, incremental, use_ids, read_committed, hints)
     return _long_poll(broker, req, entries, budget, read_committed, session, incremental, use_ids,
-                      follower_reads)
+                      follower_reads, closer, hints)
+
+
+def _closer_replica(broker, client_rack: str, now_ms: int):
+    """KIP-392 with ``replica.selector.class`` = the rack-aware selector, else None."""
+    if not replica_selector.rack_aware(broker.config["replica.selector.class"]):
+        return None
+    image, local = broker.image, broker.node_id
+
+    def rack_of(b):
+        reg = image.brokers.get(b)
+        return reg.rack if reg is not None and not reg.fenced else None
+    return lambda part, offset: replica_selector.preferred_read_replica(
+        part.leader_state, local, rack_of, client_rack, offset, now_ms)
 
 
 async def _long_poll(broker, req, entries, budget, read_committed, session, incremental, use_ids,
-                     follower_reads=False):
+                     follower_reads=False, closer=None, hints=None):
     clock = broker.clock
     replicas = broker.replicas
     deadline = clock.monotonic_ms() + req.max_wait_ms
@@ -189,18 +211,23 @@ async def _long_poll(broker, req, entries, budget, read_committed, session, incr
         parts = [p for e in entries if (p := replicas.get(e.topic, e.partition)) is not None] if left > 0 else []
         if parts:
             await replicas.wait_for_append(parts, left / 1000)
-        results, total, errors = _read(entries, replicas, budget, read_committed, follower_reads)
+        results, total, errors = _read(entries, replicas, budget, read_committed, follower_reads, closer)
         if total >= req.min_bytes or errors or clock.monotonic_ms() >= deadline or not parts:
-            return _respond(results, session, incremental, use_ids, read_committed)
+            return _respond(results, session, incremental, use_ids, read_committed, hints)
 
 
-def _respond(results, session, incremental, use_ids, read_committed) -> FetchResponse:
+_MOVED = (Errors.NOT_LEADER_OR_FOLLOWER, Errors.FENCED_LEADER_EPOCH)
+
+
+def _respond(results, session, incremental, use_ids, read_committed, hints=None) -> FetchResponse:
+    """``hints``: (image, listener) when the version carries the current leader (v16+)."""
+    moved = []
     topics = []
     cur = None
     cur_key = None
     for r in results:
         e = r.entry
-        if incremental and not r.error and r.records is _EMPTY and r.hw == e.sent_hw \
+        if incremental and not r.error and r.records is _EMPTY and r.preferred < 0 and r.hw == e.sent_hw \
                 and r.lso == e.sent_lso and r.log_start == e.sent_log_start:
             continue
         e.sent_hw, e.sent_lso, e.sent_log_start = r.hw, r.lso, r.log_start
@@ -214,6 +241,13 @@ def _respond(results, session, incremental, use_ids, read_committed) -> FetchRes
             last_stable_offset=r.lso, log_start_offset=r.log_start,
             aborted_transactions=([_Aborted(producer_id=a.producer_id, first_offset=a.first_offset)
                                    for a in r.aborted or ()] if read_committed else None),
-            preferred_read_replica=-1, records=r.records))
-    return FetchResponse(throttle_time_ms=0, error_code=0,
+            preferred_read_replica=r.preferred, records=r.records))
+        if hints is not None and r.error in _MOVED and e.topic is not None:
+            lid, lep = leader_hints.current_leader(hints[0], e.topic, e.partition)
+            cur.partitions[-1].current_leader = _Part.LeaderIdAndEpoch(leader_id=lid, leader_epoch=lep)
+            moved.append(lid)
+    resp = FetchResponse(throttle_time_ms=0, error_code=0,
                          session_id=session.id if session is not None else 0, responses=topics)
+    if moved:
+        resp.node_endpoints = leader_hints.node_endpoints(hints[0], moved, hints[1], FetchResponse.NodeEndpoint)
+    return resp

@@ -58,6 +58,9 @@ HANDLER_MODULES: tuple[str, ...] = (
     "offset_for_leader_epoch",
     "describe_quorum",           # forwarded to the active controller (kbroker.kraft)
     "update_features",           # forwarded to the active controller (kbroker.kraft)
+    "elect_leaders",             # forwarded to the active controller (kraft.partition_admin)
+    "alter_partition_reassignments",
+    "list_partition_reassignments",
     # security (kbroker.security)
     "sasl_handshake",
     "sasl_authenticate",

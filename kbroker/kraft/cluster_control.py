@@ -67,6 +67,16 @@ class ClusterControl:
     def image(self):
         return self.controller.image
 
+    @property
+    def unclean_default(self) -> bool:
+        """The broker-wide ``unclean.leader.election.enable``, dynamic (cluster default) or
+        static; topics may override it."""
+        from kbroker.kraft.image import BROKER_RESOURCE
+        v = self.image.configs.get((BROKER_RESOURCE, ""), {}).get("unclean.leader.election.enable")
+        if v is not None:
+            return v.strip().lower() == "true"
+        return bool(self.controller.defaults.get("unclean.leader.election.enable", False))
+
     def reset_sessions(self, now_ms: int) -> None:
         """This controller just became active: every registered broker gets a full session."""
         self.last_contact = {b: now_ms for b in self.image.brokers}
@@ -109,7 +119,7 @@ class ClusterControl:
         b = self.image.brokers.get(broker_id)
         if b is None:
             return ControllerResult([], Errors.BROKER_ID_NOT_REGISTERED)
-        recs = move_off(self.image, {broker_id})
+        recs = move_off(self.image, {broker_id}, unclean_default=self.unclean_default)
         recs.append(_cls("UnregisterBrokerRecord")(broker_id=broker_id, broker_epoch=b.epoch))
         self.last_contact.pop(broker_id, None)
         return ControllerResult(recs, Errors.NONE)
@@ -132,21 +142,21 @@ class ClusterControl:
             if not b.in_controlled_shutdown and not b.fenced:
                 records.append(_cls("BrokerRegistrationChangeRecord")(
                     broker_id=broker_id, broker_epoch=b.epoch, in_controlled_shutdown=1))
-                records += move_off(self.image, {broker_id})
+                records += move_off(self.image, {broker_id}, unclean_default=self.unclean_default)
             elif not self._leads_anything(broker_id):
                 shut_down = True
                 if not b.fenced:
                     records.append(_cls("FenceBrokerRecord")(id=broker_id, epoch=b.epoch))
-                    records += move_off(self.image, {broker_id})
+                    records += move_off(self.image, {broker_id}, unclean_default=self.unclean_default)
                     fenced = True
         elif want_fence:
             if not b.fenced:
                 records.append(_cls("FenceBrokerRecord")(id=broker_id, epoch=b.epoch))
-                records += move_off(self.image, {broker_id})
+                records += move_off(self.image, {broker_id}, unclean_default=self.unclean_default)
                 fenced = True
         elif b.fenced and caught_up and not b.in_controlled_shutdown:
             records.append(_cls("UnfenceBrokerRecord")(id=broker_id, epoch=b.epoch))
-            records += elect_where_leaderless(self.image, broker_id)
+            records += elect_where_leaderless(self.image, broker_id, unclean_default=self.unclean_default)
             fenced = False
         return ControllerResult(records, HeartbeatAnswer(Errors.NONE, caught_up, fenced, shut_down))
 
@@ -166,7 +176,7 @@ class ClusterControl:
                 records.append(_cls("FenceBrokerRecord")(id=b.broker_id, epoch=b.epoch))
                 gone.add(b.broker_id)
         if gone:
-            records += move_off(self.image, gone)
+            records += move_off(self.image, gone, unclean_default=self.unclean_default)
         return ControllerResult(records, sorted(gone))
 
     def next_expiry_ms(self) -> int | None:

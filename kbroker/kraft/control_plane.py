@@ -266,6 +266,24 @@ class ControlPlane:
     def start_timers(self) -> None:
         if self.service is not None:
             self._tasks.append(asyncio.create_task(self._expire_sessions(), name="broker-sessions"))
+            self._tasks.append(asyncio.create_task(self._partition_tasks(), name="partition-tasks"))
+
+    async def _partition_tasks(self) -> None:
+        """Leader rebalance and unclean elections on the active controller
+        (kbroker.kraft.partition_admin.PartitionTasks)."""
+        from kbroker.kraft.partition_admin import PartitionTasks
+        clock = self.server.clock
+        tasks = PartitionTasks.from_config(self.config, lambda: self.service.cluster.unclean_default,
+                                           clock.now_ms())
+        while True:
+            await asyncio.sleep(0.5)
+            op = tasks.op(clock.now_ms()) if self.service.active else None
+            if op is None:
+                continue
+            try:
+                await self.service.runtime.submit(op)
+            except Exception as e:   # lost leadership meanwhile: the next active controller runs it
+                log.info("partition tasks: %s", e)
 
     async def _expire_sessions(self) -> None:
         while True:

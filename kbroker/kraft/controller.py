@@ -14,7 +14,6 @@ version (and internal callers, like Metadata's auto-create) use the same operati
 from __future__ import annotations
 
 import re
-import zlib
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
@@ -226,8 +225,8 @@ class Controller:
                 return fail(Errors.INVALID_REPLICATION_FACTOR,
                             f"Unable to replicate the partition {rf} time(s): The target replication factor of {rf} "
                             f"cannot be reached because only {len(live)} broker(s) are registered.")
-            start = zlib.crc32(t.name.encode()) % len(live)
-            assignment = {p: [live[(start + p + i) % len(live)] for i in range(rf)] for p in range(num_partitions)}
+            from kbroker.kraft.partition_change import assign_replicas
+            assignment = dict(enumerate(assign_replicas(self.image, live, t.name, 0, num_partitions, rf)))
         topic_id = self._uuid()
         recs: list = [_cls("TopicRecord")(name=t.name, topic_id=topic_id)]
         Config = _cls("ConfigRecord")
@@ -325,8 +324,8 @@ class Controller:
             if rf > len(live):
                 return (Errors.INVALID_REPLICATION_FACTOR, f"Unable to replicate the partition {rf} time(s): The target "
                         f"replication factor of {rf} cannot be reached because only {len(live)} broker(s) are registered."), []
-            start = zlib.crc32(name.encode()) % len(live)     # continues create_topics' round robin
-            placed = [[live[(start + p + i) % len(live)] for i in range(rf)] for p in range(have, count)]
+            from kbroker.kraft.partition_change import assign_replicas   # continues create_topics' placement
+            placed = assign_replicas(self.image, live, name, have, count - have, rf)
         Part = _cls("PartitionRecord")
         recs = []
         for p, reps in enumerate(placed, start=have):

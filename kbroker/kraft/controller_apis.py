@@ -53,7 +53,10 @@ RAFT_APIS = (FETCH, VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, DESCRIBE_QUORUM,
 ADMIN_WRITE_MODULES = {CREATE_TOPICS: "create_topics", DELETE_TOPICS: "delete_topics",
                        CREATE_PARTITIONS: "create_partitions", ALTER_CONFIGS: "alter_configs",
                        INCREMENTAL_ALTER_CONFIGS: "incremental_alter_configs",
-                       UPDATE_FEATURES: "update_features"}
+                       UPDATE_FEATURES: "update_features",
+                       # kbroker.kraft.partition_admin
+                       43: "elect_leaders", 45: "alter_partition_reassignments",
+                       46: "list_partition_reassignments"}
 
 
 def error_response(api_key: int, request, code: int, message: str | None = None):
@@ -96,6 +99,8 @@ def response_error(resp) -> int:
 class ControllerSide:
     """What a reused admin handler sees as ``ctx.broker`` on the controller listener: the
     node's server, with metadata operations going to this node's controller runtime."""
+
+    on_controller = True   # (config_changes: any broker's configs are accepted here)
 
     def __init__(self, server, service: "ControllerService") -> None:
         self._server = server

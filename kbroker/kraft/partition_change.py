@@ -126,6 +126,10 @@ def elect_leaders_for_offline(image, *, unclean_default: bool = False,
             if p.leader != NO_LEADER:
                 continue
             e = elect_leader(p.replicas, p.isr, live, _unclean_for(image, t.name, unclean_default))
+            if e.unclean:
+                log.warning("unclean leader election for %s-%d: broker %d leads without being in "
+                            "the ISR %s; records only the ISR had are lost",
+                            t.name, p.partition_id, e.leader, p.isr)
             if e.leader != NO_LEADER:
                 rec = change_record(t.topic_id, p, leader=e.leader,
                                     isr=[e.leader] if e.unclean else None)
@@ -134,10 +138,10 @@ def elect_leaders_for_offline(image, *, unclean_default: bool = False,
     return out
 
 
-def elect_where_leaderless(image, returning: int) -> list[PartitionChangeRecord]:
+def elect_where_leaderless(image, returning: int, *, unclean_default: bool = False) -> list[PartitionChangeRecord]:
     """``returning`` is being unfenced (its UnfenceBrokerRecord is in the same batch, not yet
     in the image): leaderless partitions it can lead get it back."""
-    return elect_leaders_for_offline(image, live=_live(image) | {returning})
+    return elect_leaders_for_offline(image, unclean_default=unclean_default, live=_live(image) | {returning})
 
 
 # -- AlterPartition ----------------------------------------------------------------------------
@@ -186,14 +190,11 @@ def alter_partition(image, topic_id, p, new_isr: list[int]) -> list[PartitionCha
 # -- reassignment ------------------------------------------------------------------------------
 
 def start_reassignment(topic_id, p, target: list[int]) -> PartitionChangeRecord | None:
-    """Begin moving ``p`` to ``target``: the union is replicated while new replicas catch up."""
-    if p.adding_replicas or p.removing_replicas:
-        base = [r for r in p.replicas if r not in p.adding_replicas]  # cancel the running one
-    else:
-        base = list(p.replicas)
-    if list(target) == base:
-        return change_record(topic_id, p, replicas=base, adding=[], removing=[],
-                             isr=[r for r in p.isr if r in base] or None)
+    """Begin moving ``p`` to ``target``: the union is replicated while new replicas catch up.
+    A running reassignment is replaced from the current replica set (Kafka's
+    PartitionReassignmentReplicas), so a leader among its new replicas stays until the
+    replacement completes."""
+    base = list(p.replicas)
     adding = [r for r in target if r not in base]
     removing = [r for r in base if r not in target]
     replicas = list(target) + removing
@@ -207,6 +208,8 @@ def _complete_reassignment(topic_id, p, isr: list[int], live: set[int]) -> Parti
         return None  # new replicas still catching up
     target = [r for r in p.replicas if r not in p.removing_replicas]
     new_isr = [r for r in isr if r in target]
+    if not new_isr:
+        return None  # (Kafka's rule) never an empty ISR: wait for the new replicas
     leader = NO_LEADER_CHANGE
     if p.leader not in target:
         leader = elect_leader(target, new_isr, live).leader
@@ -294,6 +297,20 @@ def place_replicas(brokers: list[tuple[int, str | None]], num_partitions: int, r
                 reps.append(b)
         out.append(reps)
     return out
+
+
+def assign_replicas(image, live: list[int], name: str, first_partition: int, count: int,
+                    rf: int) -> list[list[int]]:
+    """Replica lists for ``count`` new partitions of topic ``name`` over the sorted ``live``
+    brokers: round robin from a start derived from the name, so topics spread their leaders;
+    rack-aware (``place_replicas``) once any of those brokers has a ``broker.rack``."""
+    import zlib
+    start = zlib.crc32(name.encode()) % len(live)
+    racks = {b: (image.brokers[b].rack if b in image.brokers else None) for b in live}
+    if any(racks.values()):
+        return place_replicas([(b, racks[b]) for b in live], count, rf, start, first_partition)
+    return [[live[(start + p + i) % len(live)] for i in range(rf)]
+            for p in range(first_partition, first_partition + count)]
 
 
 def internal_topic_replication_factor(configured: int, live_brokers: int) -> tuple[int, str | None]:

@@ -68,16 +68,26 @@ class CloseConnection(Exception):
 class _Region:
     """A file region being sent: mutable position/remaining for partial sendfile."""
 
-    __slots__ = ("fd", "pos", "left", "owner")
+    __slots__ = ("src", "pos", "left", "owner")
 
     def __init__(self, region: Any) -> None:
-        f = getattr(region, "fd", None)
-        if f is None:
-            f = region.file
-        self.fd = f if isinstance(f, int) else f.fileno()
+        f = getattr(region, "file", None)
+        self.src = f if f is not None else region.fd  # an int, or an object with fileno()
         self.pos = region.position
         self.left = region.size
         self.owner = region  # keeps the file object open while queued
+
+    @property
+    def fd(self) -> int:
+        # asked at each send: a segment file's descriptor may be closed by the log's
+        # descriptor cache while queued (re-opened here), so no number is kept
+        src = self.src
+        if type(src) is int:
+            return src
+        try:
+            return src.fileno()
+        except Exception as e:  # the log was closed or deleted meanwhile: a write error
+            raise OSError(errno.EBADF, str(e)) from None
 
 
 class Connection:

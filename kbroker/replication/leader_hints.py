@@ -1,6 +1,6 @@
 """Where a partition's leader is, for answers to clients that asked the wrong broker:
 NOT_LEADER_OR_FOLLOWER with the current leader and its endpoint where the version allows
-(KIP-951: Produce v10+; Fetch v16+ could carry them too, but kbroker's Fetch does not yet),
+(KIP-951: Produce v10+, Fetch v16+),
 so the client need not refresh metadata first."""
 
 from __future__ import annotations

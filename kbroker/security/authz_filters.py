@@ -698,6 +698,22 @@ def _update_features(ctx, req):
         for u in req.feature_updates])
 
 
+def _partition_admin(ctx, req):
+    """ElectLeaders / AlterPartitionReassignments need ALTER on the cluster,
+    ListPartitionReassignments DESCRIBE (kbroker.kraft.partition_admin)."""
+    from kbroker.wire import registry as wire
+    key = ctx.api_key
+    if _cluster(ctx, DESCRIBE if key == 46 else ALTER):
+        return None
+    R = wire.RESPONSES[key]
+    if key == 43:
+        P = R.ReplicaElectionResult
+        return R(error_code=CLUSTER_DENIED, replica_election_results=[
+            P(topic=t.topic, partition_result=[P.PartitionResult(partition_id=p, error_code=CLUSTER_DENIED)
+                                               for p in t.partitions]) for t in req.topic_partitions or []])
+    return R(error_code=CLUSTER_DENIED)
+
+
 FILTERS = {
     0: _produce,
     1: _fetch,
@@ -737,6 +753,7 @@ FILTERS = {
     68: _consumer_group_heartbeat,
     69: _consumer_group_describe,
     75: _describe_topic_partitions,
+    43: _partition_admin, 45: _partition_admin, 46: _partition_admin,
 }
 
 # What each API needs, for the ACL matrix test and the docs: api key -> [(operation, resource)]
@@ -759,4 +776,5 @@ REQUIRED = {
     68: [(READ, R_GROUP), (DESCRIBE, R_TOPIC)], 69: [(DESCRIBE, R_GROUP)], 75: [(DESCRIBE, R_TOPIC)],
     29: [(DESCRIBE, R_CLUSTER)], 30: [(ALTER, R_CLUSTER)], 31: [(ALTER, R_CLUSTER)],
     50: [(DESCRIBE, R_CLUSTER)], 51: [(ALTER, R_CLUSTER)], 57: [(ALTER, R_CLUSTER)],
+    43: [(ALTER, R_CLUSTER)], 45: [(ALTER, R_CLUSTER)], 46: [(DESCRIBE, R_CLUSTER)],
 }

@@ -1,8 +1,10 @@
 """``kbroker console-consumer`` (kafka-console-consumer.sh): print records to stdout.
 
---partition/--offset or --from-beginning pick where to start; with --group the group's
-committed offsets are the start and the position is committed at exit (a standalone
-consumer: partitions are read directly, not assigned by a rebalance). Output as Kafka's
+--partition/--offset or --from-beginning pick where to start. With --group the consumer joins
+the group (the KIP-848 consumer protocol: the coordinator splits the partitions between the
+group's members), starts each partition it is given at the group's committed offset and
+commits its position when a partition is taken away and at exit; with --group and
+--partition it reads that partition directly and only commits under the group. Output as Kafka's
 DefaultMessageFormatter (``--property print.key=true`` ...), or ``--formatter json``."""
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import time
 
 from kbroker.tools.client import EARLIEST, LATEST
 from kbroker.tools.common import add_bootstrap, client, parse_kv, run
+from kbroker.tools.group_member import GroupMember
 
 
 def add_parser(sub) -> None:
@@ -86,11 +89,9 @@ class Formatter:
         return self.key_sep.join(fields) + self.line_sep
 
 
-def _start_offsets(c, args, topics: list[str]) -> dict[tuple[str, int], int]:
-    committed = {tp: off for tp, (off, _) in c.committed(args.group).items()} if args.group else {}
+def _start_offsets(c, args, parts_of: dict[str, list[int]], committed: dict) -> dict[tuple[str, int], int]:
     start = {}
-    for t in topics:
-        parts = sorted(c.partitions(t)) if args.partition is None else [args.partition]
+    for t, parts in parts_of.items():
         earliest = c.list_offsets(t, EARLIEST, parts)
         latest = c.list_offsets(t, LATEST, parts)
         for p in parts:
@@ -116,11 +117,29 @@ def _main(args) -> int:
             topics = sorted(t for t in c.topics() if re.fullmatch(args.include, t))
         else:
             raise SystemExit("Exactly one of --include/--topic is required.")
-        pos = _start_offsets(c, args, topics)
+        member = GroupMember(c, args.group, topics) if args.group and args.partition is None else None
+        if member is not None:
+            pos: dict[tuple[str, int], int] = {}
+        else:
+            committed = {tp: off for tp, (off, _) in c.committed(args.group).items()} if args.group else {}
+            pos = _start_offsets(c, args, {t: sorted(c.partitions(t)) if args.partition is None else [args.partition]
+                                           for t in topics}, committed)
         last_record = time.monotonic()
         out = sys.stdout
         try:
             while args.max_messages is None or n < args.max_messages:
+                if member is not None:
+                    gained, lost = member.poll(pos)
+                    for tp in lost:
+                        pos.pop(tp, None)
+                    if gained:
+                        last_record = time.monotonic()       # --timeout-ms counts from the assignment
+                        by_topic: dict[str, list[int]] = {}
+                        for t, p in sorted(gained):
+                            by_topic.setdefault(t, []).append(p)
+                        pos.update(_start_offsets(c, args, by_topic, member.committed(gained)))
+                    if not pos:
+                        time.sleep(0.05)
                 got = False
                 for (t, p), off in list(pos.items()):
                     batches, _ = c.fetch(t, p, off, max_wait_ms=100, isolation_level=iso)
@@ -150,7 +169,9 @@ def _main(args) -> int:
                     break
         except KeyboardInterrupt:
             pass
-        if args.group:
+        if member is not None:
+            member.close(pos)
+        elif args.group:
             c.commit(args.group, pos)
     print(f"Processed a total of {n} messages", file=sys.stderr)
     return 0

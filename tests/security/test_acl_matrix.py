@@ -241,6 +241,12 @@ CASES = [
     (57, 1, dict(timeout_ms=1000, validate_only=True, feature_updates=[
         dict(feature="metadata.version", max_version_level=21, upgrade_type=1)]),
      [acl(A.ALTER, A.R_CLUSTER, A.CLUSTER_NAME)], Errors.CLUSTER_AUTHORIZATION_FAILED),
+    (43, 2, dict(election_type=0, topic_partitions=[dict(topic=T, partitions=[0])], timeout_ms=1000),
+     [acl(A.ALTER, A.R_CLUSTER, A.CLUSTER_NAME)], Errors.CLUSTER_AUTHORIZATION_FAILED),
+    (45, 0, dict(timeout_ms=1000, topics=[dict(name=T, partitions=[dict(partition_index=0, replicas=None)])]),
+     [acl(A.ALTER, A.R_CLUSTER, A.CLUSTER_NAME)], Errors.CLUSTER_AUTHORIZATION_FAILED),
+    (46, 0, dict(timeout_ms=1000, topics=None), [acl(A.DESCRIBE, A.R_CLUSTER, A.CLUSTER_NAME)],
+     Errors.CLUSTER_AUTHORIZATION_FAILED),
 ]
 
 
