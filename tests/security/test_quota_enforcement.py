@@ -123,3 +123,14 @@ def test_controller_mutation_rate_refuses_once_exhausted(broker):
     assert old.topics[0].error_code == 0 and old.throttle_time_ms > 0
     broker.clock.advance(20_000)
     assert create(broker, conn, ["e"]).topics[0].error_code == 0
+
+
+def test_acks0_produce_counts_and_mutes_without_an_answer(broker):
+    conn = Conn()
+    create(broker, conn, ["t"])
+    set_quota(broker, [("user", "alice")], "producer_byte_rate", 10_000)
+    req = _produce_req(broker, "t", 30_000)
+    req.acks = 0
+    frame = memoryview(encode_request(7, "app", req, 9))[4:]
+    assert Dispatcher(broker, broker.api_specs).dispatch(conn, frame) is None
+    assert conn.muted and conn.muted[0] > 1.0
