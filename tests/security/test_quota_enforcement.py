@@ -79,6 +79,7 @@ def test_produce_over_quota_is_answered_with_throttle_time_and_mutes_the_connect
     assert r.responses[0].partition_responses[0].error_code == 0
     assert r.throttle_time_ms > 1000
     assert conn.muted == [pytest.approx(r.throttle_time_ms / 1000)]
+    assert broker.request_metrics.times[0].throttle >= r.throttle_time_ms    # ThrottleTimeMs metric
     other = Conn()                               # another user is not limited
     other.state["principal"] = "User:bob"
     assert produce(broker, other, "t", 50_000).throttle_time_ms == 0
