@@ -36,10 +36,13 @@ def verify_offsets_partition(broker, partition: int, transactional_id: str, prod
     return code
 
 
-def complete_offsets_transaction(broker, partition: int, producer_id: int, commit: bool) -> None:
-    """A marker reached __consumer_offsets-<partition>: materialize or drop the producer's
-    pending offsets in the group shard."""
+def complete_offsets_transaction(broker, partition: int, producer_id: int, commit: bool,
+                                 marker_offset: int = -1) -> None:
+    """A marker reached __consumer_offsets-<partition> at ``marker_offset``: materialize or
+    drop the producer's pending offsets in the group shard. The shard's answers (OffsetFetch)
+    then wait until the marker is committed, as for its own writes."""
     groups = getattr(broker, "groups", None)
     shard = groups.shards.get(partition) if groups is not None else None
     if shard is not None:
         shard.offsets.complete_transaction(producer_id, committed=commit)
+        shard.last_written = max(shard.last_written, marker_offset)

@@ -356,7 +356,7 @@ class TxnRuntime:
             return r.error, None, -1
         if topic == OFFSETS_TOPIC:
             from kbroker.txn.offsets_append import complete_offsets_transaction
-            complete_offsets_transaction(self.broker, partition, producer_id, commit)
+            complete_offsets_transaction(self.broker, partition, producer_id, commit, r.offset)
             for listener in self.offsets_marker_listeners:
                 try:
                     listener(partition, producer_id, commit)

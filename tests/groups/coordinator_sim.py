@@ -23,6 +23,7 @@ from kbroker.groups.partitioning import OFFSETS_TOPIC
 from kbroker.groups.records import OffsetCommitRecord
 from kbroker.groups.runtime import CoordinatorError, GroupCoordinatorRuntime
 from kbroker.groups.shard import OffsetCommitRequest
+from kbroker.wire.records import RecordBatch
 from tests.groups.fake_offsets_broker import FakeReplicas, fake_broker
 
 GROUPS = ["a", "b", "c", "d"]
@@ -107,7 +108,6 @@ async def _run(seed: int, steps: int, bad: str | None) -> dict:
             n = 0
             kept = []
             for buf in part.log.buffers:
-                from kbroker.wire.records import RecordBatch
                 c = RecordBatch(bytearray(buf)).records_count
                 if n + c > keep:
                     break

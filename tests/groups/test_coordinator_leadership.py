@@ -214,3 +214,30 @@ def test_coordinator_partitions_follow_roles_epochs_and_topic_deletion():
     assert calls[-1] == ("unload", 0, 4) and not cp.leads(0)
     cp.stop()
     assert not replicas.role_listeners and not publishers
+
+
+def test_offsets_a_marker_materializes_are_served_once_the_marker_is_committed():
+    from kbroker.txn.offsets_append import complete_offsets_transaction
+
+    async def scenario():
+        broker = fake_broker(N, rf=3)
+        rt = runtime(broker)
+        broker.groups = rt
+        part = broker.replicas.get(OFFSETS_TOPIC, rt.partition_for("g"))
+        oc = OffsetCommitRequest("g", [("t", [CommitPartition(0, 7, -1, "")])], -1, "", version=8)
+        fut = asyncio.ensure_future(rt.commit_transactional_offsets(oc, 42, 3, None))
+        await settle()
+        broker.replicas.advance(part)
+        await fut
+        # the COMMIT marker lands at the next offset (the txn runtime appends it)
+        marker_offset = part.log_end_offset
+        part.log.buffers.append(part.log.buffers[-1])       # stands in for the marker batch
+        complete_offsets_transaction(broker, rt.partition_for("g"), 42, True, marker_offset)
+        fetch = asyncio.ensure_future(rt.run("g", lambda sh, now: Result(
+            response=sh.fetch_offsets("g", [("t", [0])])[1][0][1][0].offset)))
+        await settle()
+        assert not fetch.done()                               # the marker is not committed yet
+        broker.replicas.advance(part)
+        assert await fetch == 7
+        await rt.shutdown()
+    asyncio.run(scenario())
