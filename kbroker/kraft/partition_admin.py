@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import logging
 
-from kbroker.kraft.partition_change import (NO_LEADER, NO_LEADER_CHANGE, _complete_reassignment, _live,
-                                            _Shadow, change_record, elect_leader,
-                                            preferred_leader_change, start_reassignment)
+from kbroker.kraft.partition_change import (NO_LEADER, NO_LEADER_CHANGE, _after, _complete_reassignment,
+                                            _live, change_record, elect_leader, preferred_leader_change,
+                                            start_reassignment)
 from kbroker.wire.errors import Errors
 
 log = logging.getLogger("kbroker.controller.partitions")
@@ -191,7 +191,7 @@ def reassign_one(image, topic_name: str, partition: int, replicas: list[int] | N
     start = start_reassignment(t.topic_id, p, list(replicas))
     if start is None:
         return Errors.NONE, None, []
-    after = _apply_shadow(p, start)
+    after = _after(t, p, [start])     # the state once the start is applied
     replicas_, isr, leader = after.replicas, after.isr, NO_LEADER_CHANGE
     adding, removing = after.adding_replicas, after.removing_replicas
     done = _complete_reassignment(t.topic_id, after, after.isr, _live(image))
@@ -202,19 +202,6 @@ def reassign_one(image, topic_name: str, partition: int, replicas: list[int] | N
     rec = change_record(t.topic_id, p, replicas=replicas_, isr=isr, leader=leader,
                         adding=adding, removing=removing)
     return Errors.NONE, None, [rec] if rec is not None else []
-
-
-def _apply_shadow(p, rec):
-    s = _Shadow(p, list(rec.isr) if rec.isr is not None else list(p.isr))
-    if rec.replicas is not None:
-        s.replicas = list(rec.replicas)
-    if rec.adding_replicas is not None:
-        s.adding_replicas = list(rec.adding_replicas)
-    if rec.removing_replicas is not None:
-        s.removing_replicas = list(rec.removing_replicas)
-    if rec.leader != NO_LEADER_CHANGE:
-        s.leader = rec.leader
-    return s
 
 
 def alter_reassignments(image, targets):
