@@ -205,7 +205,7 @@ def _create_with_assignment(c, topic, assignment, configs=None):
     assert r.error_code == 0, r
 
 
-def test_unclean_election_only_when_asked_or_allowed(cluster, tmp_path):
+def test_unclean_election_only_when_asked_or_allowed_and_a_move_stuck_on_a_dead_broker(cluster, tmp_path):
     """Broker 2 leaves the ISR, broker 1 takes more writes and dies: nobody in the ISR is
     alive. With unclean.leader.election.enable=false (the default) the partitions stay
     without a leader; ElectLeaders(UNCLEAN) elects broker 2 for one of them, turning the topic
@@ -251,5 +251,26 @@ def test_unclean_election_only_when_asked_or_allowed(cluster, tmp_path):
         assert sorted(v for rows in got.values() for _, v in rows) == sorted(f"both-{i}" for i in range(20))
         logs = "".join(n.log_path.read_text(errors="replace") for n in cluster.nodes.values())
         assert "unclean leader election for unclean-0" in logs and "unclean leader election for unclean-1" in logs
+        _stuck_on_a_dead_broker(cluster, tmp_path, alive)
     finally:
         cluster.restart(1)
+
+
+def _stuck_on_a_dead_broker(cluster, tmp_path, alive):
+    """(broker 1 is dead) A move onto it cannot finish: topics --describe and both tools'
+    --list show it in progress, --cancel takes it back."""
+    topic = "stuck"
+    _create_with_assignment(cluster, topic, [[3]])
+    f = plan_file(tmp_path, "stuck.json", topic, {0: [3, 1]})
+    kbroker("reassign-partitions", "--bootstrap-server", alive, "--execute", "--reassignment-json-file", f)
+    desc = kbroker("topics", "--bootstrap-server", alive, "--describe", "--topic", topic)
+    assert "Replicas: 3,1\tIsr: 3\tAdding Replicas: 1\tRemoving Replicas: \t" in desc, desc
+    assert "stuck-0: replicas: 3,1. adding: 1. removing: ." in kbroker(
+        "reassign-partitions", "--bootstrap-server", alive, "--list")
+    out = kafka_tool(tmp_path, "kafka-reassign-partitions.sh", "--bootstrap-server", alive, "--list")
+    assert "stuck-0" in out and "adding: 1" in out, out
+    out = kbroker("reassign-partitions", "--bootstrap-server", alive, "--verify", "--reassignment-json-file", f)
+    assert "Reassignment of partition stuck-0 is still in progress." in out, out
+    out = kbroker("reassign-partitions", "--bootstrap-server", alive, "--cancel", "--reassignment-json-file", f)
+    assert "Successfully cancelled partition reassignment for: stuck-0" in out, out
+    wait_until(lambda: partition(cluster, topic).replicas == [3], 30, "the move cancelled")
