@@ -252,8 +252,19 @@ def test_unclean_election_only_when_asked_or_allowed_and_a_move_stuck_on_a_dead_
         logs = "".join(n.log_path.read_text(errors="replace") for n in cluster.nodes.values())
         assert "unclean leader election for unclean-0" in logs and "unclean leader election for unclean-1" in logs
         _stuck_on_a_dead_broker(cluster, tmp_path, alive)
+        # partition 1 moves off broker 1 while it is down: back up, it deletes that log
+        f = plan_file(tmp_path, "off-1.json", topic, {1: [2, 3]})
+        kbroker("reassign-partitions", "--bootstrap-server", alive, "--execute", "--reassignment-json-file", f)
+        wait_until(lambda: sorted(partition(cluster, topic, 1).isrs) == [2, 3]
+                   and partition(cluster, topic, 1).replicas == [2, 3], 60, "partition 1 on brokers 2 and 3")
+        logs = cluster.nodes[1].data_dir / "logs"
+        assert (logs / f"{topic}-1").exists() and (logs / f"{topic}-0").exists()
+        cluster.restart(1)     # its metadata replay reaches the move: the stray log goes
+        wait_until(lambda: not (logs / f"{topic}-1").exists(), 30, f"broker 1 deleting its {topic}-1")
+        assert (logs / f"{topic}-0").exists()            # still a replica there
     finally:
-        cluster.restart(1)
+        if cluster.nodes[1].pid is None:
+            cluster.restart(1)
 
 
 def _stuck_on_a_dead_broker(cluster, tmp_path, alive):
