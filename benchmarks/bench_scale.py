@@ -162,7 +162,10 @@ def restart(broker, kill: bool):
     if kill:
         broker.kill()
     else:
-        broker.stop()
+        # a clean stop of 10,000 partitions takes longer than the helpers' default wait, and
+        # a SIGKILL after it would turn the "clean" row into a second crash
+        if broker.stop(timeout=600) is None:
+            raise RuntimeError("did not stop cleanly within 600 s")
     t1 = time.perf_counter()
     if broker.kind == "kafka":
         broker.start(fresh=False, timeout=600)
@@ -299,13 +302,16 @@ def report(rows, extra, kinds, counts, args) -> None:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        fig, axes = plt.subplots(1, 4, figsize=(16, 4))
+        fig, axes = plt.subplots(1, 6, figsize=(24, 4))
         for ax, (key, label) in zip(axes, [("produce_mbs", "produce MB/s"), ("consume_mbs", "consume MB/s"),
-                                           ("p99_ms", "produce p99 ms"), ("mem_mb", "RSS MB")]):
+                                           ("p50_ms", "produce p50 ms"), ("p99_ms", "produce p99 ms"),
+                                           ("mem_mb", "RSS MB"), ("fds", "open descriptors")]):
             for k in kinds:
                 xs = [p for p in counts if key in rows[p].get(k, {})]
                 ax.plot(xs, [rows[p][k][key] for p in xs], marker="o", label=NAMES[k])
             ax.set_xscale("log")
+            if key in ("p50_ms", "p99_ms", "fds"):
+                ax.set_yscale("log")
             ax.set_xlabel("partitions")
             ax.set_title(label)
         axes[0].legend()

@@ -20,16 +20,16 @@ DEPS = REPO / ".deps"
 TANSU = DEPS / "tansu" / "tansu"
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
-def _api_versions_ok(port: int) -> bool:
+def _api_versions_ok(port: int, host: str = "127.0.0.1") -> bool:
     """True once the broker answers an ApiVersions v0 request."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+        with socket.create_connection((host, port), timeout=1) as s:
             client_id = b"probe"
             body = struct.pack(">hhih", 18, 0, 1, len(client_id)) + client_id
             s.sendall(struct.pack(">i", len(body)) + body)
@@ -42,11 +42,13 @@ def _api_versions_ok(port: int) -> bool:
 class BrokerProcess:
     """One broker process: kbroker by default, or the Tansu peer."""
 
+    host = "127.0.0.1"    # a ClusterNode may listen on another loopback address
+
     def __init__(self, data_dir: Path, port: int | None = None, overrides: dict | None = None,
                  kind: str | None = None, node_id: int = 1):
         self.kind = kind or os.environ.get("KBROKER_COMPAT_PEER", "kbroker")
         self.data_dir = Path(data_dir)
-        self.port = port or free_port()
+        self.port = port or free_port(self.host)
         self.overrides = dict(overrides or {})
         self.node_id = node_id
         self.proc: subprocess.Popen | None = None
@@ -91,7 +93,7 @@ class BrokerProcess:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{what} exited with {self.proc.returncode}:\n{self.tail()}")
-            if _api_versions_ok(port):
+            if _api_versions_ok(port, self.host):
                 return
             time.sleep(0.05)
         raise RuntimeError(f"{what} did not answer within {timeout}s:\n{self.tail()}")
@@ -128,10 +130,11 @@ class ClusterNode(BrokerProcess):
     voters and a data dir formatted for the cluster before its first start."""
 
     def __init__(self, cluster: "KBrokerCluster", node_id: int, roles: str):
+        self.host = cluster.hosts[node_id] if cluster.hosts else "127.0.0.1"
         super().__init__(cluster.base_dir / f"node{node_id}", overrides=cluster.overrides, node_id=node_id)
         self.cluster = cluster
         self.roles = roles
-        self.controller_port = free_port() if "controller" in roles else None
+        self.controller_port = free_port(self.host) if "controller" in roles else None
         self.log_path = self.data_dir / "kbroker.log"
 
     @property
@@ -141,9 +144,9 @@ class ClusterNode(BrokerProcess):
     def properties(self) -> dict:
         listeners = []
         if "broker" in self.roles:
-            listeners.append(f"PLAINTEXT://127.0.0.1:{self.port}")
+            listeners.append(f"PLAINTEXT://{self.host}:{self.port}")
         if self.controller_port:
-            listeners.append(f"CONTROLLER://127.0.0.1:{self.controller_port}")
+            listeners.append(f"CONTROLLER://{self.host}:{self.controller_port}")
         props = {
             "node.id": str(self.node_id), "process.roles": self.roles,
             "listeners": ",".join(listeners), "controller.listener.names": "CONTROLLER",
@@ -153,8 +156,12 @@ class ClusterNode(BrokerProcess):
         props.update(self.cluster.overrides)
         return props
 
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "kbroker", "serve"]
+        cmd = [sys.executable, "-m", *self.cluster.launcher(self), "serve"]
         for k, v in self.properties().items():
             cmd += ["--override", f"{k}={v}"]
         return cmd
@@ -200,9 +207,12 @@ class KBrokerCluster:
     """
 
     def __init__(self, base_dir: Path, n: int = 3, *, roles: "str | dict[int, str]" = "broker,controller",
-                 overrides: dict | None = None, cluster_id: str = "kbrokerclusterAAAAAAAAA"):
-        """``roles``: process.roles of every node, or {node id: roles}."""
+                 overrides: dict | None = None, cluster_id: str = "kbrokerclusterAAAAAAAAA",
+                 hosts: "dict[int, str] | None" = None):
+        """``roles``: process.roles of every node, or {node id: roles}. ``hosts``: {node id:
+        loopback address} to give each node its own (compat_tests/cluster_faults/harness.py)."""
         self.base_dir = Path(base_dir)
+        self.hosts = hosts
         self.cluster_id = cluster_id[:22]
         self.overrides = {"controller.quorum.election.timeout.ms": "500",
                           "controller.quorum.fetch.timeout.ms": "1000",
@@ -211,12 +221,16 @@ class KBrokerCluster:
         self.nodes = {i: ClusterNode(self, i, roles if isinstance(roles, str) else roles[i])
                       for i in range(1, n + 1)}
 
+    def launcher(self, node: ClusterNode) -> list[str]:
+        """What ``python -m`` runs for a node (a subclass may wrap kbroker)."""
+        return ["kbroker"]
+
     def voters(self) -> str:
-        return ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes.values() if n.controller_port)
+        return ",".join(f"{n.node_id}@{n.host}:{n.controller_port}" for n in self.nodes.values() if n.controller_port)
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(f"127.0.0.1:{n.port}" for n in self.nodes.values() if "broker" in n.roles)
+        return ",".join(n.bootstrap for n in self.nodes.values() if "broker" in n.roles)
 
     def start(self, timeout: float = 90.0, *, format: bool = True) -> "KBrokerCluster":
         """Format (unless already done) and start every node; wait until all answer."""
@@ -251,8 +265,8 @@ class KBrokerCluster:
         from kbroker.net.client import ClientError, KafkaClient
         from kbroker.wire import registry as wire
 
-        async def ask(port):
-            c = KafkaClient("127.0.0.1", port, request_timeout_ms=int(timeout * 1000))
+        async def ask(host, port):
+            c = KafkaClient(host, port, request_timeout_ms=int(timeout * 1000))
             try:
                 Req = wire.REQUESTS[55]
                 return await c.send(Req(topics=[Req.TopicData(topic_name="__cluster_metadata",
@@ -266,7 +280,7 @@ class KBrokerCluster:
             n = self.nodes[i]
             if n.pid is None or not n.controller_port:
                 continue
-            r = asyncio.run(ask(n.controller_port))
+            r = asyncio.run(ask(n.host, n.controller_port))
             if r is not None and r.topics and r.topics[0].partitions[0].error_code == 0:
                 return r
         return None

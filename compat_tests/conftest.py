@@ -38,6 +38,9 @@ def pytest_sessionfinish(session, exitstatus):
 def pytest_addoption(parser):
     parser.addoption("--duration", type=float, default=0.0,
                      help="seconds of extra load around each fault in compat_tests/cluster_faults")
+    parser.addoption("--txn-records", type=int, default=0,
+                     help="input records of the consume-transform-produce fault test (the issue's "
+                          "100000; CI runs a short one)")
 
 
 @pytest.fixture

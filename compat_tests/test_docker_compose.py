@@ -21,7 +21,7 @@ import time
 import urllib.request
 
 import yaml
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from compat_tests.brokers import REPO
 from compat_tests.ops_util import kbroker
@@ -206,8 +206,7 @@ def test_three_node_cluster_from_compose(tmp_path):
                       on_delivery=lambda err, msg: err and errors.append(err))
         assert p.flush(60) == 0 and not errors, errors
         c = Consumer({"bootstrap.servers": bs, "group.id": "dc3g", "auto.offset.reset": "earliest"})
-        # assigned partitions (a subscribed group consumer got nothing here in 60 s: see the report)
-        c.assign([TopicPartition("dc3", i, OFFSET_BEGINNING) for i in range(3)])
+        c.subscribe(["dc3"])          # a group: its coordinator is the offsets partition's leader
         got, seen_errors = set(), []
         deadline = time.monotonic() + 60
         while len(got) < 90 and time.monotonic() < deadline:

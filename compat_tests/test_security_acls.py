@@ -117,7 +117,7 @@ def test_kafka_acls_tool_and_enforcement(acl_broker, tmp_path):
 def test_kafka_configs_tool_users_and_clients(acl_broker, tmp_path):
     """Kafka's kafka-configs.sh manages SCRAM credentials (AlterUserScramCredentials) and client
     quotas (AlterClientQuotas/DescribeClientQuotas) on kbroker; the new SCRAM user is stored
-    (quota enforcement is not built yet: only storage is checked)."""
+    (enforcement: compat_tests/test_security_quotas.py)."""
     b = acl_broker
     props = tmp_path / "admin.properties"
     props.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"

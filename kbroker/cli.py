@@ -66,6 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     from kbroker.tools import cluster; cluster.add_parser(sub)  # noqa: E702
     from kbroker.tools import leader_election; leader_election.add_parser(sub)  # noqa: E702
     from kbroker.tools import reassign_partitions; reassign_partitions.add_parser(sub)  # noqa: E702
+    from kbroker.tools import acls; acls.add_parser(sub)  # noqa: E702
     return p
 
 

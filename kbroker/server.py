@@ -186,6 +186,8 @@ class KafkaServer:
         # log dir unless metadata.log.dir says otherwise); its LogManager handles recovery,
         # checkpoints and the clean-shutdown marker.
         from kbroker.log.log_manager import LogManager
+        from kbroker.log.fd_cache import raise_open_file_limit
+        raise_open_file_limit()   # ulimit -n soft = hard, as Kafka's scripts expect; sizes the descriptor cache
         config_for = lambda topic: meta_cfg if topic == METADATA_TOPIC else None  # noqa: E731
         self.log_manager = LogManager(cfg.log_dirs, self.default_log_config, now_ms=now, config_for=config_for)
         self._log_managers = [self.log_manager]
@@ -232,11 +234,17 @@ class KafkaServer:
         # listeners (TLS and SASL per listener, the authorizer: kbroker.security)
         from kbroker.security.manager import SecurityManager
         self.security = SecurityManager(cfg, self.image)
+        from kbroker.security.quotas import QuotaConfig, QuotaManager
+        self.quotas = QuotaManager(self.image.security, QuotaConfig.from_broker(cfg))   # client quotas
         from kbroker.kraft.controller_channel import forwarding_specs
         dispatcher = Dispatcher(self, self.api_specs)
         forwarding = Dispatcher(self, forwarding_specs(self, self.api_specs))
         from kbroker.wire.frame import FrameDecoder
         max_frame = cfg["socket.request.max.bytes"]
+        from kbroker.net.connection_limits import ConnectionLimits
+        inter = cfg["inter.broker.listener.name"]   # protected when it is one of several (Kafka)
+        limits = ConnectionLimits(cfg, self.image.security.quotas,
+                                  exempt_listeners=[inter] if inter and len(cfg.broker_listeners) > 1 else [])
         for ep in (cfg.listeners if listen else []):
             if ep.listener_name in self.control.own_listeners:
                 continue       # the controller listeners already serve the quorum
@@ -245,7 +253,7 @@ class KafkaServer:
                            backlog=cfg["socket.listen.backlog.size"],
                            send_buffer=cfg["socket.send.buffer.bytes"] if not cfg.is_default("socket.send.buffer.bytes") else -1,
                            recv_buffer=cfg["socket.receive.buffer.bytes"] if not cfg.is_default("socket.receive.buffer.bytes") else -1,
-                           connection_factory=self.security.connection_factory(ep.listener_name))
+                           connection_factory=self.security.connection_factory(ep.listener_name), limits=limits)
             lst.bind()
             self.listeners.append(lst)
         # bootstrap + registration

@@ -45,11 +45,22 @@ DEFAULT_TESTS="
 0081:CreateTopics 0081:DeleteTopics 0081:CreatePartitions 0081:do_test_DescribeConfigs
 0081:DeleteRecords 0081:DeleteGroups 0081:AlterConsumerGroupOffsets
 0103:do_test_fenced_txn
+0115 0119 0109 0081:CreateAcls 0081:DescribeAcls 0081:DeleteAcls
 0113:l_unsubscribe
 "
 NOAUTOCREATE_TESTS="
 0045:do_test_non_exist_and_partchange
 "
+# Against a 3-node cluster (kbroker cluster up 3, with and without topic auto-creation): tests
+# that create replication-factor-3 topics or need several brokers. *_ONLY: the test numbers
+# that always run there (when named on the command line, and in --all).
+CLUSTER_TESTS="
+"
+CLUSTER_NOAUTOCREATE_TESTS="
+0111
+"
+CLUSTER_ONLY="0101 0103"
+CLUSTER_NOAUTOCREATE_ONLY="0107 0111"
 # Run with -Q (the suite's quick mode: less data, non-quick sub-tests skipped) to keep the
 # curated run under ~5 minutes; 0113 also because its full run reaches h_delete_topic (see the doc).
 QUICK="0015 0038 0050 0051 0069 0113"
@@ -58,6 +69,10 @@ QUICK="0015 0038 0050 0051 0069 0113"
 # subscribe together and expect them to share the first generation. The others run with 0 ms
 # (every new group would wait 3 s otherwise).
 KAFKA_DELAY_TESTS="0102 0113:l_unsubscribe 0113:n_wildcard"   # last in DEFAULT_TESTS: one broker restart
+# Entries run against a broker with Kafka's StandardAuthorizer and allow.everyone.if.no.acl.found
+# (the suite's principal is User:ANONYMOUS on PLAINTEXT): they add ACLs with kafka-acls.sh (our
+# stand-in runs `kbroker acls`) or call the ACL admin APIs, and expect the authorizer's errors.
+ACL_TESTS="0109 0115 0119 0081:CreateAcls 0081:DescribeAcls 0081:DeleteAcls"
 # ---------------------------------------------------------------------------------------------
 
 # Tests that need nothing but the client library (mock cluster, config parsing ...) are not
@@ -72,7 +87,9 @@ sel_tests=
 while [ $# -gt 0 ]; do
   case "$1" in
     --list) for t in $DEFAULT_TESTS; do echo "$t default"; done
-            for t in $NOAUTOCREATE_TESTS; do echo "$t noautocreate"; done; exit 0 ;;
+            for t in $NOAUTOCREATE_TESTS; do echo "$t noautocreate"; done
+            for t in $CLUSTER_TESTS; do echo "$t cluster"; done
+            for t in $CLUSTER_NOAUTOCREATE_TESTS; do echo "$t cluster-noautocreate"; done; exit 0 ;;
     --all) mode=all ;;
     --build-only) mode=build ;;
     -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
@@ -183,6 +200,9 @@ print(f"kafka-topics.sh stand-in: done: {' '.join(sys.argv[1:])}")
 PY
 printf '#!/bin/sh\nexec python3 "$(dirname "$0")/kafka_topics.py" "$@"\n' >"$SHIM/bin/kafka-topics.sh"
 chmod +x "$SHIM/bin/kafka-topics.sh"
+# kafka-acls.sh: kbroker's own tool takes kafka-acls.sh's flags (0109, 0115, 0119 add ACLs with it)
+printf '#!/bin/sh\ncd "%s" && exec python3 -m kbroker acls "$@"\n' "$ROOT" >"$SHIM/bin/kafka-acls.sh"
+chmod +x "$SHIM/bin/kafka-acls.sh"
 
 # ------------------------------------------------------------------------------ the broker
 rm -rf "$RUN"; mkdir -p "$RUN"
@@ -196,7 +216,8 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 stop_broker() {
   if [ -n "$BROKER_PID" ] && kill -0 "$BROKER_PID" 2>/dev/null; then
     kill -TERM "$BROKER_PID" 2>/dev/null
-    for _ in $(seq 100); do kill -0 "$BROKER_PID" 2>/dev/null || break; sleep 0.2; done
+    # (a cluster's launcher stops its nodes one by one: give it time rather than orphan them)
+    for _ in $(seq 300); do kill -0 "$BROKER_PID" 2>/dev/null || break; sleep 0.2; done
     kill -0 "$BROKER_PID" 2>/dev/null && kill -KILL "$BROKER_PID" 2>/dev/null
     wait "$BROKER_PID" 2>/dev/null
   fi
@@ -205,9 +226,11 @@ stop_broker() {
 trap 'stop_broker' EXIT
 trap 'exit 130' INT TERM
 
-start_broker() {  # $1: scenario (default | noautocreate); $2: group.initial.rebalance.delay.ms
+start_broker() {  # $1: scenario (default | noautocreate | cluster*); $2: group.initial.rebalance.delay.ms; $3: acl
   stop_broker
-  local autocreate=true cport data delay=${2:-0}
+  case $1 in cluster*) start_cluster "$1"; return ;; esac
+  local autocreate=true cport data delay=${2:-0} authz=
+  [ "${3:-}" = acl ] && authz="--override authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer --override allow.everyone.if.no.acl.found=true"
   [ "$1" = noautocreate ] && autocreate=false
   BROKER_N=$((BROKER_N + 1))
   BROKER_PORT=$(free_port); cport=$(free_port)
@@ -222,9 +245,9 @@ start_broker() {  # $1: scenario (default | noautocreate); $2: group.initial.reb
       --override default.replication.factor=1 \
       --override "auto.create.topics.enable=$autocreate" \
       --override group.initial.rebalance.delay.ms=$delay \
-      --override log.cleaner.backoff.ms=1000 ) >"$BROKER_LOG" 2>&1 &
+      --override log.cleaner.backoff.ms=1000 $authz ) >"$BROKER_LOG" 2>&1 &
   BROKER_PID=$!
-  BROKER_SCENARIO="$1/$delay"
+  BROKER_SCENARIO="$1/$delay/${3:-}"
   echo "$data" >>"$RUN/broker-data-dirs"
   for _ in $(seq 300); do
     kill -0 "$BROKER_PID" 2>/dev/null || { tail -30 "$BROKER_LOG" >&2; echo "kbroker exited at startup" >&2; exit 1; }
@@ -238,7 +261,8 @@ sys.exit(0 if len(head) == 8 and struct.unpack(">i", head[4:8])[0] == 1 else 1)
 PY
     then
       log "kbroker ($1 scenario, group.initial.rebalance.delay.ms=$delay) pid $BROKER_PID on 127.0.0.1:$BROKER_PORT"
-      printf 'bootstrap.servers=127.0.0.1:%s\n' "$BROKER_PORT" >"$RUN/test.conf"
+      BROKER_BOOTSTRAP=127.0.0.1:$BROKER_PORT
+      printf 'bootstrap.servers=%s\n' "$BROKER_BOOTSTRAP" >"$RUN/test.conf"
       return 0
     fi
     sleep 0.1
@@ -246,9 +270,38 @@ PY
   tail -30 "$BROKER_LOG" >&2; echo "kbroker did not answer ApiVersions within 30s" >&2; exit 1
 }
 
+start_cluster() {  # $1: cluster | cluster-noautocreate: three combined nodes (kbroker cluster up)
+  local data autocreate=true
+  [ "$1" = cluster-noautocreate ] && autocreate=false
+  BROKER_N=$((BROKER_N + 1))
+  data=$(mktemp -d "${TMPDIR:-/tmp}/kbroker-rdk.XXXXXX")
+  BROKER_LOG=$RUN/broker-$BROKER_N-$1.log
+  (cd "$ROOT" && exec python3 -m kbroker cluster up 3 --data-dir "$data/cluster" \
+      --override num.partitions=4 --override default.replication.factor=1 \
+      --override "auto.create.topics.enable=$autocreate" --override group.initial.rebalance.delay.ms=0 --override log.cleaner.backoff.ms=1000 ) >"$BROKER_LOG" 2>&1 &
+  BROKER_PID=$!
+  BROKER_SCENARIO="$1/0"
+  echo "$data" >>"$RUN/broker-data-dirs"
+  for _ in $(seq 1200); do
+    kill -0 "$BROKER_PID" 2>/dev/null || { tail -30 "$BROKER_LOG" >&2; echo "kbroker cluster up exited at startup" >&2; exit 1; }
+    BROKER_BOOTSTRAP=$(sed -n 's/^bootstrap servers: //p' "$BROKER_LOG")
+    if [ -n "$BROKER_BOOTSTRAP" ]; then
+      log "kbroker 3-node cluster pid $BROKER_PID on $BROKER_BOOTSTRAP"
+      printf 'bootstrap.servers=%s\n' "$BROKER_BOOTSTRAP" >"$RUN/test.conf"
+      return 0
+    fi
+    sleep 0.1
+  done
+  tail -30 "$BROKER_LOG" >&2; echo "the 3-node cluster did not come up within 120s" >&2; exit 1
+}
+
 # ------------------------------------------------------------------------------- the tests
 all_broker_tests() {  # every test number in test.c's table except the manual 8000 series
   grep -o '^    _TEST([0-9]\{4\}' "$SRC/tests/test.c" | sed 's/.*(//' | sort -u | grep -v '^8'
+}
+
+runner_scenario() {  # the suite's own scenario name for ours
+  case $1 in cluster) echo default ;; cluster-noautocreate) echo noautocreate ;; *) echo "$1" ;; esac
 }
 
 run_one() {  # $1 entry: test number, or NUMBER:SUBTESTS (the suite's sub-test filter); $2 scenario
@@ -259,12 +312,14 @@ run_one() {  # $1 entry: test number, or NUMBER:SUBTESTS (the suite's sub-test f
   [ "$mode" != all ] && case " $QUICK " in *" $1 "*) flags="$flags -Q" ;; esac
   local delay=0
   case " $KAFKA_DELAY_TESTS " in *" $1 "*) delay=3000 ;; esac
-  [ "$BROKER_SCENARIO" = "$scen/$delay" ] && kill -0 "$BROKER_PID" 2>/dev/null || start_broker "$scen" "$delay"
+  local acl=
+  case " $ACL_TESTS " in *" $1 "*|*" $n "*) acl=acl ;; esac
+  [ "$BROKER_SCENARIO" = "$scen/$delay/$acl" ] && kill -0 "$BROKER_PID" 2>/dev/null || start_broker "$scen" "$delay" "$acl"
   start=$(date +%s)
   { (cd "$SRC/tests" && exec env SUBTESTS="$sub" RDKAFKA_TEST_CONF="$RUN/test.conf" TESTS="$n" \
       TEST_REPORT="$RUN/$tag.json" LD_LIBRARY_PATH="$SRC/src:$SRC/src-cpp" \
-      KAFKA_PATH="$SHIM" BROKERS="127.0.0.1:$BROKER_PORT" \
-      timeout -k 10 "$PER_TEST_TIMEOUT" ./test-runner $flags -s "$scen") >"$RUN/$tag.log" 2>&1; } 2>/dev/null
+      KAFKA_PATH="$SHIM" BROKERS="$BROKER_BOOTSTRAP" \
+      timeout -k 10 "$PER_TEST_TIMEOUT" ./test-runner $flags -s "$(runner_scenario "$scen")") >"$RUN/$tag.log" 2>&1; } 2>/dev/null
   rc=$?   # (the group's 2>/dev/null silences bash's "Aborted" notice for a runner that aborts)
   secs=$(( $(date +%s) - start ))
   local alive=yes
@@ -310,18 +365,27 @@ PY
 }
 
 case $mode in
-  curated) default_list=$DEFAULT_TESTS; noauto_list=$NOAUTOCREATE_TESTS ;;
-  selected) default_list=$sel_tests; noauto_list=
+  curated) default_list=$DEFAULT_TESTS; noauto_list=$NOAUTOCREATE_TESTS
+           cluster_list=$CLUSTER_TESTS; cluster_noauto_list=$CLUSTER_NOAUTOCREATE_TESTS ;;
+  selected) default_list=; noauto_list=; cluster_list=; cluster_noauto_list=
             for t in $sel_tests; do
-              for u in $NOAUTOCREATE_TESTS; do [ "$t" = "$u" ] && noauto_list="$noauto_list $t"; done
+              case " $CLUSTER_ONLY | $CLUSTER_NOAUTOCREATE_ONLY " in
+                *" ${t%%:*} "*\|*) cluster_list="$cluster_list $t" ;;
+                *" ${t%%:*} "*) cluster_noauto_list="$cluster_noauto_list $t" ;;
+                *) default_list="$default_list $t"
+                   for u in $NOAUTOCREATE_TESTS; do [ "$t" = "$u" ] && noauto_list="$noauto_list $t"; done ;;
+              esac
             done ;;
-  all) default_list=$(all_broker_tests); noauto_list=$default_list ;;
+  all) default_list=$(all_broker_tests); noauto_list=$default_list
+       cluster_list=$CLUSTER_ONLY; cluster_noauto_list=$CLUSTER_NOAUTOCREATE_ONLY ;;
 esac
 
 log "librdkafka $(basename "$SRC") test-runner against kbroker, TEST_KAFKA_VERSION=$TEST_KAFKA_VERSION, logs in $RUN"
 : >"$RUN/results.tsv"
 for t in $default_list; do run_one "$t" default; done
 for t in $noauto_list; do run_one "$t" noautocreate; done
+for t in $cluster_list; do run_one "$t" cluster; done
+for t in $cluster_noauto_list; do run_one "$t" cluster-noautocreate; done
 stop_broker
 xargs rm -rf <"$RUN/broker-data-dirs" 2>/dev/null
 

@@ -4,10 +4,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
-if ! command -v kcat >/dev/null; then
-  # Debian's kcat (librdkafka 2.0.2): also our check that an older librdkafka parses ApiVersions.
-  if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq kcat >/dev/null
-  else sudo apt-get update -qq && sudo apt-get install -y -qq kcat >/dev/null; fi
+# Debian's kcat (librdkafka 2.0.2): also our check that an older librdkafka parses ApiVersions.
+# nft and tc (nftables, iproute2): the fault harness cuts and slows links between cluster nodes
+# (compat_tests/cluster_faults/network.py).
+apt_missing=""
+command -v kcat >/dev/null || apt_missing="$apt_missing kcat"
+command -v nft >/dev/null || apt_missing="$apt_missing nftables"
+command -v tc >/dev/null || apt_missing="$apt_missing iproute2"
+if [ -n "$apt_missing" ]; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $apt_missing >/dev/null
 fi
 bash scripts/fetch-java-clients.sh
 bash scripts/install-librdkafka-suite-deps.sh   # librdkafka's own test suite (compat_tests/test_librdkafka_suite.py)

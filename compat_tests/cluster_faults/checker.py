@@ -77,6 +77,10 @@ class History:
             self._next_seq[key] = seq + 1
             self.sends[value] = Send(value, producer, partition, seq)
 
+    def acked_by(self, producer: str) -> int:
+        with self._lock:     # the producer's thread adds sends meanwhile
+            return sum(1 for s in self.sends.values() if s.producer == producer and s.outcome == "ok")
+
     def ok(self, value: str, partition: int, offset: int) -> None:
         with self._lock:
             s = self.sends[value]

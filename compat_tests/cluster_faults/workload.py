@@ -4,6 +4,7 @@ reads every partition back from its start to its high watermark."""
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 
@@ -21,19 +22,19 @@ class ProducerLoad:
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, history: History, *,
                  name: str = "p1", acks: str = "all", idempotent: bool = True,
-                 rate_per_s: float = 200.0) -> None:
+                 rate_per_s: float = 200.0, message_timeout_ms: int = 60000) -> None:
         self.topic, self.partitions, self.history, self.name = topic, partitions, history, name
         self.rate = rate_per_s
         self.producer = Producer({"bootstrap.servers": bootstrap, "acks": acks,
                                   "enable.idempotence": idempotent, "linger.ms": 5,
-                                  "message.timeout.ms": 60000, "retry.backoff.ms": 100,
+                                  "message.timeout.ms": message_timeout_ms, "retry.backoff.ms": 100,
                                   "metadata.max.age.ms": 2000})
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.sent = 0
 
     def acked(self) -> int:
-        return sum(1 for s in self.history.sends.values() if s.producer == self.name and s.outcome == "ok")
+        return self.history.acked_by(self.name)
 
     def _on_delivery(self, err, msg) -> None:
         value = msg.value().decode()
@@ -64,6 +65,14 @@ class ProducerLoad:
     def start(self) -> "ProducerLoad":
         self.thread.start()
         return self
+
+    def abandon(self) -> None:
+        """Stop sending and give up every send not yet acknowledged (purged: recorded as
+        indeterminate, never retried)."""
+        self.stop_event.set()
+        self.thread.join()
+        self.producer.purge(in_queue=True, in_flight=True, blocking=False)
+        self.producer.flush(10)
 
     def stop(self, flush_s: float = 90.0) -> None:
         self.stop_event.set()
@@ -103,3 +112,60 @@ def wait_until(cond, timeout_s: float, what: str, step: float = 0.2):
             return v
         time.sleep(step)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+class JavaProducerLoad:
+    """The same workload from the Java client (KafkaTool load, compat_tests/java): a JVM
+    producing ``name-<seq>`` round-robin; its event lines feed the History. Same interface as
+    ProducerLoad (start, acked, stop)."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, history: History, *,
+                 name: str = "j1", version: str = "4.3.0", rate_per_s: float = 200.0, **conf) -> None:
+        from compat_tests.clients.java import classpath
+        self.history, self.name = history, name
+        props = {"acks": "all", "enable.idempotence": "true", "linger.ms": "5",
+                 "delivery.timeout.ms": "60000", "request.timeout.ms": "30000",
+                 "retry.backoff.ms": "100", "metadata.max.age.ms": "2000", **conf}
+        self.cmd = ["java", "-cp", classpath(version), "KafkaTool", "load", bootstrap, topic,
+                    str(partitions), name, str(rate_per_s), *(f"{k}={v}" for k, v in props.items())]
+        self.proc = None
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.done = threading.Event()
+
+    def acked(self) -> int:
+        return self.history.acked_by(self.name)
+
+    def start(self) -> "JavaProducerLoad":
+        self.proc = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True)
+        self.reader.start()
+        return self
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            kind, *f = line.rstrip("\n").split("\t")
+            if kind == "invoke":
+                self.history.invoke(f[0], self.name, int(f[1]))
+            elif kind == "ok":
+                self.history.ok(f[0], int(f[1]), int(f[2]))
+            elif kind == "fail":
+                self.history.fail(f[0], f[1])
+            elif kind == "info":
+                self.history.info(f[0], f[1])
+            elif kind == "done":
+                self.done.set()
+
+    def stop(self, flush_s: float = 90.0) -> None:
+        self.proc.stdin.close()              # KafkaTool stops sending, flushes, prints "done"
+        try:
+            self.proc.wait(flush_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.reader.join(10)
+        assert self.done.is_set(), "the Java producer did not flush every send before exiting"
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)

@@ -51,6 +51,7 @@ public class KafkaTool {
             case "group-member" -> GroupMember.run(bootstrap, rest);
             case "txn-copy" -> TxnTool.copy(bootstrap, rest);
             case "txn-fence" -> TxnTool.fence(bootstrap, rest);
+            case "load" -> LoadTool.run(bootstrap, rest);
             default -> throw new IllegalArgumentException("unknown command " + cmd);
         }
     }
@@ -506,5 +507,55 @@ class TxnTool {
         } finally {
             pa.close(Duration.ofSeconds(5));
         }
+    }
+}
+
+// load TOPIC PARTITIONS NAME RATE_PER_S [prop=value ...] : the fault tests' producer workload
+// (compat_tests/cluster_faults/workload.py). Sends NAME-<seq> round-robin over the partitions
+// until stdin closes, then flushes and exits. One line per event, each send's "invoke" printed
+// before the send so it precedes its outcome:
+//   invoke \t value \t partition | ok \t value \t partition \t offset | fail|info \t value \t error
+class LoadTool {
+    static synchronized void out(String... f) { System.out.println(String.join("\t", f)); System.out.flush(); }
+
+    // refused before the append: the record certainly is not in the log
+    static final Set<String> DEFINITE = Set.of("NotEnoughReplicasException", "RecordTooLargeException",
+        "InvalidRecordException", "TopicAuthorizationException");
+
+    static void run(String bootstrap, String[] a) throws Exception {
+        String topic = a[0], name = a[2];
+        int partitions = Integer.parseInt(a[1]);
+        long intervalNs = (long) (1e9 / Double.parseDouble(a[3]));
+        Properties p = KafkaTool.props(bootstrap, Arrays.copyOfRange(a, 4, a.length));
+        AtomicBooleanHolder stop = new AtomicBooleanHolder();
+        Thread watcher = new Thread(() -> {
+            try { while (System.in.read() != -1) { } } catch (IOException e) { }
+            stop.set();
+        });
+        watcher.setDaemon(true);
+        watcher.start();
+        try (Producer<byte[], byte[]> producer =
+                 new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer())) {
+            for (long seq = 0; !stop.get(); seq++) {
+                String value = name + "-" + seq;
+                int part = (int) (seq % partitions);
+                out("invoke", value, Integer.toString(part));
+                producer.send(new ProducerRecord<>(topic, part, null, value.getBytes(StandardCharsets.UTF_8)),
+                    (m, e) -> {
+                        if (e == null) out("ok", value, Integer.toString(m.partition()), Long.toString(m.offset()));
+                        else out(DEFINITE.contains(e.getClass().getSimpleName()) ? "fail" : "info", value,
+                                 e.getClass().getSimpleName());
+                    });
+                Thread.sleep(intervalNs / 1_000_000, (int) (intervalNs % 1_000_000));
+            }
+            producer.flush();
+        }
+        out("done");
+    }
+
+    static class AtomicBooleanHolder {
+        private volatile boolean v;
+        void set() { v = true; }
+        boolean get() { return v; }
     }
 }

@@ -22,6 +22,7 @@ class GroupConfig:
     consumer_assignors: list[str] = field(default_factory=lambda: ["uniform", "range"])
     new_member_join_timeout_ms: int = 5 * 60_000   # Kafka's fixed timeout for a new member's first join
     rebalance_protocols: list[str] = field(default_factory=lambda: ["classic", "consumer"])
+    commit_timeout_ms: int = 5000                  # offsets.commit.timeout.ms: a write's wait for the ISR
 
     @classmethod
     def from_broker(cls, cfg) -> "GroupConfig":
@@ -55,4 +56,5 @@ class GroupConfig:
             consumer_max_size=as_int("group.consumer.max.size", INT_MAX),
             consumer_assignors=assignors or ["uniform"],
             rebalance_protocols=[p.lower() for p in protocols],
+            commit_timeout_ms=as_int("offsets.commit.timeout.ms", 5000),
         )

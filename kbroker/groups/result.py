@@ -15,6 +15,7 @@ class Result:
     records: list = field(default_factory=list)
     replies: list[tuple[Any, Any]] = field(default_factory=list)
     response: Any = None   # the answer to the current request, when it is immediate
+    producer: tuple[int, int] | None = None   # (id, epoch): records of that producer's transaction
 
     def add(self, other: "Result | None") -> "Result":
         if other is not None:

@@ -1,11 +1,19 @@
 """The asyncio side of the group coordinator: one GroupShard per __consumer_offsets partition
 this node leads, and the loop that turns their Results into appends and answers.
 
-For every operation: run the state machine with ``now_ms``, append its records to the
-shard's partition (one batch), wait until they are committed, then release the replies.
-Timers (sessions, join/sync deadlines, offset expiry) run in one task that sleeps until the
-earliest shard deadline. Shards are rebuilt by replaying their partition when this node
-becomes its leader (start-up, or the offsets topic being created).
+Shards follow leadership (kbroker.broker.coordinator_partitions): a partition is replayed
+into a shard when this broker becomes its leader, with the leader epoch as coordinator
+epoch (its groups answer COORDINATOR_LOAD_IN_PROGRESS while a large one replays), and
+dropped when leadership leaves, failing whatever waits on it with NOT_COORDINATOR.
+
+For every operation: run the state machine with ``now_ms`` (it applies its own records at
+once, so the next operation sees them), append the records to the shard's partition as one
+batch, and release the replies only once the partition's high watermark has passed the
+shard's last write (with RF=3: once the in-sync followers have it), so no answer ever rests
+on a write that a new leader may not have. An operation without records waits for the
+writes before it the same way. An append that fails is undone in memory by rebuilding the
+shard from its log. Timers (sessions, join/sync deadlines, offset expiry) run in one task
+that sleeps until the earliest shard deadline.
 """
 from __future__ import annotations
 
@@ -13,11 +21,13 @@ import asyncio
 import logging
 from typing import Any, Callable
 
+from kbroker.broker.coordinator_partitions import CoordinatorPartitions, coordinator_write_error
 from kbroker.groups import errors, record_codec
 from kbroker.groups.config import GroupConfig
 from kbroker.groups.partitioning import OFFSETS_TOPIC, offsets_partition_for
 from kbroker.groups.result import Result
-from kbroker.groups.shard import GroupShard
+from kbroker.groups.shard import GroupShard, OffsetCommitRequest
+from kbroker.replication.delayed_produce import check_before_append
 from kbroker.slices import run_in_slices, run_to_end
 from kbroker.wire.records import BatchBuilder
 
@@ -47,81 +57,87 @@ class GroupCoordinatorRuntime:
         self._creating: asyncio.Future | None = None
         self._topics_cache: tuple[int, dict] = (-2, {})
         self._loading: dict[int, asyncio.Task] = {}   # partitions replayed in slices
+        self._parked: dict[int, set[asyncio.Future]] = {}   # JoinGroup/SyncGroup answers owed
         self.load_slice_s = 0.004                        # work per slice before yielding
+        self.leadership = CoordinatorPartitions(broker, OFFSETS_TOPIC, self)
+        self._starting = False
 
     # ------------------------------------------------------------------------------------------
     # Lifecycle
 
     def start(self) -> None:
-        controller = getattr(self.broker, "controller", None)
-        if controller is not None:
-            controller.publishers.append(self._on_metadata_record)
-        topic = self.broker.image.topic(OFFSETS_TOPIC)
-        if topic is not None:
-            for p in topic.partitions:
-                self._maybe_load(p, at_startup=True)
+        self._starting = True      # nothing is served yet: replay what this node leads now
+        try:
+            self.leadership.start()
+        finally:
+            self._starting = False
         self._task = asyncio.get_running_loop().create_task(self._timer_loop(), name="group-coordinator-timers")
 
     async def shutdown(self) -> None:
         self._stopped = True
+        self.leadership.stop()
         self._wake.set()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        loading, self._loading = list(self._loading.values()), {}
-        for task in loading:
-            task.cancel()
+        loading = list(self._loading.values())
+        for p in list(self.shards) + list(self._loading):
+            self._drop(p, errors.NOT_COORDINATOR)
         await asyncio.gather(*loading, return_exceptions=True)
 
-    def _on_metadata_record(self, rec: Any, change: Any, offset: int) -> None:
-        kind = type(rec).__name__
-        if kind in ("PartitionRecord", "PartitionChangeRecord"):
-            t = self.broker.image.topics_by_id.get(rec.topic_id)
-            if t is not None and t.name == OFFSETS_TOPIC:
-                self._maybe_load(rec.partition_id)
-        elif kind == "RemoveTopicRecord" and change is not None and getattr(change, "name", None) == OFFSETS_TOPIC:
-            self.shards.clear()
-            for task in self._loading.values():
-                task.cancel()
-            self._loading.clear()
+    # ------------------------------------------------------------------------------------------
+    # Leadership of __consumer_offsets partitions (kbroker.broker.coordinator_partitions)
 
-    def _maybe_load(self, partition: int, at_startup: bool = False) -> None:
-        topic = self.broker.image.topic(OFFSETS_TOPIC)
-        state = topic.partitions.get(partition) if topic else None
-        if state is None or state.leader != self.broker.node_id:
-            self.shards.pop(partition, None)
-            task = self._loading.pop(partition, None)
-            if task is not None:
-                task.cancel()
-            return
-        if partition in self.shards or partition in self._loading:
-            return
+    def load(self, partition: int, coordinator_epoch: int) -> None:
         part = self.broker.replicas.get(OFFSETS_TOPIC, partition)
-        if part is None:
-            # its files are still being created off the event loop: load once they exist
-            opening = self.broker.log_manager.opening(OFFSETS_TOPIC, partition) if self.broker.log_manager else None
-            if opening is not None:
-                opening.add_done_callback(lambda _f: self._maybe_load(partition))
+        self._drop(partition, errors.NOT_COORDINATOR)
+        if part is None or self._stopped:
             return
         plog = part.log
-        if at_startup or plog.size_in_bytes < LOAD_IN_ONE_GO_BYTES:
+        if self._starting or plog.size_in_bytes < LOAD_IN_ONE_GO_BYTES:
             # start-up (nothing is served yet) or a small partition: replay now
-            self.shards[partition] = self._load(partition, plog)
-            self._wake.set()
+            self._install(partition, self._load(partition, plog), coordinator_epoch)
             return
         # Becoming the leader of a large partition while serving: replay it in slices that
         # yield to the loop; its groups answer COORDINATOR_LOAD_IN_PROGRESS until done
         # (Kafka's answer while it loads a partition).
         self._loading[partition] = asyncio.get_running_loop().create_task(
-            self._load_in_slices(partition, plog), name=f"load-{OFFSETS_TOPIC}-{partition}")
+            self._load_in_slices(partition, plog, coordinator_epoch), name=f"load-{OFFSETS_TOPIC}-{partition}")
 
-    async def _load_in_slices(self, partition: int, plog) -> None:
+    def epoch_changed(self, partition: int, coordinator_epoch: int) -> None:
+        shard = self.shards.get(partition)
+        if shard is not None:
+            shard.coordinator_epoch = coordinator_epoch
+
+    def unload(self, partition: int, coordinator_epoch: int) -> None:
+        self._drop(partition, errors.NOT_COORDINATOR)
+
+    def _drop(self, partition: int, code: int) -> None:
+        """Forget the shard of ``partition``; whoever waits on it gets ``code``."""
+        had = self.shards.pop(partition, None) is not None
+        task = self._loading.pop(partition, None)
+        if task is not None:
+            task.cancel()
+        for fut in self._parked.pop(partition, ()):
+            if not fut.done():
+                fut.set_exception(CoordinatorError(code))
+        if had:
+            log.info("unloaded %s-%d", OFFSETS_TOPIC, partition)
+
+    def _install(self, partition: int, shard: GroupShard, coordinator_epoch: int) -> None:
+        part = self.broker.replicas.get(OFFSETS_TOPIC, partition)
+        shard.coordinator_epoch = coordinator_epoch
+        # The loaded tail may not be committed yet (a new leader's log): answers wait for it.
+        shard.last_written = (part.log_end_offset - 1) if part is not None else -1
+        self.shards[partition] = shard
+        self._wake.set()
+
+    async def _load_in_slices(self, partition: int, plog, coordinator_epoch: int) -> None:
         try:
             shard = await run_in_slices(self._load_steps(partition, plog), self.load_slice_s)
             if self._loading.get(partition) is asyncio.current_task():
                 del self._loading[partition]
-                self.shards[partition] = shard
-                self._wake.set()
+                self._install(partition, shard, coordinator_epoch)
         except Exception:   # noqa: BLE001 - the log went away (topic deleted, leadership lost)
             if self._loading.get(partition) is asyncio.current_task():
                 del self._loading[partition]
@@ -216,10 +232,13 @@ class GroupCoordinatorRuntime:
     # Running operations
 
     async def run(self, group_id: str, op: Callable[[GroupShard, int], Result]):
-        """Run ``op(shard, now_ms)``; returns its response once its records are committed."""
+        """Run ``op(shard, now_ms)``; returns its response once its records are committed
+        (raises CoordinatorError if they could not be)."""
         shard = self.shard_for(group_id)
         res = op(shard, self.now_ms())
-        await self._complete(shard, res)
+        code = await self._write(shard, res)
+        if code:
+            raise CoordinatorError(code)
         return res.response
 
     async def run_parked(self, group_id: str, op: Callable[[GroupShard, Any, int], Result]):
@@ -227,35 +246,116 @@ class GroupCoordinatorRuntime:
         SyncGroup); returns whatever is eventually replied to ``token``."""
         shard = self.shard_for(group_id)
         token = asyncio.get_running_loop().create_future()
+        parked = self._parked.setdefault(shard.partition, set())
+        parked.add(token)
+        token.add_done_callback(parked.discard)
         res = op(shard, token, self.now_ms())
-        await self._complete(shard, res)
+        await self._write(shard, res)
         return await token
 
-    async def _complete(self, shard: GroupShard, res: Result) -> None:
-        if res.records:
-            self._append(shard, res.records)
-        for token, response in res.replies:
-            if isinstance(token, asyncio.Future) and not token.done():
-                token.set_result(response)
-        # A new timer may be due sooner than the loop is sleeping for (e.g. a 0 ms join delay).
-        self._wake.set()
+    async def commit_transactional_offsets(self, req: OffsetCommitRequest, producer_id: int,
+                                           producer_epoch: int, transactional_id: str | None):
+        """TxnOffsetCommit: (error, [(topic, [(partition, error)])]). The offsets are written as
+        one transactional batch of the producer, so its COMMIT/ABORT marker decides them; they
+        stay pending in the group's offset store until then. With ``transactional_id`` the
+        group's partition must be in the producer's transaction (KIP-890 part 1)."""
+        from kbroker.txn.offsets_append import verify_offsets_partition
+        from kbroker.txn.errors import TxnErrors as E
 
-    def _append(self, shard: GroupShard, records: list) -> None:
+        shard = self.shard_for(req.group_id)
         part = self.broker.replicas.get(OFFSETS_TOPIC, shard.partition)
         if part is None:
-            log.error("%s-%d is gone; %d records lost", OFFSETS_TOPIC, shard.partition, len(records))
-            return
+            raise CoordinatorError(errors.NOT_COORDINATOR)
+        if transactional_id is not None:
+            err = verify_offsets_partition(self.broker, shard.partition, transactional_id,
+                                           producer_id, producer_epoch)
+            if err:
+                return err, []
+        entry = part.producer_state.last_entry(producer_id)
+        if entry is not None and producer_epoch < entry.producer_epoch:
+            return E.INVALID_PRODUCER_EPOCH, []
+        res = shard.commit_transactional_offsets(req, producer_id, self.now_ms())
+        res.producer = (producer_id, producer_epoch)
+        code = await self._write(shard, res)
+        if code:
+            raise CoordinatorError(code)
+        return res.response
+
+    def _write(self, shard: GroupShard, res: Result) -> asyncio.Future:
+        """Append ``res.records`` and release ``res.replies`` once the shard's writes so far
+        are committed. A future of the error code (0 once committed)."""
+        done = asyncio.get_running_loop().create_future()
+        self._wake.set()   # the operation may have set a timer due sooner than the loop sleeps
+        part = self.broker.replicas.get(OFFSETS_TOPIC, shard.partition)
+        code = 0
+        if self.shards.get(shard.partition) is not shard or part is None:
+            code = errors.NOT_COORDINATOR          # unloaded while the operation ran
+        elif res.records:
+            code = self._append(shard, part, res)
+        if code:
+            self._release(res, code)
+            done.set_result(code)
+            return done
+        target = shard.last_written
+        if target < part.high_watermark:
+            self._release(res, 0)
+            done.set_result(0)
+            return done
+
+        def committed(f: asyncio.Future) -> None:
+            err = errors.NOT_COORDINATOR if f.cancelled() else next(iter(f.result().values()), 0)
+            code = coordinator_write_error(err) if err else 0
+            if code:
+                log.warning("group write to %s-%d up to offset %d not committed: error %s",
+                            OFFSETS_TOPIC, shard.partition, target, err)
+            self._release(res, code)
+            if not done.done():
+                done.set_result(code)
+        self.broker.replicas.await_replication([(part, target)], self.config.commit_timeout_ms) \
+            .add_done_callback(committed)
+        return done
+
+    def _append(self, shard: GroupShard, part, res: Result) -> int:
+        """Append the records as one batch; 0, or the client's error after undoing them."""
         now = self.now_ms()
-        builder = BatchBuilder()
-        for rec in records:
-            key, value = record_codec.encode(rec)
-            builder.append(key=key, value=value, timestamp=now)
-        result = self.broker.replicas.append(part, bytearray(builder.build()), now, origin="coordinator")
-        if result.error:
-            # The state machines already moved on; the log will catch up on the next write of
-            # the same keys. Kafka would revert; we log loudly instead.
-            log.error("appending %d group records to %s-%d failed: error %s %s", len(records),
-                      OFFSETS_TOPIC, shard.partition, result.error, result.message)
+        ls = part.leader_state
+        err = check_before_append(-1, len(ls.isr), self.broker.replicas.min_insync_replicas(part)) \
+            if ls is not None else 0
+        if not err:
+            pid, epoch = res.producer or (-1, -1)
+            builder = BatchBuilder(producer_id=pid, producer_epoch=epoch, is_transactional=pid >= 0)
+            for rec in res.records:
+                key, value = record_codec.encode(rec)
+                builder.append(key=key, value=value, timestamp=now)
+            # coordinator origin: no sequence checks (a transaction's offsets carry none)
+            result = self.broker.replicas.append(part, bytearray(builder.build()), now, origin="coordinator")
+            err = result.error
+            if not err:
+                shard.last_written = result.last_offset
+                return 0
+        log.warning("appending %d group records to %s-%d failed (error %s): undoing them",
+                    len(res.records), OFFSETS_TOPIC, shard.partition, err)
+        self._undo(shard)
+        return coordinator_write_error(err)
+
+    def _undo(self, shard: GroupShard) -> None:
+        """The state machines applied records the log refused: rebuild the shard from the log
+        (Kafka reverts its timeline to the last written offset; parked requests are answered
+        with an error and their members rejoin)."""
+        p = shard.partition
+        epoch = self.leadership.epochs.get(p)
+        self._drop(p, errors.NOT_COORDINATOR)
+        if epoch is not None:
+            self.load(p, epoch)
+
+    @staticmethod
+    def _release(res: Result, code: int) -> None:
+        for token, response in res.replies:
+            if isinstance(token, asyncio.Future) and not token.done():
+                if code:
+                    token.set_exception(CoordinatorError(code))
+                else:
+                    token.set_result(response)
 
     async def _timer_loop(self) -> None:
         while not self._stopped:
@@ -278,7 +378,7 @@ class GroupCoordinatorRuntime:
                 d = shard.next_deadline()
                 if d is not None and d <= now:
                     try:
-                        await self._complete(shard, shard.poll(now))
+                        self._write(shard, shard.poll(now))   # answers follow the commit
                     except Exception:   # noqa: BLE001 - the loop must survive a bad timer
                         log.exception("group coordinator timer failed in %s-%d", OFFSETS_TOPIC, shard.partition)
             await asyncio.sleep(0)

@@ -79,6 +79,8 @@ class GroupShard:
         self.offsets = OffsetStore(self.config.offset_metadata_max_bytes)
         self.classic = ClassicProtocol(self)
         self.consumer = ConsumerProtocol(self)
+        self.coordinator_epoch = -1   # the partition's leader epoch when this shard was loaded
+        self.last_written = -1        # offset of the last record appended (answers wait for it)
 
     # ------------------------------------------------------------------------------------------
     # Group lookup and creation
@@ -257,6 +259,22 @@ class GroupShard:
         res.records += records
         res.response = answer
         return self._applied(res)
+
+    def commit_transactional_offsets(self, req: OffsetCommitRequest, producer_id: int, now_ms: int) -> Result:
+        """TxnOffsetCommit. Response: (group error, [(topic, [(partition, error)])]); the
+        records stay pending for ``producer_id`` until its transaction's marker."""
+        res = Result()
+        try:
+            self._validate_commit(req, now_ms, res)
+        except GroupError as e:
+            res.response = (e.code, [])
+            return res
+        records, answer = self.offsets.commit(req.group_id, req.topics, now_ms)
+        for rec in records:
+            self.replay(rec, producer_id=producer_id)
+        res.records += records
+        res.response = (errors.NONE, answer)
+        return res
 
     def fetch_offsets(self, group_id: str, topics, require_stable: bool = False,
                       member_id: str | None = None, member_epoch: int = -1):

@@ -17,7 +17,7 @@ async def _handle(ctx, req):
     rt = txn_runtime(ctx)
     if rt is None:
         return AddOffsetsToTxnResponse(error_code=Errors.COORDINATOR_NOT_AVAILABLE)
-    err = await rt.ensure_ready()
+    err = await rt.ensure_ready(req.transactional_id)
     if err:
         return AddOffsetsToTxnResponse(error_code=err)
     n = ctx.broker.config["offsets.topic.num.partitions"]

@@ -34,7 +34,7 @@ async def _one(ctx, rt, txn_id, pid, epoch, topics, verify_only) -> dict:
     tps = [(t.name, p) for t in topics for p in t.partitions]
     if rt is None:
         return {tp: Errors.COORDINATOR_NOT_AVAILABLE for tp in tps}
-    err = await rt.ensure_ready()
+    err = await rt.ensure_ready(txn_id)
     if err:
         return {tp: err for tp in tps}
     image = ctx.broker.image

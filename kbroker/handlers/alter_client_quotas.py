@@ -1,6 +1,6 @@
 """AlterClientQuotas (49): client quotas by user / client-id / ip (with defaults) into the
-metadata log as ClientQuotaRecord (ALTER_CONFIGS on the cluster). Enforcement (throttling) is
-not built yet (throttle_time_ms stays 0)."""
+metadata log as ClientQuotaRecord (ALTER_CONFIGS on the cluster). Enforcement:
+kbroker.security.quotas / throttling."""
 
 from __future__ import annotations
 

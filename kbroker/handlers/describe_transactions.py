@@ -22,6 +22,7 @@ async def _handle(ctx, req):
         if err:
             states.append(_State(error_code=err, transactional_id=tid, topics=[]))
             continue
+        await rt.ensure_ready(tid)
         d = rt.coordinator.describe(tid)
         by_topic: dict[str, list[int]] = {}
         for topic, p in d.partitions:

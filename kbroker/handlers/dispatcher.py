@@ -21,6 +21,7 @@ from kbroker.handlers.context import RequestContext
 from kbroker.net.connection import CloseConnection
 from kbroker.security.authenticator import gate as security_gate
 from kbroker.security.authz_filters import authorized_handle
+from kbroker.security.throttling import admit_mutations, apply as apply_quotas
 from kbroker.wire.errors import CodecError
 from kbroker.wire.frame import decode_request_header, encode_response_chunks
 from kbroker.wire.primitives import Reader
@@ -69,20 +70,30 @@ class Dispatcher:
             raise CloseConnection(f"malformed {spec.name} v{version} request from client {header.client_id!r}: {e}") from None
         ctx = RequestContext(self.broker, conn, api_key, version, corr, header.client_id,
                              self._now_ms(), conn.listener_name if conn is not None else "PLAINTEXT")
-        if security is not None and security.enforces(ctx.listener_name):
+        mutations = admit_mutations(ctx, req)   # controller_mutation_rate (KIP-599)
+        if mutations is not None and mutations.refused is not None:
+            result = mutations.refused
+        elif security is not None and security.enforces(ctx.listener_name):
             result = authorized_handle(spec, ctx, req)   # Kafka's per-API ACL checks
         else:
             result = spec.handle(ctx, req)
         t_local = perf_counter_ns()
         if inspect.isawaitable(result):
-            return self._finish(result, ctx, req, t0, t_local)
+            return self._finish(result, ctx, req, t0, t_local, len(frame), mutations)
+        result = apply_quotas(ctx, req, result, len(frame), t_local - t0, mutations)   # KIP-219 throttling
+        if inspect.isawaitable(result):
+            return self._finish(result, ctx, req, t0, t_local, 0, None, throttled=True)
         self._done(ctx, req, result, t0, t_local, t_local)
         if result is None:
             return None
         return encode_response_chunks(corr, api_key, version, result)
 
-    async def _finish(self, awaitable, ctx, req, t0, t_local):
+    async def _finish(self, awaitable, ctx, req, t0, t_local, nbytes, mutations, throttled=False):
         resp = await awaitable
+        if not throttled:
+            resp = apply_quotas(ctx, req, resp, nbytes, t_local - t0, mutations)
+            if inspect.isawaitable(resp):
+                resp = await resp
         self._done(ctx, req, resp, t0, t_local, perf_counter_ns())
         if resp is None:
             return None

@@ -19,7 +19,7 @@ async def _handle(ctx, req):
     rt = txn_runtime(ctx)
     if rt is None:
         return EndTxnResponse(error_code=Errors.COORDINATOR_NOT_AVAILABLE)
-    err = await rt.ensure_ready()
+    err = await rt.ensure_ready(req.transactional_id)
     if err:
         return EndTxnResponse(error_code=err)
     out = await rt.end_txn(req.transactional_id, req.producer_id, req.producer_epoch,

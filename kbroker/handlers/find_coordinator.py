@@ -1,6 +1,7 @@
-"""FindCoordinator (10), versions 0-6: this node for transactional ids (creating and loading
-__transaction_state on first use, as Kafka does), and for groups when the group coordinator
-runtime is attached (``broker.groups``). v4+ batches several keys."""
+"""FindCoordinator (10), versions 0-6: the leader of the key's partition of its internal
+topic, created on first use as Kafka does (__transaction_state for transactional ids,
+__consumer_offsets for groups), on the listener the request came in on. v4+ batches several
+keys."""
 
 from __future__ import annotations
 
@@ -26,14 +27,32 @@ def _endpoint(ctx):
     return broker.node_id, ep.host, ep.port
 
 
+def _endpoint_of(ctx, node_id: int):
+    """(node id, host, port) of ``node_id`` on the request's listener; None while it is not
+    a live (registered, unfenced) broker."""
+    if node_id == ctx.broker.node_id:
+        return _endpoint(ctx)
+    b = ctx.broker.image.brokers.get(node_id)
+    if b is None or b.fenced or not b.endpoints:
+        return None
+    ep = b.endpoints.get(ctx.listener_name) or next(iter(b.endpoints.values()))
+    return node_id, ep[0], ep[1]
+
+
 async def _find(ctx, key_type: int, key: str) -> tuple[int, tuple | None]:
     broker = ctx.broker
     if key_type == TRANSACTION:
         rt = getattr(broker, "txn_coordinator", None)
         if rt is None or not key:
             return (Errors.COORDINATOR_NOT_AVAILABLE if rt is None else Errors.INVALID_REQUEST), None
-        err = await rt.ensure_ready()
-        return (err, None) if err else (0, _endpoint(ctx))
+        err = await rt.ensure_ready(key)
+        if err:
+            return err, None
+        node = rt.coordinator_node(key)
+        ep = _endpoint_of(ctx, node) if node >= 0 else None
+        if ep is None:
+            return Errors.COORDINATOR_NOT_AVAILABLE, None
+        return 0, ep
     if key_type == GROUP:
         try:
             groups = coordinator(ctx)    # broker.groups, started on first use
@@ -44,9 +63,10 @@ async def _find(ctx, key_type: int, key: str) -> tuple[int, tuple | None]:
         if not await groups.ensure_offsets_topic():
             return Errors.COORDINATOR_NOT_AVAILABLE, None
         node = groups.coordinator_node(key)
-        if node is None:
+        ep = _endpoint_of(ctx, node) if node is not None else None
+        if ep is None:
             return Errors.COORDINATOR_NOT_AVAILABLE, None
-        return 0, _endpoint(ctx)
+        return 0, ep
     return Errors.INVALID_REQUEST, None
 
 

@@ -17,7 +17,7 @@ MAX_VERSION = 5
 async def _init_transactional(ctx, req):
     # The transaction coordinator (kbroker.txn): epoch bump, fencing, aborting an open txn.
     rt = getattr(ctx.broker, "txn_coordinator", None)
-    err = Errors.COORDINATOR_NOT_AVAILABLE if rt is None else await rt.ensure_ready()
+    err = Errors.COORDINATOR_NOT_AVAILABLE if rt is None else await rt.ensure_ready(req.transactional_id)
     if err:
         return InitProducerIdResponse(error_code=err, producer_id=-1, producer_epoch=-1)
     out = await rt.init_producer_id(req.transactional_id, req.transaction_timeout_ms,

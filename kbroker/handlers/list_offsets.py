@@ -18,10 +18,11 @@ _Topic = ListOffsetsResponse.ListOffsetsTopicResponse
 _Part = _Topic.ListOffsetsPartitionResponse
 
 
+CONSUMER_REPLICA_ID = -1
 DEBUGGING_REPLICA_ID = -2   # the one caller a follower answers (tools); everyone else asks the leader
 
 
-def _one(part, p, read_committed: bool, leader_only: bool = True) -> _Part:
+def _one(part, p, read_committed: bool, leader_only: bool = True, from_client: bool = True) -> _Part:
     idx = p.partition_index
     if part is None:
         return _Part(partition_index=idx, error_code=Errors.UNKNOWN_TOPIC_OR_PARTITION)
@@ -35,7 +36,12 @@ def _one(part, p, read_committed: bool, leader_only: bool = True) -> _Part:
         return _Part(partition_index=idx, error_code=code)
     plog = part.log
     ts = p.timestamp
-    limit = part.last_stable_offset if read_committed else plog.high_watermark
+    # a client reads up to the high watermark (or LSO); anyone else (a replica id or the
+    # debugging id -2: tools, fault tests) gets this replica's own log end, as in Kafka
+    if not from_client:
+        limit = plog.log_end_offset
+    else:
+        limit = part.last_stable_offset if read_committed else plog.high_watermark
     if ts == LATEST:
         return _Part(partition_index=idx, timestamp=-1, offset=limit, leader_epoch=part.leader_epoch)
     if ts in (EARLIEST, EARLIEST_LOCAL):
@@ -58,10 +64,11 @@ def handle(ctx, req):
     replicas = ctx.broker.replicas
     read_committed = ctx.api_version >= 2 and req.isolation_level == 1
     leader_only = req.replica_id != DEBUGGING_REPLICA_ID
+    from_client = req.replica_id == CONSUMER_REPLICA_ID
     topics = []
     for t in req.topics:
         parts = replicas.topics.get(t.name)
-        out = [_one(parts.get(p.partition_index) if parts else None, p, read_committed, leader_only) for p in t.partitions]
+        out = [_one(parts.get(p.partition_index) if parts else None, p, read_committed, leader_only, from_client) for p in t.partitions]
         if ctx.api_version < 4:   # leader_epoch is not ignorable before v4
             for r in out:
                 r.leader_epoch = -1

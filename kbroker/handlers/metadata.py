@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import struct
+
 from kbroker.kraft.controller import NewTopic, validate_topic_name
+from kbroker.slices import run_in_slices
 from kbroker.wire.errors import Errors
 from kbroker.wire.generated.metadata_response import MetadataResponse
-from kbroker.wire.primitives import ZERO_UUID
+from kbroker.wire.primitives import ZERO_UUID, Writer, wr_uvarint
 
 API_KEY = 3
 MIN_VERSION = 0
@@ -85,14 +89,84 @@ class _EncodedMetadataResponse(MetadataResponse):
 _all_topics_cache: dict = {}   # (image id, image offset, version, listener, flags) -> response
 
 
+_building: dict = {}   # key -> future of a sliced build in progress (shared by requests)
+# Above this many partitions a cache miss is built and encoded in slices: 10,000 partitions
+# cost ~20-40 ms of the event loop in one go, and every client waited for it.
+SLICED_BUILD_PARTITIONS = 2000
+
+
+def _remember(key, resp) -> None:
+    if any(k[:3] != key[:3] for k in _all_topics_cache) or len(_all_topics_cache) > 16:
+        _all_topics_cache.clear()   # one image at a time: older entries are stale
+    _all_topics_cache[key] = resp
+
+
 def _cached_all_topics(key, build) -> MetadataResponse:
     resp = _all_topics_cache.get(key)
     if resp is None:
         resp = build()
-        if any(k[:3] != key[:3] for k in _all_topics_cache) or len(_all_topics_cache) > 16:
-            _all_topics_cache.clear()   # one image at a time: older entries are stale
-        _all_topics_cache[key] = resp
+        _remember(key, resp)
     return resp
+
+
+def _build_steps(broker, image, listener_name, v, cluster_ops, include_ops):
+    """Generator (kbroker.slices): the all-topics response, built and encoded a topic at a
+    time. The encoding is stitched from the response without topics and each topic's own
+    encoding: the topics array is followed only by cluster_authorized_operations (v8-10)
+    and the tagged fields (v9+, none)."""
+    topics = []
+    for t in list(image.topics_by_name.values()):
+        topics.append(topic_response(t, v, include_ops))
+        yield
+    resp = _response(_EncodedMetadataResponse, broker, image, listener_name, v, cluster_ops, [])
+    w = Writer()
+    MetadataResponse.encode_into(resp, w, v)
+    empty = bytes(w)
+    tail = (4 if 8 <= v <= 10 else 0) + (1 if v >= 9 else 0)
+    head = empty[:len(empty) - tail - (1 if v >= 9 else 4)]
+    w = Writer()
+    w += head
+    if v >= 9:
+        wr_uvarint(w, len(topics) + 1)
+    else:
+        w += struct.pack(">i", len(topics))
+    for t in topics:
+        t.encode_into(w, v)
+        yield
+    w += empty[len(empty) - tail:]
+    resp.topics = topics
+    resp._encoded[(v, 0)] = bytes(w)
+    return resp
+
+
+def _sliced_all_topics(key, steps):
+    """The cached response, else a coroutine that builds it in slices (one build per key,
+    however many requests ask meanwhile)."""
+    resp = _all_topics_cache.get(key)
+    if resp is not None:
+        return resp
+    fut = _building.get(key)
+    if fut is None:
+        async def build():
+            try:
+                resp = await run_in_slices(steps())
+                _remember(key, resp)
+                return resp
+            finally:
+                _building.pop(key, None)
+        fut = _building[key] = asyncio.ensure_future(build())
+
+    async def answer():
+        return await asyncio.shield(fut)
+    return answer()
+
+
+def _has_running_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+        return True
+    except RuntimeError:
+        return False
 
 
 def _error_topic(name, topic_id, code) -> _Topic:
@@ -128,6 +202,10 @@ def handle(ctx, req):
         cluster_ops = 8 <= v <= 10 and req.include_cluster_authorized_operations
         key = (id(image), image.offset, len(image.topics_by_name), v, ctx.listener_name, include_ops,
                cluster_ops, broker.cluster_id, broker.node_id)
+        if key not in _all_topics_cache and _has_running_loop() and \
+                sum(len(t.partitions) for t in image.topics_by_name.values()) > SLICED_BUILD_PARTITIONS:
+            return _sliced_all_topics(key, lambda: _build_steps(
+                broker, image, ctx.listener_name, v, cluster_ops, include_ops))
         return _cached_all_topics(key, lambda: _response(
             _EncodedMetadataResponse, broker, image, ctx.listener_name, v, cluster_ops,
             [topic_response(t, v, include_ops) for t in image.topics_by_name.values()]))

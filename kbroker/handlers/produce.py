@@ -16,7 +16,7 @@ from kbroker.log.errors import LogError
 from kbroker.net.connection import CloseConnection
 from kbroker.replication import leader_hints
 from kbroker.replication.delayed_produce import check_before_append
-from kbroker.txn.verification import verify_produce
+from kbroker.txn.verification import pending_remote, verify_produce, verify_remotely
 from kbroker.wire.errors import Errors
 from kbroker.wire.generated.produce_response import ProduceResponse
 
@@ -31,12 +31,30 @@ _Leader = _Part.LeaderIdAndEpoch
 
 
 def handle(ctx, req):
+    # KIP-890: a transaction coordinated by another broker is asked first (AddPartitionsToTxn
+    # verify_only), then the request is handled with its answers
+    remote = pending_remote(getattr(ctx.broker, "txn_coordinator", None), req.transactional_id,
+                            ctx.broker.replicas, req) if req.transactional_id else None
+    if remote is not None:
+        return _verified_remotely(ctx, req, *remote)
+    return _handle(ctx, req)
+
+
+async def _verified_remotely(ctx, req, producer_id, producer_epoch, partitions):
+    codes = await verify_remotely(ctx.broker.txn_coordinator, req.transactional_id, producer_id,
+                                  producer_epoch, partitions)
+    out = _handle(ctx, req, codes)
+    return (await out) if not isinstance(out, ProduceResponse) and out is not None else out
+
+
+def _handle(ctx, req, remote_verdicts=None):
     replicas = ctx.broker.replicas
     now = ctx.now_ms
     acks = req.acks
     bad_acks = acks not in (0, 1, -1)
     responses = []
     waits = []   # acks=all: (partition, last offset, its response) not yet replicated
+    syncs = []   # flush.messages reached: (partition, its response) until the fsync is done
     moved = []   # leaders named in NOT_LEADER_OR_FOLLOWER answers (KIP-951)
     failed = False
     txn_rt = getattr(ctx.broker, "txn_coordinator", None)
@@ -86,7 +104,7 @@ def handle(ctx, req):
                                      log_start_offset=part.log.log_start_offset, error_message=str(e)))
                     continue
             # KIP-890: a transaction's first batch here must be in a partition it added
-            txn_err = verify_produce(txn_rt, req.transactional_id, part, records)
+            txn_err = verify_produce(txn_rt, req.transactional_id, part, records, remote_verdicts)
             if txn_err:
                 failed = True
                 out.append(_Part(index=pd.index, error_code=txn_err, base_offset=-1,
@@ -109,12 +127,15 @@ def handle(ctx, req):
                 out.append(_Part(index=pd.index, error_code=0, base_offset=r.base_offset,
                                  log_append_time_ms=r.log_append_time, log_start_offset=r.log_start_offset))
                 appended += r.records_count
+                if part.log.awaits_sync(r.last_offset + 1):
+                    syncs.append((part.log, r.last_offset + 1, out[-1]))
                 if acks == -1 and r.last_offset >= part.high_watermark:
                     waits.append((part, r.last_offset, out[-1]))
         if appended and metrics is not None:
             metrics.records_in(td.name, appended)
         responses.append(_Topic(name=td.name, partition_responses=out))
     if acks == 0:
+        # (a flush.messages fsync, if any, runs anyway: sync_soon started it)
         if failed:
             raise CloseConnection("acks=0 produce request failed; closing so the producer notices")
         return None
@@ -122,8 +143,24 @@ def handle(ctx, req):
     if moved and ctx.api_version >= 10:
         resp.node_endpoints = leader_hints.node_endpoints(ctx.broker.image, moved, ctx.listener_name,
                                                           ProduceResponse.NodeEndpoint)
+    if syncs:
+        return _after_sync(syncs, replicas, waits, req.timeout_ms, resp)
     if waits:
         return _after_replication(replicas, waits, req.timeout_ms, resp)
+    return resp
+
+
+async def _after_sync(syncs, replicas, waits, timeout_ms: int, resp):
+    """flush.messages: answer after the group-commit fsync that covers the appends (Kafka
+    fsyncs inside the append; here appends that arrive meanwhile share the next fsync)."""
+    for plog, end, out in syncs:
+        try:
+            await plog.sync(end)
+        except LogError as e:
+            out.error_code = e.error_code
+            out.base_offset = -1
+    if waits:
+        return await _after_replication(replicas, waits, timeout_ms, resp)
     return resp
 
 

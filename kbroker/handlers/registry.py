@@ -71,6 +71,7 @@ HANDLER_MODULES: tuple[str, ...] = (
     "delete_acls",
     "describe_client_quotas",
     "alter_client_quotas",
+    "create_delegation_token", "renew_delegation_token", "expire_delegation_token", "describe_delegation_token",
 )
 
 

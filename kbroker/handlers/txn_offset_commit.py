@@ -1,7 +1,7 @@
 """TxnOffsetCommit (28), versions 0-4: offsets committed inside a transaction.
 
 The group coordinator validates the group (generation / member, as for OffsetCommit) and
-builds the offset records; they are appended to the group's __consumer_offsets partition as
+builds the offset records; its runtime appends them to the group's __consumer_offsets partition as
 one *transactional* batch of the producer (so the transaction's COMMIT/ABORT marker decides
 them) and stay pending in the group's offset store until that marker is written
 (OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT meanwhile)."""
@@ -12,7 +12,6 @@ from kbroker.groups import errors
 from kbroker.groups.handler_support import CommitAnswers, coordinator
 from kbroker.groups.runtime import CoordinatorError
 from kbroker.groups.shard import OffsetCommitRequest
-from kbroker.txn.offsets_append import append_transactional_offsets
 from kbroker.wire.generated.txn_offset_commit_response import TxnOffsetCommitResponse
 
 API_KEY = 28
@@ -34,10 +33,8 @@ async def _handle(ctx, req):
                                  req.member_id if v >= 3 else "",
                                  req.group_instance_id if v >= 3 else None, -1, 8)
         try:
-            shard = coordinator(ctx).shard_for(req.group_id)
-            code, parts = append_transactional_offsets(
-                ctx.broker, shard, oc, req.producer_id, req.producer_epoch, ctx.now_ms,
-                transactional_id=req.transactional_id)
+            code, parts = await coordinator(ctx).commit_transactional_offsets(
+                oc, req.producer_id, req.producer_epoch, req.transactional_id)
         except CoordinatorError as e:
             answers.fail_valid(e.code)
         else:

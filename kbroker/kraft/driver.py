@@ -77,6 +77,7 @@ class RaftDriver:
     def append_nowait(self, records: list[bytes]) -> tuple[int, asyncio.Future]:
         """Append as leader now (NotLeaderError if not); returns the last offset and a future
         that resolves once the high watermark passes it, so callers can pipeline appends."""
+        self._refuse_if_closed()
         offset = self.node.append(records, self.clock())
         fut = asyncio.get_running_loop().create_future()
         self._appends.append((offset, self.node.epoch, fut))
@@ -86,6 +87,7 @@ class RaftDriver:
     async def handle_request(self, src: int, request) -> Any:
         """A Raft request that arrived from ``src`` over the network (or an admin request:
         DescribeQuorum, AddRaftVoter, RemoveRaftVoter); returns the node's response."""
+        self._refuse_if_closed()
         corr = next(self._corrs)
         fut = asyncio.get_running_loop().create_future()
         self._local[(src, corr)] = fut
@@ -117,6 +119,12 @@ class RaftDriver:
         except asyncio.CancelledError:
             pass
         self._fail_waiters(NotLeaderError("raft driver closed"))
+
+    def _refuse_if_closed(self) -> None:
+        # after close nothing polls the node: a waiter added now would never be answered (a
+        # peer's Vote or Fetch arriving during shutdown held the connection drain for 30 s)
+        if self._closing:
+            raise NotLeaderError("raft driver closed")
 
     # -- the task ------------------------------------------------------------------------------
 

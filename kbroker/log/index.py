@@ -1,19 +1,27 @@
-"""Kafka's segment index files, memory-mapped.
+"""Kafka's segment index files, read and written with pread/pwrite.
 
 ``.index``: 8-byte entries (int32 offset relative to the segment's base offset, int32 file
 position), ``.timeindex``: 12-byte entries (int64 timestamp, int32 relative offset); both
 big-endian, sorted, preallocated to ``segment.index.bytes`` while the segment is active and
 trimmed to their entries when it rolls or the log closes (exactly Kafka's layout, so
-``kafka-dump-log.sh`` reads them). The mapping is opened lazily on first use, so a log with
-many segments keeps only the indexes it touches mapped; the kernel pages them.
+``kafka-dump-log.sh`` reads them).
+
+No memory maps: Python's mmap keeps a duplicate descriptor per mapping, which made every
+active segment cost five descriptors and ran a 20,000-descriptor process out at ~4,000
+partitions. The file is a ``FileHandle`` of the bounded descriptor cache (``fd_cache``):
+opened on first use, closed when the cache needs room, re-opened by path. The entry count
+and capacity live here, so the append path's checks (``is_full``) touch no file; a lookup is
+a binary search of a few 8/12-byte preads, served from the page cache.
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 from typing import Callable
+
+from .errors import KafkaStorageError
+from .fd_cache import FileHandle
 
 _OFF = struct.Struct(">ii")
 _TIME = struct.Struct(">qi")
@@ -23,48 +31,69 @@ class _Index:
     entry_size = 0
 
     def __init__(self, path: str, base_offset: int, max_index_size: int = -1,
-                 writable: bool = False) -> None:
-        self.path = path
+                 writable: bool = False, *, new: bool = False) -> None:
+        self._h = FileHandle(path, create=True)
         self.base_offset = base_offset
         self.max_index_size = max_index_size
-        self._mm: mmap.mmap | None = None
-        self._fd = -1
         self._entries = 0
-        self._capacity = 0  # bytes mapped
-        self._loaded = False
+        self._capacity = 0  # bytes of the file (entries beyond _entries are zeros)
+        self._loaded = False  # _entries/_capacity known
         self._writable = writable
-        if writable:
-            self._load()
+        if new and writable and max_index_size > 0:
+            # a new segment's index: known empty; the file appears on first use
+            self._entries = 0
+            self._capacity = max_index_size - max_index_size % self.entry_size
+            self._loaded = True
+            self._prealloc = True
+        else:
+            self._prealloc = False
+            if writable:
+                self._load()
 
-    # -- file / mapping management ----------------------------------------------------
+    @property
+    def path(self) -> str:
+        return self._h.path
+
+    @path.setter
+    def path(self, value: str) -> None:
+        self._h.path = value
+
+    # -- file management -----------------------------------------------------------------
+    def _fd(self) -> int:
+        fd = self._h.fileno()
+        if self._prealloc:
+            self._prealloc = False
+            if os.fstat(fd).st_size < self._capacity:
+                os.ftruncate(fd, self._capacity)  # Kafka preallocates (sparse zeros)
+        return fd
+
     def _load(self) -> None:
         if self._loaded:
             return
         exists = os.path.exists(self.path)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        size = os.fstat(self._fd).st_size
+        fd = self._fd()
+        size = os.fstat(fd).st_size
         es = self.entry_size
         if not exists or size == 0:
             if self._writable and self.max_index_size > 0:
                 size = self.max_index_size - self.max_index_size % es
-                os.ftruncate(self._fd, size)
+                os.ftruncate(fd, size)
             self._entries = 0
         else:
             # a file we did not create: its entries fill it (Kafka does the same; a crash
             # can leave preallocated zeros which sanity_check()/recovery deal with)
             self._entries = size // es
-        self._map(size)
+        self._capacity = size
         self._loaded = True
         if self._writable and self.max_index_size > 0 and exists:
             self.resize(self.max_index_size)
 
-    def _map(self, size: int) -> None:
-        if self._mm is not None:
-            self._mm.close()
-            self._mm = None
-        self._capacity = size
-        if size > 0:
-            self._mm = mmap.mmap(self._fd, size)
+    def _read(self, i: int, fmt: struct.Struct) -> tuple:
+        es = self.entry_size
+        data = os.pread(self._fd(), es, i * es)
+        if len(data) < es:   # inside the capacity but past the end of the file: zeros
+            data = data.ljust(es, b"\0")
+        return fmt.unpack(data)
 
     @property
     def entries(self) -> int:
@@ -82,9 +111,8 @@ class _Index:
         new_size = max(new_size - new_size % es, self._entries * es)
         if new_size == self._capacity:
             return
-        # no msync: a shared mapping is the page cache; durability is flush()'s job
-        os.ftruncate(self._fd, new_size)
-        self._map(new_size)
+        os.ftruncate(self._fd(), new_size)
+        self._capacity = new_size
 
     def make_writable(self, max_index_size: int) -> None:
         """The segment became active again (reopen): grow back to the preallocated size."""
@@ -96,45 +124,46 @@ class _Index:
     def trim_to_valid_size(self) -> None:
         if not self._loaded:
             return
-        self.resize(self._entries * self.entry_size)
+        if self._prealloc:   # never created: nothing to trim
+            self._capacity = self._entries * self.entry_size
+        else:
+            self.resize(self._entries * self.entry_size)
         self._writable = False
 
     def flush(self) -> None:
-        if self._fd >= 0:
-            os.fsync(self._fd)  # writes the mapping's dirty pages too (shared mapping)
+        if self._loaded and not self._prealloc:
+            os.fsync(self._fd())   # an evicted file's dirty pages are still the inode's
 
     @property
     def fd(self) -> int:
-        return self._fd
+        """A descriptor for fsync (valid until other handles are touched)."""
+        return self._fd()
 
     def close(self) -> None:
-        if self._mm is not None:
-            self._mm.close()
-            self._mm = None
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        """Release the descriptor and forget the sizes (a later use re-reads the file)."""
+        self._h.release()
+        self._h.pinned = False
         self._loaded = False
+        self._prealloc = False
 
     def close_and_trim(self) -> None:
-        if self._loaded:
-            self.trim_to_valid_size()
+        try:
+            if self._loaded:
+                self.trim_to_valid_size()
+        except KafkaStorageError:
+            pass   # the directory is gone (a partition deleted while it was created)
         self.close()
 
     def reset(self) -> None:
         """Drop every entry (recovery rebuilds the index)."""
         self._load()
         self._entries = 0
-        if self._mm is not None and self._capacity:
-            # truncate and re-extend: a sparse file of zeros at once. Writing 10 MB of zeros
-            # through the mapping took ~35 ms per index: over a minute of recovery after a
-            # kill -9 with a thousand partitions.
-            cap = self._capacity
-            self._mm.close()
-            self._mm = None
-            os.ftruncate(self._fd, 0)
-            os.ftruncate(self._fd, cap)
-            self._map(cap)
+        if self._capacity:
+            # truncate and re-extend: a sparse file of zeros at once (writing 10 MB of zeros
+            # took ~35 ms per index: over a minute of recovery with a thousand partitions)
+            fd = self._fd()
+            os.ftruncate(fd, 0)
+            os.ftruncate(fd, self._capacity)
 
     # -- search ------------------------------------------------------------------------
     def _key(self, i: int) -> int:  # pragma: no cover - overridden
@@ -164,11 +193,11 @@ class OffsetIndex(_Index):
     entry_size = 8
 
     def _key(self, i: int) -> int:
-        return _OFF.unpack_from(self._mm, i * 8)[0]  # type: ignore[arg-type]
+        return self._read(i, _OFF)[0]
 
     def entry(self, i: int) -> tuple[int, int]:
         self._load()
-        rel, pos = _OFF.unpack_from(self._mm, i * 8)  # type: ignore[arg-type]
+        rel, pos = self._read(i, _OFF)
         return self.base_offset + rel, pos
 
     def last_entry(self) -> tuple[int, int]:
@@ -194,15 +223,13 @@ class OffsetIndex(_Index):
             self._load()
         n = self._entries
         rel = offset - self.base_offset
-        if n and rel <= _OFF.unpack_from(self._mm, (n - 1) * 8)[0]:  # type: ignore[arg-type]
+        if n and rel <= self._read(n - 1, _OFF)[0]:
             return False  # Kafka only appends increasing offsets
         if (n + 1) * 8 > self._capacity:
             return False
-        # pwrite, not a store into the mapping: the mapping sees it (one page cache), and
-        # the first store into each page of a new sparse index file costs a write fault
-        # that allocates the block (~1 ms here), which made every new partition's first
-        # appends slow; the write path allocates lazily (delayed allocation).
-        os.pwrite(self._fd, _OFF.pack(rel, position), n * 8)
+        # pwrite (no mapping): a store into a mapped page of a new sparse file cost a
+        # write fault that allocates the block (~1 ms here); the write path allocates lazily
+        os.pwrite(self._fd(), _OFF.pack(rel, position), n * 8)
         self._entries = n + 1
         return True
 
@@ -221,11 +248,11 @@ class OffsetIndex(_Index):
         n = self._entries
         if n == 0:
             return True
-        last_rel, last_pos = _OFF.unpack_from(self._mm, (n - 1) * 8)  # type: ignore[arg-type]
+        last_rel, last_pos = self._read(n - 1, _OFF)
         if last_rel < 0 or last_pos < 0 or last_pos >= max(log_size, 1):
             return False
         if n > 1:
-            prev_rel, prev_pos = _OFF.unpack_from(self._mm, (n - 2) * 8)  # type: ignore[arg-type]
+            prev_rel, prev_pos = self._read(n - 2, _OFF)
             if last_rel <= prev_rel or last_pos <= prev_pos:
                 return False
         return True
@@ -237,11 +264,11 @@ class TimeIndex(_Index):
     entry_size = 12
 
     def _key(self, i: int) -> int:
-        return _TIME.unpack_from(self._mm, i * 12)[0]  # type: ignore[arg-type]
+        return self._read(i, _TIME)[0]
 
     def entry(self, i: int) -> tuple[int, int]:
         self._load()
-        ts, rel = _TIME.unpack_from(self._mm, i * 12)  # type: ignore[arg-type]
+        ts, rel = self._read(i, _TIME)
         return ts, self.base_offset + rel
 
     def last_entry(self) -> tuple[int, int]:
@@ -272,7 +299,7 @@ class TimeIndex(_Index):
                 self.resize(self._capacity + 12)
             else:
                 return False
-        os.pwrite(self._fd, _TIME.pack(timestamp, offset - self.base_offset), self._entries * 12)  # see OffsetIndex.append
+        os.pwrite(self._fd(), _TIME.pack(timestamp, offset - self.base_offset), self._entries * 12)  # see OffsetIndex.append
         self._entries += 1
         return True
 
@@ -283,7 +310,7 @@ class TimeIndex(_Index):
         rel = offset - self.base_offset
         while lo < hi:
             mid = (lo + hi) >> 1
-            if _TIME.unpack_from(self._mm, mid * 12)[1] < rel:  # type: ignore[arg-type]
+            if self._read(mid, _TIME)[1] < rel:
                 lo = mid + 1
             else:
                 hi = mid
@@ -295,8 +322,8 @@ class TimeIndex(_Index):
             return False
         n = self._entries
         if n > 1:
-            t1, r1 = _TIME.unpack_from(self._mm, (n - 2) * 12)  # type: ignore[arg-type]
-            t2, r2 = _TIME.unpack_from(self._mm, (n - 1) * 12)  # type: ignore[arg-type]
+            t1, r1 = self._read(n - 2, _TIME)
+            t2, r2 = self._read(n - 1, _TIME)
             if t2 <= t1 or r2 < r1:
                 return False
         return True

@@ -392,6 +392,7 @@ class LogManager:
                 continue
             new = os.path.join(d, new_name)
             renames.append((d, plog.dir, new))
+            plog.detach_descriptors()
             closes.append(plog)
             self._pending_dir_deletes.append((new, now_ms + plog.config.file_delete_delay_ms))
         if not renames:

@@ -176,6 +176,7 @@ class PartitionLog:
         self._sync_task: asyncio.Task | None = None
         self.sync_rounds = 0  # fsync batches run by sync() (group commit)
         self._durable_offset = 0  # below it, the log data is fsynced (group commit)
+        self._sync_requested = 0  # the highest offset an append asked to be fsynced (sync_soon)
         self.closed = False
         self.recovery: RecoveryReport = RecoveryReport(clean_shutdown=True)
         self.leader_epoch_cache = LeaderEpochCache(None)
@@ -799,6 +800,7 @@ class PartitionLog:
     def _after_truncate(self) -> None:
         self._fail_sync_waiters(self._leo)
         self._durable_offset = min(self._durable_offset, self._leo)
+        self._sync_requested = min(self._sync_requested, self._leo)
         self._recovery_point = min(self._recovery_point, self._leo)
         self._high_watermark = min(self._high_watermark, self._leo)
         self._log_start_offset = min(self._log_start_offset, self._leo)
@@ -820,6 +822,7 @@ class PartitionLog:
         self._log_start_offset = offset
         self._recovery_point = offset
         self._durable_offset = offset
+        self._sync_requested = offset
         self._high_watermark = offset
         self.leader_epoch_cache.clear()
         self.first_dirty_offset = None
@@ -1016,10 +1019,14 @@ class PartitionLog:
         pending = [s for s in pending if s in self._segments]
         if not pending:
             return None
-        fds = [fd for s in pending for fd in s.sync_fds(with_indexes=True)]
+        dups: list[int] = []
         try:
-            fut = self.io.fsync_fds(fds)
+            for s in pending:
+                dups += s.dup_fds(with_indexes=True)
+            fut = self.io.fsync_and_close(dups)
         except OSError:
+            for fd in dups:
+                os.close(fd)
             self._roll_flush_pending = pending + self._roll_flush_pending
             raise
         self._roll_flush_in_flight += pending
@@ -1071,6 +1078,25 @@ class PartitionLog:
             return True
         return False
 
+    def sync_soon(self, offset: int) -> None:
+        """flush.messages reached by an append: start a group-commit fsync covering
+        everything below ``offset`` instead of fsyncing on the event loop; whoever answers
+        the append awaits ``sync(offset)`` when ``awaits_sync(offset)`` says so. Without a
+        running loop (tools, tests): flush now."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()
+            return
+        self._sync_requested = max(self._sync_requested, offset)
+        task = asyncio.ensure_future(self.sync(offset))
+        task.add_done_callback(_retrieve)   # failures reach the awaiting handler, not the log
+
+    def awaits_sync(self, offset: int) -> bool:
+        """True if an append ending below ``offset`` asked for an fsync (``sync_soon``)
+        that has not completed: its acknowledgement waits for it (flush.messages=1)."""
+        return offset <= self._sync_requested and offset > max(self._recovery_point, self._durable_offset)
+
     async def sync(self, offset: int | None = None) -> None:
         """Group commit: return once everything below ``offset`` (default: the current
         log end) is fsynced. Concurrent callers share fsyncs: while one fsync runs (in a
@@ -1102,9 +1128,12 @@ class PartitionLog:
             segs = [s for s in self._segments_from(self._recovery_point) if s.base_offset < upto]
             # log data of every segment; indexes of the closed ones (the active segment's
             # are rebuilt by recovery, so the recovery point stops at its base)
-            jobs = [(fd, fd == s.handle.fd and s is active)
-                    for s in segs for fd in s.sync_fds(with_indexes=s is not active)]
+            # (duplicated descriptors: the cache may close the originals meanwhile)
             try:
+                jobs = []
+                for s in segs:
+                    fds = s.dup_fds(with_indexes=s is not active)
+                    jobs += [(fd, i == 0 and s is active) for i, fd in enumerate(fds)]
                 await asyncio.to_thread(_fsync_jobs, jobs)
             except Exception as e:  # pragma: no cover - disk failure
                 waiters, self._sync_waiters = self._sync_waiters, []
@@ -1150,6 +1179,12 @@ class PartitionLog:
         self._pending_deletes = []
         self.closed = True
 
+    def detach_descriptors(self) -> None:
+        """Before handing the log to another thread (which closes it): its files leave the
+        descriptor cache, so the event loop's evictions never close one under that thread."""
+        for s in self._segments + self._pending_deletes:
+            s.detach_descriptors()
+
     def close_without_trim(self) -> None:
         """Drop everything without the clean-close work (tests: simulate a crash)."""
         for s in self._segments:
@@ -1188,7 +1223,14 @@ def _as_bytes_view(buf) -> memoryview:
     return mv
 
 
+def _retrieve(task) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 def _fsync_jobs(jobs) -> None:
+    """fsync (fdatasync for the active log) and close duplicated descriptors."""
+    err = None
     for fd, data_only in jobs:
         try:
             if data_only:
@@ -1196,8 +1238,11 @@ def _fsync_jobs(jobs) -> None:
             else:
                 os.fsync(fd)
         except OSError as e:
-            if e.errno != errno.EBADF:  # closed meanwhile (deleted segment): nothing to do
-                raise
+            err = err or e
+        finally:
+            os.close(fd)
+    if err is not None:
+        raise err
 
 
 def _unlink(path: str) -> None:

@@ -23,6 +23,7 @@ from kbroker.wire.records import LOG_OVERHEAD, RECORD_BATCH_OVERHEAD, RecordBatc
 
 from .config import INT_MAX, LogConfig
 from .errors import KafkaStorageError
+from .fd_cache import FileHandle
 from .index import OffsetIndex, TimeIndex
 
 log = logging.getLogger(__name__)
@@ -54,44 +55,6 @@ def index_file(d: str, base: int, suffix: str = "") -> str:
 
 def time_index_file(d: str, base: int, suffix: str = "") -> str:
     return os.path.join(d, filename_prefix(base) + TIMEINDEX_SUFFIX + suffix)
-
-
-class FileHandle:
-    """An open segment file. Regions keep a reference to it; the descriptor is closed only
-    when the segment's files are finally removed (after ``file.delete.delay.ms``), so a
-    region handed to a fetch stays valid across a roll, a rename to ``.deleted`` or a
-    compaction swap."""
-
-    __slots__ = ("fd", "path")
-
-    def __init__(self, fd: int, path: str) -> None:
-        self.fd = fd
-        self.path = path
-
-    def __del__(self) -> None:
-        # the last reference (a segment, or a region a fetch still holds) closes it, so a
-        # descriptor number is never reused while a region might still send from it
-        try:
-            self.close()
-        except OSError:  # pragma: no cover
-            pass
-
-    def fileno(self) -> int:
-        if self.fd < 0:
-            raise KafkaStorageError(f"segment file {self.path} is closed")
-        return self.fd
-
-    @property
-    def closed(self) -> bool:
-        return self.fd < 0
-
-    def close(self) -> None:
-        fd, self.fd = self.fd, -1
-        if fd >= 0:
-            os.close(fd)
-
-    def __repr__(self) -> str:
-        return f"FileHandle({self.path!r}, fd={self.fd})"
 
 
 class FileRegion(NamedTuple):
@@ -164,9 +127,13 @@ class LogSegment:
         self.suffix = suffix
         self.created_ms = now_ms
         path = log_file(directory, base_offset, suffix)
-        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
-        fd = os.open(path, flags, 0o644)
-        self.handle = FileHandle(fd, path)
+        if create:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            self.handle = FileHandle(path, fd, pinned=active)
+        else:
+            # an old segment opens on first read (descriptor cache); the active one at once
+            self.handle = FileHandle(path, pinned=active)
+            fd = self.handle.fileno() if active else -1
         if create:
             for p in (index_file(directory, base_offset, suffix),
                       time_index_file(directory, base_offset, suffix)):
@@ -181,11 +148,11 @@ class LogSegment:
                 pass
             self.size = 0
         else:
-            self.size = os.fstat(fd).st_size
+            self.size = os.fstat(fd).st_size if fd >= 0 else os.stat(path).st_size
         self.offset_index = OffsetIndex(index_file(directory, base_offset, suffix), base_offset,
-                                        config.segment_index_bytes, writable=active)
+                                        config.segment_index_bytes, writable=active, new=create)
         self.time_index = TimeIndex(time_index_file(directory, base_offset, suffix), base_offset,
-                                    config.segment_index_bytes, writable=active)
+                                    config.segment_index_bytes, writable=active, new=create)
         self.active = active
         self.bytes_since_last_index_entry = 0
         self._next_offset: int | None = base_offset if create else None
@@ -298,14 +265,14 @@ class LogSegment:
         """(position, base_offset, size) of each batch from ``start`` (a batch boundary) up
         to ``end``, reading the framing in small windows."""
         end = self.size if end is None else min(end, self.size)
-        fd = self.handle.fileno()
+        h = self.handle  # the descriptor is asked for at each read: the caller may pause us
         pos = start
         buf = b""
         buf_pos = pos
         while pos + LOG_OVERHEAD <= end:
             rel = pos - buf_pos
             if rel < 0 or rel + LOG_OVERHEAD > len(buf):
-                buf = os.pread(fd, min(_SCAN_CHUNK, end - pos), pos)
+                buf = os.pread(h.fileno(), min(_SCAN_CHUNK, end - pos), pos)
                 buf_pos = pos
                 rel = 0
                 if len(buf) < LOG_OVERHEAD:
@@ -323,10 +290,10 @@ class LogSegment:
         in windows of ``chunk`` bytes (or one batch, if larger). Views are read-only and
         stay valid after the iteration moves on."""
         end = self.size if end is None else min(end, self.size)
-        fd = self.handle.fileno()
+        h = self.handle  # the descriptor is asked for at each read: the caller may pause us
         pos = start
         while pos + LOG_OVERHEAD <= end:
-            buf = pread_exact(fd, min(chunk, end - pos), pos)
+            buf = pread_exact(h.fileno(), min(chunk, end - pos), pos)
             if len(buf) < LOG_OVERHEAD:
                 return
             _b, length = _FRAME.unpack_from(buf, 0)
@@ -334,7 +301,7 @@ class LogSegment:
             if size > len(buf):
                 if length < 0 or pos + size > end:
                     return
-                buf = pread_exact(fd, size, pos)
+                buf = pread_exact(h.fileno(), size, pos)
                 if len(buf) < size:
                     return
             off = 0
@@ -577,6 +544,7 @@ class LogSegment:
     def make_active(self) -> None:
         """A reopened last segment becomes appendable: grow the indexes back."""
         self.active = True
+        self.handle.pin()   # Kafka-like: the active segment's log stays open
         self.offset_index.make_writable(self.config.segment_index_bytes)
         self.time_index.make_writable(self.config.segment_index_bytes)
         if self.size and self.bytes_since_last_index_entry == 0:
@@ -592,25 +560,37 @@ class LogSegment:
         self.time_index.trim_to_valid_size()
         self._trim_file()
         self.active = False
+        self.handle.unpin()
 
     def _trim_file(self) -> None:
-        fd = self.handle.fd
-        if fd >= 0 and os.fstat(fd).st_size != self.size:
+        if self.handle.closed:
+            return
+        fd = self.handle.fileno()
+        if os.fstat(fd).st_size != self.size:
             os.ftruncate(fd, self.size)
 
     def flush(self) -> None:
-        fd = self.handle.fd
-        if fd >= 0:
-            os.fsync(fd)
+        if not self.handle.closed:
+            os.fsync(self.handle.fileno())  # also when evicted: dirty pages are the inode's
         self.offset_index.flush()
         self.time_index.flush()
 
-    def sync_fds(self, with_indexes: bool) -> list[int]:
-        """Descriptors to fsync from another thread (group commit)."""
-        fds = [self.handle.fd]
-        if with_indexes:
-            fds += [self.offset_index.fd, self.time_index.fd]
-        return [fd for fd in fds if fd >= 0]
+    def dup_fds(self, with_indexes: bool) -> list[int]:
+        """Duplicates of the descriptors to fsync from another thread (group commit); the
+        caller closes them. Duplicates, because the cache may close the originals at once."""
+        if self.handle.closed:
+            return []
+        fds = [os.dup(self.handle.fileno())]
+        try:
+            if with_indexes:
+                for idx in (self.offset_index, self.time_index):
+                    if idx._loaded and not idx._prealloc:
+                        fds.append(os.dup(idx.fd))
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            raise
+        return fds
 
     def close(self) -> None:
         """Clean close: trims like a roll (the time index keeps its final entry)."""
@@ -623,6 +603,11 @@ class LogSegment:
         self.time_index.close_and_trim()
         self.handle.close()
 
+    def detach_descriptors(self) -> None:
+        """Before another thread closes this segment: out of the descriptor cache."""
+        for h in (self.handle, self.offset_index._h, self.time_index._h):
+            h.detach()
+
     def close_handles_only(self) -> None:
         self.offset_index.close()
         self.time_index.close()
@@ -633,6 +618,12 @@ class LogSegment:
         descriptors stay valid. ``defer(renames)``: the renames [(old, new)] run later
         (a worker thread, in order) instead of now; the paths change at once."""
         d, b = self.dir, self.base_offset
+        if defer is not None:
+            # the files move later, in another thread: re-opening by path would miss them
+            # (the log's regions may still be sent; nothing reads a doomed segment's indexes)
+            self.handle.pin()
+            self.offset_index.close()
+            self.time_index.close()
         renames = [(log_file(d, b, self.suffix), log_file(d, b, new_suffix))]
         self.handle.path = log_file(d, b, new_suffix)
         for idx, fn in ((self.offset_index, index_file), (self.time_index, time_index_file)):
@@ -654,6 +645,8 @@ class LogSegment:
         ``defer(paths)``: the unlinks run later (a worker thread) instead of now."""
         self.offset_index.close()
         self.time_index.close()
+        if not self.handle.closed:
+            self.handle.pin()   # regions in flight keep reading the unlinked file
         d, b, s = self.dir, self.base_offset, self.suffix
         paths = (log_file(d, b, s), index_file(d, b, s), time_index_file(d, b, s))
         if defer is not None:

@@ -61,6 +61,10 @@ class ClientClosed(ClientError):
     """``close()`` was called."""
 
 
+class AuthenticationFailed(ConnectionLost):
+    """The peer refused our SASL credentials (the connection is closed)."""
+
+
 class _Conn:
     """One live connection: the stream, the requests awaiting a response, the reader task."""
 
@@ -77,7 +81,7 @@ class KafkaClient:
     def __init__(self, host: str, port: int, *, client_id: str = "kbroker",
                  request_timeout_ms: int = 30000, connect_timeout_ms: int = 10000,
                  reconnect_backoff_ms: int = 50, reconnect_backoff_max_ms: int = 1000,
-                 max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, ssl=None,
+                 max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, ssl=None, sasl=None,
                  rng: random.Random | None = None) -> None:
         self.host = host
         self.port = port
@@ -88,6 +92,7 @@ class KafkaClient:
         self.backoff_max_ms = reconnect_backoff_max_ms
         self.max_frame_size = max_frame_size
         self.ssl = ssl
+        self.sasl = sasl   # kbroker.security.client_auth.SaslCredentials: authenticate each connection
         self._rng = rng or random.Random()
         self._conn: _Conn | None = None
         self._connecting: asyncio.Future | None = None
@@ -174,6 +179,9 @@ class KafkaClient:
         conn.task = asyncio.ensure_future(self._read_loop(conn))
         try:
             conn.versions = await self._negotiate(conn)
+            if self.sasl is not None:
+                await self.sasl.authenticate(lambda req, v: self._request(conn, req, v, self.request_timeout_ms / 1000, True),
+                                             conn.versions, AuthenticationFailed)
         except BaseException as e:
             self._fail(conn, ConnectionLost(f"{self}: ApiVersions failed: {e}"))
             self._backoff(loop)

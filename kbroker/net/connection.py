@@ -68,23 +68,33 @@ class CloseConnection(Exception):
 class _Region:
     """A file region being sent: mutable position/remaining for partial sendfile."""
 
-    __slots__ = ("fd", "pos", "left", "owner")
+    __slots__ = ("src", "pos", "left", "owner")
 
     def __init__(self, region: Any) -> None:
-        f = getattr(region, "fd", None)
-        if f is None:
-            f = region.file
-        self.fd = f if isinstance(f, int) else f.fileno()
+        f = getattr(region, "file", None)
+        self.src = f if f is not None else region.fd  # an int, or an object with fileno()
         self.pos = region.position
         self.left = region.size
         self.owner = region  # keeps the file object open while queued
+
+    @property
+    def fd(self) -> int:
+        # asked at each send: a segment file's descriptor may be closed by the log's
+        # descriptor cache while queued (re-opened here), so no number is kept
+        src = self.src
+        if type(src) is int:
+            return src
+        try:
+            return src.fileno()
+        except Exception as e:  # the log was closed or deleted meanwhile: a write error
+            raise OSError(errno.EBADF, str(e)) from None
 
 
 class Connection:
     __slots__ = (
         "loop", "sock", "fd", "peer", "listener_name", "dispatcher", "_decoder", "_on_closed",
         "_outbox", "_wq", "_wq_bytes", "_writing", "_reading", "_closed", "_closing",
-        "_drained", "conn_id", "state", "_hold", "_recv_into",
+        "_drained", "conn_id", "state", "_hold", "_recv_into", "_muted", "_deferred", "last_active",
     )
 
     def __init__(
@@ -119,6 +129,9 @@ class Connection:
         self.state: dict = {}     # per-connection state for handlers (e.g. SASL, client info)
         self._hold = False        # batching responses: _send queues, the batch end flushes
         self._recv_into = hasattr(decoder, "get_buffer")
+        self._muted = None        # KIP-219 quota throttling: the timer that unmutes
+        self._deferred: list = []  # frames read before a mute, handled when it ends
+        self.last_active = loop.time()   # connections.max.idle.ms
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -137,6 +150,8 @@ class Connection:
         if reason:
             log.info("closing connection %s from %s: %s", self.conn_id, self.peer, reason)
         self._pause_reading()
+        if self._muted is not None:
+            self._muted.cancel()
         if self._writing:
             self.loop.remove_writer(self.fd)
             self._writing = False
@@ -172,8 +187,28 @@ class Connection:
 
     # -- reading -----------------------------------------------------------------------------
 
+    def mute_for(self, delay_s: float) -> None:
+        """Read nothing for ``delay_s`` (a client over its quota, KIP-219)."""
+        end = self.loop.time() + delay_s
+        if self._muted is not None:
+            if self._muted.when() >= end:
+                return
+            self._muted.cancel()
+        self._muted = self.loop.call_at(end, self._unmute)
+        self._pause_reading()
+
+    def _unmute(self) -> None:
+        self._muted = None
+        if self._closed:
+            return
+        frames, self._deferred = self._deferred, []
+        if frames:
+            self._handle_frames(frames)
+        if not self._closed and self._muted is None:
+            self._after_progress()
+
     def _resume_reading(self) -> None:
-        if not self._reading and not self._closed and not self._closing:
+        if not self._reading and not self._closed and not self._closing and self._muted is None:
             self._reading = True
             self.loop.add_reader(self.fd, self._on_readable)
 
@@ -217,10 +252,17 @@ class Connection:
             return
         if not frames:
             return
+        self.last_active = self.loop.time()
+        self._handle_frames(frames)
+
+    def _handle_frames(self, frames) -> None:
         # Responses to the frames of this read leave together (one writev) at the end.
         self._hold = True
         try:
-            for frame in frames:
+            for i, frame in enumerate(frames):
+                if self._muted is not None:   # throttled: the rest waits for the unmute
+                    self._deferred.extend(frames[i:])
+                    break
                 self._handle_frame(frame)
                 if self._closed:
                     return
@@ -309,6 +351,7 @@ class Connection:
     # -- writing -----------------------------------------------------------------------------
 
     def _send(self, chunks: list) -> None:
+        self.last_active = self.loop.time()
         wq = self._wq
         for c in chunks:
             if isinstance(c, (bytes, bytearray, memoryview)):

@@ -32,6 +32,7 @@ class Listener:
         send_buffer: int = -1,
         recv_buffer: int = -1,
         connection_factory: Callable[..., Connection] | None = None,
+        limits: Any = None,
     ) -> None:
         self.name = name
         self.host = host
@@ -45,6 +46,10 @@ class Listener:
         self.connections: set[Connection] = set()
         self._socks: list[socket.socket] = []
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.limits = limits     # kbroker.net.connection_limits.ConnectionLimits, shared by listeners
+        self._accepting = False
+        self._resume_timer: asyncio.TimerHandle | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None
 
     @property
     def bound_port(self) -> int:
@@ -82,14 +87,31 @@ class Listener:
             self._socks.append(s)
 
     def start_accepting(self) -> None:
-        for s in self._socks:
-            self._loop.add_reader(s.fileno(), self._on_accept, s)
+        self._accept_on()
         log.info("listening on %s://%s:%d", self.name, self.host or "0.0.0.0", self.bound_port)
+        if self.limits is not None and self.limits.idle(0, 2**62):
+            self._idle_timer = self._loop.call_later(self._idle_interval(), self._close_idle)
+
+    def _accept_on(self) -> None:
+        if not self._accepting and self._socks:
+            self._accepting = True
+            for s in self._socks:
+                self._loop.add_reader(s.fileno(), self._on_accept, s)
+
+    def _accept_off(self) -> None:
+        if self._accepting:
+            self._accepting = False
+            for s in self._socks:
+                self._loop.remove_reader(s.fileno())
 
     def stop_accepting(self) -> None:
+        self._accept_off()
+        for t in (self._resume_timer, self._idle_timer):
+            if t is not None:
+                t.cancel()
+        if self.limits is not None:
+            self.limits.blocked.discard(self)
         for s in self._socks:
-            if self._loop is not None:
-                self._loop.remove_reader(s.fileno())
             s.close()
         if self._socks:
             log.info("stopped accepting on %s", self.name)
@@ -102,8 +124,65 @@ class Listener:
         if conns:
             await asyncio.gather(*(c.shutdown(timeout) for c in conns), return_exceptions=True)
 
+    # -- connection limits (kbroker.net.connection_limits) -------------------------------------
+
+    def _now_ms(self) -> int:
+        return int(self._loop.time() * 1000)
+
+    def _pause_accepting(self, ms: int) -> None:
+        self._accept_off()
+        if self._resume_timer is not None:
+            self._resume_timer.cancel()
+        self._resume_timer = self._loop.call_later(ms / 1000, self._resume_after_throttle)
+
+    def _resume_after_throttle(self) -> None:
+        self._resume_timer = None
+        if self._socks and not self.limits.at_capacity(self.name):
+            self._accept_on()
+
+    def _admit(self, sock: socket.socket, ip: str) -> bool:
+        keep, close_after, pause = self.limits.accepted(self.name, ip, self._now_ms())
+        if pause:
+            self._pause_accepting(pause)
+        if keep:
+            return True
+        log.info("closing connection from %s on %s: %s", ip, self.name,
+                 "connection creation rate quota exceeded" if close_after else "too many connections from this address")
+
+        def drop():
+            sock.close()
+            self._released(ip)
+        if close_after:
+            self._loop.call_later(close_after / 1000, drop)
+        else:
+            drop()
+        return False
+
+    def _released(self, ip: str) -> None:
+        self.limits.closed(ip)
+        blocked = self.limits.blocked
+        for lst in list(blocked):
+            if not self.limits.at_capacity(lst.name):
+                blocked.discard(lst)
+                if lst._resume_timer is None:
+                    lst._accept_on()
+
+    def _close_idle(self) -> None:
+        now = self._loop.time()
+        for conn in list(self.connections):
+            if self.limits.idle(int(conn.last_active * 1000), int(now * 1000)) and not conn._pending_output():
+                conn.close(f"idle for more than connections.max.idle.ms ({self.limits.idle_ms} ms)")
+        self._idle_timer = self._loop.call_later(self._idle_interval(), self._close_idle)
+
+    def _idle_interval(self) -> float:
+        return max(0.05, min(self.limits.idle_ms / 4000, 10.0))
+
     def _on_accept(self, lsock: socket.socket) -> None:
         for _ in range(64):
+            if self.limits is not None and self.limits.at_capacity(self.name):
+                self._accept_off()              # max.connections: wait in the backlog for a slot
+                self.limits.blocked.add(self)
+                return
             try:
                 sock, addr = lsock.accept()
             except (BlockingIOError, InterruptedError):
@@ -121,11 +200,20 @@ class Listener:
             except OSError:
                 pass
             peer = f"{addr[0]}:{addr[1]}"
+            if self.limits is not None and not self._admit(sock, addr[0]):
+                continue
             conn = self.connection_factory(
                 self._loop, sock, peer, self.dispatcher, self.decoder_factory(),
-                listener_name=self.name, on_closed=self.connections.discard,
+                listener_name=self.name, on_closed=self._on_closed,
                 conn_id=f"{self.name}-{next(_ids)}",
             )
             self.connections.add(conn)
             log.debug("accepted connection %s from %s", conn.conn_id, peer)
             conn.start()
+            if not self._accepting:
+                return            # paused by the connection creation rate
+
+    def _on_closed(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+        if self.limits is not None:
+            self._released(conn.peer.rsplit(":", 1)[0])

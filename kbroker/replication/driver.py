@@ -182,7 +182,7 @@ class ReplicationDriver:
                     ls = part.leader_state
                     if ls is None or not ls.followers:
                         continue
-                    prop = ls.propose_isr_change(now, part.log_end_offset, lag)
+                    prop = ls.propose_isr_change(now, part.log_end_offset, lag, self._isr_eligible)
                     if prop is None and ls.pending is not None and part not in self._alter_inflight:
                         prop = ls.pending      # unanswered before: send it again
                     if prop is not None and part not in self._alter_inflight:
@@ -193,6 +193,10 @@ class ReplicationDriver:
                     self.replicas.checkpoint_high_watermarks()
             except Exception:
                 log.exception("ISR check failed")
+
+    def _isr_eligible(self, broker_id: int) -> bool:
+        b = self.server.image.brokers.get(broker_id)
+        return b is not None and not b.fenced and not b.in_controlled_shutdown
 
     async def _alter(self, part, prop) -> None:
         R = AlterPartitionRequest

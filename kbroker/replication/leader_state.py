@@ -131,8 +131,12 @@ class LeaderState:
     # -- ISR changes ---------------------------------------------------------------------
 
     def propose_isr_change(self, now_ms: int, leader_log_end: int,
-                           lag_time_max_ms: int = REPLICA_LAG_TIME_MAX_MS) -> IsrProposal | None:
-        """The AlterPartition to send now, if any (one in flight at a time)."""
+                           lag_time_max_ms: int = REPLICA_LAG_TIME_MAX_MS,
+                           eligible=None) -> IsrProposal | None:
+        """The AlterPartition to send now, if any (one in flight at a time). ``eligible(id)``:
+        whether the metadata shows that broker fit to join (registered, not fenced, not
+        shutting down): the controller refuses the others (INELIGIBLE_REPLICA), so proposing
+        them only repeats the refusal every check, as long as such a broker still fetches."""
         if self.pending is not None:
             return None
         hw = self.high_watermark(leader_log_end)
@@ -143,7 +147,8 @@ class LeaderState:
         joining = {r for r, f in self.followers.items()
                    if r not in self.isr and f.log_end_offset >= 0
                    and f.log_end_offset >= hw
-                   and f.log_end_offset >= self.leader_epoch_start_offset}
+                   and f.log_end_offset >= self.leader_epoch_start_offset
+                   and (eligible is None or eligible(r))}
         if joining:
             return self._propose(self.isr | joining, expand=True)
         return None

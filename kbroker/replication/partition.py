@@ -190,7 +190,7 @@ class Partition:
         elif trusted and _first_producer_id(buf) >= 0:
             psm.load_from_batches(info.batches)
         if info.flush_required:
-            plog.flush()
+            plog.sync_soon(info.last_offset + 1)   # group commit; the produce handler awaits it
         self._after_leader_append()
         return AppendResult(0, info.first_offset, info.log_append_time, info.log_start_offset,
                             last_offset=info.last_offset, records_count=info.records_count)

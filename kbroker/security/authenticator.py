@@ -107,6 +107,7 @@ def _step(security, conn, token: bytes, now_ms: int) -> tuple[bytes, int]:
                              f"{old} to {mech.principal}")
         st["principal"] = mech.principal
         st["authenticated"] = True
+        st["token_authenticated"] = getattr(mech, "_token", None) is not None   # delegation token
         if security.reauth_ms > 0:
             lifetime = security.reauth_ms
             if mech.lifetime_ms is not None:

@@ -71,6 +71,9 @@ class SecurityManager:
         self.props = props
         self.reauth_ms = int(props.get("connections.max.reauth.ms", "0"))
         self.failed_auth_delay_ms = int(props.get("failed.authentication.delay.ms", "100"))
+        from kbroker.security.delegation_tokens import TokenConfig
+        self.tokens = TokenConfig.from_props(props)            # delegation.token.* (KIP-48)
+        self.token_credentials: dict = {}                      # (token id, mechanism) -> SCRAM credential
         self.listeners: dict[str, ListenerSecurity] = {}
         for ep in config.listeners:
             self.listeners[ep.listener_name] = self._listener(ep.listener_name, ep.security_protocol, props)

@@ -56,10 +56,11 @@ def make_credential(mechanism: str, password: str, iterations: int = 4096,
 
 def _attrs(msg: str) -> dict[str, str]:
     out = {}
-    for part in msg.split(","):
-        if len(part) < 2 or part[1] != "=":
+    for part in msg.split(","):   # one-letter attributes, and Kafka's extensions (tokenauth=true)
+        key, eq, value = part.partition("=")
+        if not eq or not key:
             raise ScramError(f"invalid SCRAM message attribute {part!r}")
-        out[part[0]] = part[2:]
+        out[key] = value
     return out
 
 

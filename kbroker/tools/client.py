@@ -36,8 +36,10 @@ def _check(code: int, what: str, message: str | None = None) -> None:
 
 
 class ToolClient(AdminClient):
-    def __init__(self, bootstrap: str, timeout: float = 30.0, client_id: str = "kbroker-tools"):
+    def __init__(self, bootstrap: str, timeout: float = 30.0, client_id: str = "kbroker-tools",
+                 ssl=None, sasl=None):
         super().__init__(bootstrap, timeout, client_id)
+        self.ssl, self.sasl = ssl, sasl     # from --command-config (kbroker.security.client_auth)
         self.loop = asyncio.new_event_loop()
         self._clients: dict[tuple[str, int], KafkaClient] = {}
 
@@ -46,7 +48,8 @@ class ToolClient(AdminClient):
         c = self._clients.get(addr)
         if c is None:
             c = self._clients[addr] = KafkaClient(addr[0], addr[1], client_id=self.client_id,
-                                                  request_timeout_ms=int(self.timeout * 1000))
+                                                  request_timeout_ms=int(self.timeout * 1000),
+                                                  ssl=self.ssl, sasl=self.sasl)
         return c
 
     def call(self, req, version: int, addr: tuple[str, int] | None = None):
@@ -154,6 +157,30 @@ class ToolClient(AdminClient):
         p = self.call(req, 12, self.leader_addr(topic, partition)).responses[0].partitions[0]
         _check(p.error_code, f"Fetch({topic}-{partition} at {offset})")
         return whole_batches(bytes(p.records or b"")), p.high_watermark
+
+
+def alter_client_quotas(tc: "ToolClient", entity: dict[str, str | None], set_: dict[str, float],
+                        remove: list[str] = ()) -> None:
+    """AlterClientQuotas for one entity ({"user": "alice", "client-id": None} = alice, any
+    client's default)."""
+    from kbroker.wire.generated.alter_client_quotas_request import AlterClientQuotasRequest as Q
+    ops = [Q.EntryData.OpData(key=k, value=float(v), remove=False) for k, v in set_.items()]
+    ops += [Q.EntryData.OpData(key=k, value=0.0, remove=True) for k in remove]
+    req = Q(entries=[Q.EntryData(entity=[Q.EntryData.EntityData(entity_type=t, entity_name=n) for t, n in entity.items()],
+                                 ops=ops)], validate_only=False)
+    for e in tc.call(req, 1).entries:
+        _check(e.error_code, "AlterClientQuotas", e.error_message)
+
+
+def describe_client_quotas(tc: "ToolClient", components: list[tuple[str, int, str | None]], strict: bool = False):
+    """[(entity {type: name|None}, {key: value})] matching components [(type, match type
+    0 exact / 1 default / 2 any, name)]."""
+    from kbroker.wire.generated.describe_client_quotas_request import DescribeClientQuotasRequest as D
+    resp = tc.call(D(components=[D.ComponentData(entity_type=t, match_type=m, match=n) for t, m, n in components],
+                     strict=strict), 1)
+    _check(resp.error_code, "DescribeClientQuotas", resp.error_message)
+    return [({e.entity_type: e.entity_name for e in x.entity}, {v.key: v.value for v in x.values})
+            for x in resp.entries or ()]
 
 
 def whole_batches(data: bytes) -> list:

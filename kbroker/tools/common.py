@@ -10,11 +10,18 @@ from kbroker.tools.client import KafkaError, ToolClient
 def add_bootstrap(p) -> None:
     p.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
                    help="the broker to connect to")
-    p.add_argument("--command-config", help="client properties file (accepted; security comes later)")
+    p.add_argument("--command-config", help="client properties file (security.protocol, sasl.mechanism, "
+                                            "sasl.jaas.config, ssl.truststore.location as PEM ...)")
 
 
 def client(args) -> ToolClient:
-    return ToolClient(args.bootstrap_server.split(",")[0])
+    ssl = sasl = None
+    if getattr(args, "command_config", None):
+        from kbroker.config import parse_properties
+        from kbroker.security.client_auth import from_client_properties
+        with open(args.command_config, encoding="utf-8") as f:
+            ssl, sasl = from_client_properties(parse_properties(f.read()))
+    return ToolClient(args.bootstrap_server.split(",")[0], ssl=ssl, sasl=sasl)
 
 
 def parse_kv(items, sep: str = ",") -> dict[str, str]:

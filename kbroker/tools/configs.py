@@ -1,8 +1,9 @@
 """``kbroker configs`` (kafka-configs.sh) for topics and brokers: --describe [--all],
---alter --add-config k=v,... --delete-config k,... (users/clients come with security)."""
+--alter --add-config k=v,... --delete-config k,... (users/clients: kbroker.tools.client_configs)."""
 
 from __future__ import annotations
 
+from kbroker.tools import client_configs
 from kbroker.tools.client import BROKER_RESOURCE, TOPIC_RESOURCE
 from kbroker.tools.common import add_bootstrap, client, run
 
@@ -19,7 +20,7 @@ def add_parser(sub) -> None:
     act = p.add_mutually_exclusive_group(required=True)
     act.add_argument("--describe", action="store_true")
     act.add_argument("--alter", action="store_true")
-    p.add_argument("--entity-type", choices=sorted(ENTITY_TYPES))
+    p.add_argument("--entity-type", choices=sorted(ENTITY_TYPES) + client_configs.ENTITY_TYPES)
     p.add_argument("--entity-name")
     p.add_argument("--entity-default", action="store_true")
     p.add_argument("--topic", help="shorthand for --entity-type topics --entity-name TOPIC")
@@ -29,6 +30,7 @@ def add_parser(sub) -> None:
     p.add_argument("--add-config", help="k1=v1,k2=[v1,v2,v2],k3=v3")
     p.add_argument("--add-config-file")
     p.add_argument("--delete-config", help="k1,k2")
+    client_configs.add_arguments(p)   # users / clients: quotas and SCRAM credentials
     p.set_defaults(tool_main=lambda args: run(_main, args))
 
 
@@ -76,6 +78,9 @@ def _entity(args) -> tuple[str, int, str]:
 
 
 def _main(args) -> int:
+    if client_configs.handles(args):
+        with client(args) as c:
+            return client_configs.main(c, args)
     kind, rtype, name = _entity(args)
     with client(args) as c:
         if args.describe:

@@ -157,21 +157,11 @@ class _PartitionCache:
     txns: dict[str, TxnMetadata] = field(default_factory=dict)
 
 
-# Log append errors as the coordinator reports them (TransactionStateManager).
-_APPEND_ERROR_MAP = {
-    E.UNKNOWN_TOPIC_OR_PARTITION: E.COORDINATOR_NOT_AVAILABLE,
-    E.NOT_ENOUGH_REPLICAS: E.COORDINATOR_NOT_AVAILABLE,
-    20: E.COORDINATOR_NOT_AVAILABLE,  # NOT_ENOUGH_REPLICAS_AFTER_APPEND
-    E.REQUEST_TIMED_OUT: E.COORDINATOR_NOT_AVAILABLE,
-    E.NOT_LEADER_OR_FOLLOWER: E.NOT_COORDINATOR,
-    E.KAFKA_STORAGE_ERROR: E.NOT_COORDINATOR,
-    10: E.UNKNOWN_SERVER_ERROR,  # MESSAGE_TOO_LARGE
-    18: E.UNKNOWN_SERVER_ERROR,  # RECORD_LIST_TOO_LARGE
-}
-
-
 def coordinator_error_for_append_error(error: int) -> int:
-    return _APPEND_ERROR_MAP.get(error, error)
+    """The error a client gets when a transaction state write failed (shared with the group
+    coordinator: kbroker.broker.coordinator_partitions)."""
+    from kbroker.broker.coordinator_partitions import coordinator_write_error
+    return coordinator_write_error(error)
 
 
 class TransactionCoordinator:

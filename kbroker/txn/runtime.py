@@ -1,11 +1,18 @@
 """The transaction coordinator's runtime: the asyncio side of ``TransactionCoordinator``.
 
-* creates __transaction_state on first use (compacted, ``transaction.state.log.*``) and loads
-  its partitions by replaying them; transactions found in a Prepare state are completed;
+* creates __transaction_state on first use (compacted, ``transaction.state.log.*``);
+* loads a partition of it (replaying it, coordinator epoch = its leader epoch) when this
+  broker becomes its leader and unloads it when leadership leaves (``load`` / ``unload``,
+  called by ``kbroker.broker.coordinator_partitions``); in between requests for its
+  ids get COORDINATOR_LOAD_IN_PROGRESS / NOT_COORDINATOR; transactions found in a Prepare
+  state are completed;
 * persists every ``TxnWrite`` (one uncompressed record, key + value, Kafka's format) through
-  the broker's append path and answers only once it is committed;
-* writes COMMIT/ABORT markers: to partitions of this node directly, through the replica
-  manager's append path for markers; then appends CompleteCommit/CompleteAbort;
+  the broker's append path, refused below ``min.insync.replicas`` (the topic gets
+  ``transaction.state.log.min.isr``), and answers only once the high watermark passed it;
+  a failed append or replication is undone in memory;
+* writes COMMIT/ABORT markers to each partition's leader (``marker_sender``: locally or
+  WriteTxnMarkers batched per broker, retried as leaders move), then appends
+  CompleteCommit/CompleteAbort;
 * aborts timed-out transactions and expires idle transactional ids on Kafka's schedules.
 
 Every coordinator call and the append that follows it run without an await in between, so the
@@ -35,10 +42,10 @@ log = logging.getLogger("kbroker.txn")
 
 OFFSETS_TOPIC = "__consumer_offsets"
 MARKER_RETRY_S = 0.1
-# errors after which a partition's marker is retried (Kafka's completion handler)
-_RETRIABLE_MARKER_ERRORS = {E.NOT_LEADER_OR_FOLLOWER, E.NOT_ENOUGH_REPLICAS, 20,
-                            E.REQUEST_TIMED_OUT, E.KAFKA_STORAGE_ERROR}
-_FENCED_MARKER_ERRORS = {E.INVALID_PRODUCER_EPOCH, E.TRANSACTION_COORDINATOR_FENCED}
+# Test hook (not a Kafka config): hold a decided transaction's markers this long, so a fault
+# test can kill the coordinator between PrepareCommit and the markers. Not applied to
+# transactions completed after a load.
+MARKER_DELAY_KEY = "kbroker.test.txn.marker.delay.ms"
 
 
 def txn_config_from(broker_config) -> TxnConfig:
@@ -67,12 +74,19 @@ class TxnRuntime:
         self.config = config or txn_config_from(broker.config)
         self._spare_pid: int | None = None
         self.coordinator = TransactionCoordinator(self.config, self._take_producer_id)
-        self._loaded = False
-        self._load_lock = asyncio.Lock()
+        self._create_lock = asyncio.Lock()
+        self._loads: dict[int, asyncio.Event] = {}   # partition -> set once its load ended
         self._tasks: set[asyncio.Task] = set()
         self._timer: asyncio.Task | None = None
+        self.leadership = None   # CoordinatorPartitions: calls load / unload / epoch_changed
         # listeners told about markers written to __consumer_offsets (the group coordinator)
         self.offsets_marker_listeners: list = []
+        from kbroker.net.peers import PeerClients
+        from kbroker.txn.marker_sender import MarkerSender
+        self.peers = PeerClients(broker, f"txn-coordinator-{broker.node_id}")
+        self.markers = MarkerSender(broker.node_id, self._leader_of, self._topic_exists,
+                                    self.write_marker, self.peers.send, MARKER_RETRY_S)
+        self._marker_delay_s = int(getattr(broker.config, "unknown", {}).get(MARKER_DELAY_KEY, 0)) / 1000
 
     # ---- producer ids ---------------------------------------------------------------------
 
@@ -98,9 +112,12 @@ class TxnRuntime:
         return self.broker.clock.now_ms()
 
     def start(self) -> None:
-        """Load __transaction_state if it exists (a restart) and start the timers."""
-        if self.broker.replicas.topics.get(TRANSACTION_STATE_TOPIC):
-            self._load_partitions()
+        """Follow leadership of __transaction_state (loading what this broker leads now: a
+        restart) and start the timers."""
+        from kbroker.broker.coordinator_partitions import CoordinatorPartitions
+
+        self.leadership = CoordinatorPartitions(self.broker, TRANSACTION_STATE_TOPIC, self)
+        self.leadership.start()
         self._timer = asyncio.create_task(self._timers(), name="txn-timers")
 
     async def stop(self) -> None:
@@ -108,59 +125,133 @@ class TxnRuntime:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self.leadership is not None:
+            self.leadership.stop()
+        await self.markers.close()
+        await self.peers.close()
 
-    async def ensure_ready(self) -> int:
-        """Create and load __transaction_state if needed (FindCoordinator does this)."""
-        if self._loaded:
-            return E.NONE
-        async with self._load_lock:
-            if self._loaded:
-                return E.NONE
-            replicas = self.broker.replicas
-            if not replicas.topics.get(TRANSACTION_STATE_TOPIC):
-                from kbroker.kraft.controller import NewTopic
+    # ---- leadership of __transaction_state partitions -----------------------------------------
 
-                from kbroker.kraft.partition_change import internal_topic_replication_factor
+    def load(self, index: int, leader_epoch: int) -> None:
+        """This broker leads __transaction_state-<index> at ``leader_epoch`` (= the
+        coordinator epoch): load it. Requests for its ids get COORDINATOR_LOAD_IN_PROGRESS
+        until the replay is done."""
+        owned = self.coordinator.owned_partitions().get(index)
+        if owned is not None and owned >= leader_epoch:
+            return
+        self.coordinator.begin_loading(index, leader_epoch)
+        ev = self._loads[index] = asyncio.Event()
+        self._spawn(self._load(index, leader_epoch, ev))
 
-                cfg = self.broker.config
-                rf, why = internal_topic_replication_factor(
-                    cfg["transaction.state.log.replication.factor"],
-                    len(list(self.broker.image.live_brokers())))
-                if why:   # never silently fewer replicas
-                    log.warning("not creating %s yet: %s", TRANSACTION_STATE_TOPIC, why)
-                    return E.COORDINATOR_NOT_AVAILABLE
-                topic = NewTopic(TRANSACTION_STATE_TOPIC, self.config.num_partitions, rf,
-                                 configs={"cleanup.policy": "compact",
-                                          "compression.type": "uncompressed",
-                                          "segment.bytes":
-                                              str(cfg["transaction.state.log.segment.bytes"]),
-                                          "unclean.leader.election.enable": "false"})
-                results = await self.broker.create_topics([topic])
-                err = results[0].error
-                if err and err != 36:  # TOPIC_ALREADY_EXISTS: someone else won the race
-                    log.warning("creating %s failed: %s %s", TRANSACTION_STATE_TOPIC, err,
-                                results[0].message)
-                    return E.COORDINATOR_NOT_AVAILABLE
-            if len(replicas.topics.get(TRANSACTION_STATE_TOPIC, {})) < self.config.num_partitions:
-                return E.COORDINATOR_NOT_AVAILABLE
-            self._load_partitions()
-            return E.NONE
+    def epoch_changed(self, index: int, leader_epoch: int) -> None:
+        """Still the leader, at a newer epoch: reload, so markers carry the new coordinator
+        epoch (Kafka reloads on every election)."""
+        self.unload(index)
+        self.load(index, leader_epoch)
 
-    def _load_partitions(self) -> None:
-        now = self._now()
-        parts = self.broker.replicas.topics.get(TRANSACTION_STATE_TOPIC, {})
-        jobs = []
-        for index, part in sorted(parts.items()):
-            epoch = part.leader_epoch
-            self.coordinator.begin_loading(index, epoch)
+    def unload(self, index: int, leader_epoch: int = -1) -> None:
+        """Leadership of __transaction_state-<index> left this broker: forget its state
+        (requests for its ids get NOT_COORDINATOR; marker and write tasks see they are no
+        longer current and stop)."""
+        self.coordinator.unload_partition(index)
+        ev = self._loads.pop(index, None)
+        if ev is not None:
+            ev.set()
+
+    async def _load(self, index: int, epoch: int, ev: asyncio.Event) -> None:
+        await asyncio.sleep(0)   # off the metadata publisher's call
+        part = self.broker.replicas.get(TRANSACTION_STATE_TOPIC, index)
+        try:
+            if part is None:
+                self.unload(index)
+                return
+            if part.leader_state is None or part.leader_epoch != epoch:
+                return   # resigned meanwhile, or a newer load is on its way
             records = ((r.key, r.value) for b in part.log.batches() if not b.is_control
                        for r in b.records())
-            jobs += self.coordinator.load_partition(index, epoch, records, now)
-        self._loaded = len(parts) >= self.config.num_partitions
-        log.info("transaction coordinator loaded %d partitions of %s; completing %d "
-                 "transactions", len(parts), TRANSACTION_STATE_TOPIC, len(jobs))
-        for job in jobs:
-            self._spawn(self._send_markers(job))
+            jobs = self.coordinator.load_partition(index, epoch, records, self._now())
+            if index in self.coordinator.owned_partitions():
+                log.info("loaded %s-%d at coordinator epoch %d; completing %d transactions",
+                         TRANSACTION_STATE_TOPIC, index, epoch, len(jobs))
+            for job in jobs:
+                self._spawn(self._send_markers(job))
+        finally:
+            ev.set()
+
+    async def ensure_ready(self, transactional_id: str | None = None, wait_s: float = 5.0) -> int:
+        """Create __transaction_state if needed (FindCoordinator does this, as Kafka does).
+        With ``transactional_id`` and its partition led here, wait (up to ``wait_s``) for the
+        load, so a client's first request after FindCoordinator finds it loaded."""
+        replicas = self.broker.replicas
+        if len(replicas.topics.get(TRANSACTION_STATE_TOPIC, {})) < self.config.num_partitions \
+                and self.broker.image.topics_by_name.get(TRANSACTION_STATE_TOPIC) is None:
+            err = await self._create_topic()
+            if err:
+                return err
+        if transactional_id:
+            index = self.coordinator.partition_for(transactional_id)
+            if self._leader_of(TRANSACTION_STATE_TOPIC, index) == self.broker.node_id:
+                loop = asyncio.get_running_loop()   # real time: a wait, not coordinator logic
+                deadline = loop.time() + wait_s
+                while index not in self.coordinator.owned_partitions() and loop.time() < deadline:
+                    ev = self._loads.get(index)
+                    try:
+                        if ev is not None:
+                            await asyncio.wait_for(ev.wait(), max(0.01, deadline - loop.time()))
+                            break
+                        await asyncio.sleep(0.01)   # the partition is still being opened
+                    except asyncio.TimeoutError:
+                        break
+        return E.NONE
+
+    async def _create_topic(self) -> int:
+        async with self._create_lock:
+            if self.broker.image.topics_by_name.get(TRANSACTION_STATE_TOPIC) is not None:
+                return E.NONE
+            from kbroker.kraft.controller import NewTopic
+            from kbroker.kraft.partition_change import internal_topic_replication_factor
+
+            cfg = self.broker.config
+            rf, why = internal_topic_replication_factor(
+                cfg["transaction.state.log.replication.factor"],
+                len(list(self.broker.image.live_brokers())))
+            if why:   # never silently fewer replicas
+                log.warning("not creating %s yet: %s", TRANSACTION_STATE_TOPIC, why)
+                return E.COORDINATOR_NOT_AVAILABLE
+            min_isr = cfg["transaction.state.log.min.isr"]
+            if min_isr > rf:
+                # Kafka would create it so and refuse every write; say so and keep it usable
+                log.warning("transaction.state.log.min.isr=%d exceeds its replication factor %d;"
+                            " using %d", min_isr, rf, rf)
+                min_isr = rf
+            topic = NewTopic(TRANSACTION_STATE_TOPIC, self.config.num_partitions, rf,
+                             configs={"cleanup.policy": "compact",
+                                      "compression.type": "uncompressed",
+                                      "min.insync.replicas": str(min_isr),
+                                      "segment.bytes":
+                                          str(cfg["transaction.state.log.segment.bytes"]),
+                                      "unclean.leader.election.enable": "false"})
+            results = await self.broker.create_topics([topic])
+            err = results[0].error
+            if err and err != 36:  # TOPIC_ALREADY_EXISTS: someone else won the race
+                log.warning("creating %s failed: %s %s", TRANSACTION_STATE_TOPIC, err,
+                            results[0].message)
+                return E.COORDINATOR_NOT_AVAILABLE
+            return E.NONE
+
+    def coordinator_node(self, transactional_id: str) -> int:
+        """The broker that coordinates ``transactional_id``: the leader of its partition of
+        __transaction_state (-1 while it has none)."""
+        return self._leader_of(TRANSACTION_STATE_TOPIC,
+                               self.coordinator.partition_for(transactional_id))
+
+    def _leader_of(self, topic: str, partition: int) -> int:
+        t = self.broker.image.topics_by_name.get(topic)
+        st = t.partitions.get(partition) if t is not None else None
+        return st.leader if st is not None else -1
+
+    def _topic_exists(self, topic: str) -> bool:
+        return self.broker.image.topics_by_name.get(topic) is not None
 
     def _spawn(self, coro) -> None:
         task = asyncio.create_task(coro)
@@ -174,27 +265,42 @@ class TxnRuntime:
 
     # ---- writes ---------------------------------------------------------------------------
 
+    def _timeout_ms(self) -> int:
+        return self.broker.config["request.timeout.ms"]
+
     def _append(self, write: TxnWrite) -> tuple[int, Any, int]:
-        part = self.broker.replicas.get(TRANSACTION_STATE_TOPIC, write.txn_partition)
-        if part is None:
+        """Append ``write`` as the partition's leader: (error, partition, last offset)."""
+        from kbroker.replication.delayed_produce import check_before_append
+
+        replicas = self.broker.replicas
+        part = replicas.get(TRANSACTION_STATE_TOPIC, write.txn_partition)
+        if part is None or part.leader_state is None:
             return E.NOT_LEADER_OR_FOLLOWER, None, -1
+        err = check_before_append(-1, len(part.leader_state.isr),
+                                  replicas.min_insync_replicas(part))
+        if err:
+            return err, part, -1
         buf = encode_txn_log_batch(write.key, write.value, self._now())
-        res = self.broker.replicas.append(part, buf, self._now(), origin="coordinator")
-        return res.error, part, res.base_offset
+        res = replicas.append(part, buf, self._now(), origin="coordinator")
+        return res.error, part, res.last_offset
+
+    async def _replicated(self, part, last_offset: int) -> int:
+        """Until ``last_offset`` of ``part`` is below its high watermark: its error code."""
+        if last_offset < part.high_watermark:
+            return E.NONE
+        errors = await self.broker.replicas.await_replication([(part, last_offset)],
+                                                             self._timeout_ms())
+        return errors.get(part, E.NONE)
 
     async def _persist(self, write: TxnWrite, will_retry: bool = False) -> WriteOutcome:
-        err, part, offset = self._append(write)
+        err, part, last = self._append(write)
         if not err:
-            try:
-                await self.broker.wait_for_commit(part, offset)
-            except Exception:
-                log.exception("waiting for %s to commit failed", write.kind)
-                err = E.REQUEST_TIMED_OUT
+            err = await self._replicated(part, last)
         if err:
             return self.coordinator.write_failed(write, err, will_retry)
         outcome = self.coordinator.write_succeeded(write, self._now())
         if outcome.markers is not None:
-            self._spawn(self._send_markers(outcome.markers))
+            self._spawn(self._send_markers(outcome.markers, self._marker_delay_s))
         return outcome
 
     async def complete(self, reply: Reply) -> Reply | WriteOutcome:
@@ -227,16 +333,27 @@ class TxnRuntime:
     # ---- markers ----------------------------------------------------------------------------
 
     def write_marker_locally(self, topic: str, partition: int, producer_id: int,
-                             producer_epoch: int, coordinator_epoch: int, commit: bool) -> int:
-        """One marker to a partition of this node (also the WriteTxnMarkers handler's path)."""
+                             producer_epoch: int, coordinator_epoch: int, commit: bool
+                             ) -> tuple[int, Any, int]:
+        """Append one marker to a partition this broker leads: (error, partition, offset).
+        The caller waits for its replication (``write_marker``)."""
+        from kbroker.replication.delayed_produce import check_before_append
+
         replicas = self.broker.replicas
         part = replicas.get(topic, partition)
         if part is None:
-            return E.UNKNOWN_TOPIC_OR_PARTITION
+            return (E.NOT_LEADER_OR_FOLLOWER if self._topic_exists(topic)
+                    else E.UNKNOWN_TOPIC_OR_PARTITION), None, -1
+        if part.leader_state is None:
+            return E.NOT_LEADER_OR_FOLLOWER, None, -1
+        # Kafka appends markers with acks=all: the data partition's min.insync.replicas holds
+        err = check_before_append(-1, len(part.leader_state.isr), replicas.min_insync_replicas(part))
+        if err:
+            return err, None, -1
         now = self._now()
         r = part.append_marker(producer_id, producer_epoch, coordinator_epoch, commit, now)
         if r.error:
-            return r.error
+            return r.error, None, -1
         if topic == OFFSETS_TOPIC:
             from kbroker.txn.offsets_append import complete_offsets_transaction
             complete_offsets_transaction(self.broker, partition, producer_id, commit)
@@ -245,36 +362,32 @@ class TxnRuntime:
                     listener(partition, producer_id, commit)
                 except Exception:
                     log.exception("offsets marker listener failed")
-        return E.NONE
+        return E.NONE, part, r.offset
 
-    async def _send_markers(self, job: MarkerJob) -> None:
-        remaining = set(job.partitions)
-        while remaining:
-            if not self.coordinator.still_current(job):
-                return
-            for topic, partition in sorted(remaining):
-                err = self.write_marker_locally(topic, partition, job.producer_id,
-                                                job.producer_epoch, job.coordinator_epoch,
-                                                job.commit)
-                if err == E.NONE:
-                    remaining.discard((topic, partition))
-                elif err == E.UNKNOWN_TOPIC_OR_PARTITION:
-                    if self.broker.image.topics_by_name.get(topic) is None:
-                        remaining.discard((topic, partition))  # deleted: nothing to mark
-                elif err in _FENCED_MARKER_ERRORS:
-                    log.info("markers of %s cancelled: %s on %s-%d", job.transactional_id,
-                             E(err).name, topic, partition)
-                    self.coordinator.markers_abandoned(job)
-                    return
-                elif err not in _RETRIABLE_MARKER_ERRORS:
-                    log.error("marker for %s on %s-%d failed with %s; retrying",
-                              job.transactional_id, topic, partition, err)
-            if remaining:
-                await asyncio.sleep(MARKER_RETRY_S)
+    async def write_marker(self, topic: str, partition: int, producer_id: int,
+                           producer_epoch: int, coordinator_epoch: int, commit: bool) -> int:
+        """One marker to a partition of this node, answered once the in-sync replicas have
+        it (the WriteTxnMarkers handler's path and the local coordinator's)."""
+        err, part, offset = self.write_marker_locally(topic, partition, producer_id,
+                                                      producer_epoch, coordinator_epoch, commit)
+        if err:
+            return err
+        return await self._replicated(part, offset)
+
+    async def _send_markers(self, job: MarkerJob, delay_s: float = 0) -> None:
+        from kbroker.txn.marker_sender import DONE, FENCED
+
+        if delay_s:
+            await asyncio.sleep(delay_s)
+        outcome = await self.markers.write(job, lambda: self.coordinator.still_current(job))
+        if outcome == FENCED:
+            self.coordinator.markers_abandoned(job)
+        if outcome != DONE:
+            return
         write = self.coordinator.markers_written(job)
         while write is not None:
             outcome = await self._persist(write, will_retry=True)
-            if outcome.error != E.COORDINATOR_NOT_AVAILABLE:
+            if outcome.error not in (E.COORDINATOR_NOT_AVAILABLE, E.NOT_ENOUGH_REPLICAS):
                 if outcome.error:
                     log.info("completing %s: %s", job.transactional_id, outcome.error)
                 return

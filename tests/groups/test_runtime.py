@@ -1,8 +1,6 @@
 """GroupCoordinatorRuntime over a fake broker: replies leave only after the records are
 appended, timers fire from the asyncio loop, and a new runtime rebuilds from the log."""
 import asyncio
-import uuid
-from types import SimpleNamespace
 
 from kbroker.groups import errors as E
 from kbroker.groups.classic.messages import JoinRequest, SyncRequest
@@ -11,44 +9,13 @@ from kbroker.groups.offsets import CommitPartition
 from kbroker.groups.partitioning import OFFSETS_TOPIC
 from kbroker.groups.runtime import GroupCoordinatorRuntime
 from kbroker.groups.shard import OffsetCommitRequest
-from kbroker.wire.records import RecordBatch
+from tests.groups.fake_offsets_broker import fake_broker as _fake_broker
 
 N = 3
 
 
-class FakeLog:
-    def __init__(self):
-        self.buffers = []
-
-    def batches(self):
-        offset = 0
-        for buf in self.buffers:
-            b = RecordBatch(bytearray(buf))
-            b.base_offset = offset
-            offset = b.next_offset
-            yield b
-
-
-class FakeReplicas:
-    def __init__(self):
-        self.parts = {p: SimpleNamespace(log=FakeLog()) for p in range(N)}
-
-    def get(self, topic, p):
-        return self.parts.get(p) if topic == OFFSETS_TOPIC else None
-
-    def append(self, part, buf, now_ms, origin="client"):
-        part.log.buffers.append(bytes(buf))
-        return SimpleNamespace(error=0, message=None)
-
-
 def fake_broker(replicas=None):
-    state = {p: SimpleNamespace(leader=1) for p in range(N)}
-    topic = SimpleNamespace(name=OFFSETS_TOPIC, topic_id=uuid.uuid4(), partitions=state)
-    image = SimpleNamespace(topic=lambda name: topic if name == OFFSETS_TOPIC else None,
-                            topics_by_name={OFFSETS_TOPIC: topic}, topics_by_id={}, offset=1,
-                            live_brokers=lambda: [1])
-    return SimpleNamespace(image=image, node_id=1, replicas=replicas or FakeReplicas(), controller=None,
-                           config={})
+    return _fake_broker(N, replicas)
 
 
 def test_join_sync_commit_then_reload():
@@ -148,7 +115,6 @@ def test_becoming_leader_of_a_large_partition_loads_it_in_slices(monkeypatch):
     from kbroker.groups.runtime import CoordinatorError
 
     monkeypatch.setattr(runtime_mod, "LOAD_IN_ONE_GO_BYTES", 1)
-    FakeLog.size_in_bytes = property(lambda self: sum(len(b) for b in self.buffers))
 
     async def scenario():
         clock = [1_000]
@@ -163,12 +129,11 @@ def test_becoming_leader_of_a_large_partition_loads_it_in_slices(monkeypatch):
 
         broker2 = fake_broker(broker.replicas)
         p = rt.partition_for("g")
-        broker2.image.topic(OFFSETS_TOPIC).partitions[p].leader = 2     # another node leads it
+        broker2.replicas.set_role(p, leader=False, epoch=2)            # another node leads it
         rt2 = GroupCoordinatorRuntime(broker2, GroupConfig(num_partitions=N), lambda: clock[0])
         rt2.load_slice_s = 0          # yield after every batch
         rt2.start()
-        broker2.image.topic(OFFSETS_TOPIC).partitions[p].leader = 1     # leadership moves here
-        rt2._maybe_load(p)
+        broker2.replicas.set_role(p, leader=True, epoch=3)             # leadership moves here
         try:
             rt2.shard_for("g")
             raise AssertionError("must be loading")

@@ -4,6 +4,7 @@ gets NOT_LEADER_OR_FOLLOWER and asks again, never an offset that goes backwards.
 replica id (-2, tools) may still read a follower's offsets."""
 
 from kbroker.replication.roles import apply_partition_state
+from kbroker.wire.records import RecordBatch
 from kbroker.wire.errors import Errors
 from kbroker.wire.generated.list_offsets_request import ListOffsetsRequest
 from kbroker.wire.generated.offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
@@ -40,3 +41,20 @@ def test_a_follower_refers_offset_queries_to_the_leader(broker):
     assert epoch_end(broker, epoch).error_code == Errors.NOT_LEADER_OR_FOLLOWER
     debug = list_latest(broker, replica_id=-2)
     assert (debug.error_code, debug.offset) == (0, 3)
+
+
+def test_only_a_client_is_held_to_the_high_watermark(broker):
+    """ListOffsets latest from a client is the high watermark; from anyone else (a replica
+    id, the debugging id -2) it is the replica's own log end, as in Kafka: fault tests use it
+    to compare replicas' logs, a follower's fetched tail included."""
+    create(broker, "p")
+    produce(broker, "p", 0, batch(3))
+    part = broker.server.replicas.get("p", 0)
+    apply_partition_state(part, 1, 2, part.leader_epoch + 1, part.partition_epoch + 1, [1, 2], [1, 2], 0)
+    tail = bytearray(batch(2))
+    RecordBatch(tail).base_offset = 3
+    RecordBatch(tail).partition_leader_epoch = part.leader_epoch
+    part.append_as_follower(tail, 0)
+    assert (part.log_end_offset, part.high_watermark) == (5, 3)
+    debug = list_latest(broker, replica_id=-2)
+    assert (debug.error_code, debug.offset) == (0, 5)

@@ -7,7 +7,7 @@ import pytest
 
 from kbroker.kraft.driver import RaftDriver
 from kbroker.kraft.quorum_store import MemoryQuorumStore
-from kbroker.kraft.raft import LEADER, CommittedBatch, RaftConfig, RaftNode
+from kbroker.kraft.raft import LEADER, CommittedBatch, NotLeaderError, RaftConfig, RaftNode
 from kbroker.kraft.raft_log import MemoryRaftLog
 from kbroker.kraft.snapshots import MemorySnapshotStore
 from kbroker.clock import SYSTEM_CLOCK
@@ -187,5 +187,30 @@ def test_standalone_voter_grows_to_two_with_add_raft_voter(tmp_path):
         for d in drivers.values():
             await d.close()
             d.node.log.close()
+        pump.cancel()
+    asyncio.run(main())
+
+
+@pytest.mark.timeout(30)
+def test_requests_after_close_are_refused_not_left_waiting():
+    """A peer's Vote or Fetch that arrives while the node shuts down must get an answer (an
+    error) at once: a waiter nobody polls for would hold the connection's drain forever."""
+    async def main():
+        net, drivers = make_cluster([1, 2, 3])
+        pump = asyncio.create_task(run_memory_network(net))
+        for d in drivers.values():
+            d.start()
+        await wait_for(lambda: leader_of(drivers) is not None)
+        d = drivers[1]
+        await d.close()
+        Req = DescribeQuorumRequest
+        req = Req(topics=[Req.TopicData(topic_name="__cluster_metadata",
+                                        partitions=[Req.TopicData.PartitionData(partition_index=0)])])
+        with pytest.raises(NotLeaderError):
+            await asyncio.wait_for(d.handle_request(2, req), 2)
+        with pytest.raises(NotLeaderError):
+            await asyncio.wait_for(d.append([b"x"]), 2)
+        for other in (2, 3):
+            await drivers[other].close()
         pump.cancel()
     asyncio.run(main())

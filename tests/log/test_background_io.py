@@ -101,7 +101,8 @@ def test_late_write_never_lands_in_a_recreated_directory(tmp_path):
     gate.set()
     io.close()
     assert (d / "leader-epoch-checkpoint").read_text() == "new\n"
-    assert (tmp_path / "t-0.x-delete" / "leader-epoch-checkpoint").read_text() == "old\n"
+    # the write for the deleted partition is dropped, not written into its renamed directory
+    assert not (tmp_path / "t-0.x-delete" / "leader-epoch-checkpoint").exists()
 
 
 def test_queued_writes_of_one_file_coalesce(tmp_path):
@@ -116,3 +117,34 @@ def test_queued_writes_of_one_file_coalesce(tmp_path):
     assert (tmp_path / "cp").read_text() == "2\n"
     assert not (tmp_path / "cp.tmp").exists()
     io.close()
+
+
+def test_queued_per_partition_files_are_written_in_one_batch(tmp_path, monkeypatch):
+    from kbroker.log import background
+
+    syncs = []
+    real = background._syncfs
+    monkeypatch.setattr(background, "_syncfs", lambda fd: (syncs.append(fd), real(fd)))
+    io = BackgroundIO()
+    gate = threading.Event()
+    io.submit(gate.wait)
+    dirs = []
+    futs = []
+    for i in range(50):
+        d = tmp_path / f"t-{i}"
+        d.mkdir()
+        dirs.append(d)
+        futs.append(io.write_file(str(d), "partition.metadata", f"id {i}\n"))
+        futs.append(io.write_file(str(d), "leader-epoch-checkpoint", f"0\n1\n0 {i}\n"))
+    gone = tmp_path / "t-0"
+    os.rename(gone, tmp_path / "t-0.x-delete")   # deleted while queued: its files are dropped
+    gate.set()
+    for f in futs:
+        f.result()
+    io.close()
+    for i, d in enumerate(dirs[1:], 1):
+        assert (d / "partition.metadata").read_text() == f"id {i}\n"
+        assert (d / "leader-epoch-checkpoint").read_text() == f"0\n1\n0 {i}\n"
+        assert not any(p.name.endswith(".tmp") for p in d.iterdir())
+    assert not (tmp_path / "t-0.x-delete" / "partition.metadata").exists()
+    assert len(syncs) == 2   # one batch: data, then renames (instead of 3 fsyncs per file)

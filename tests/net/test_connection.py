@@ -203,3 +203,39 @@ def test_region_past_end_of_file_closes_the_connection(tmp_path):
             assert await asyncio.wait_for(loop.sock_recv(client, 10), 5) == b""
             assert conn.closed
     asyncio.run(main())
+
+
+class MutingDispatcher(Dispatcher):
+    """'mute:<ms>' answers at once and mutes the connection (a throttled client, KIP-219)."""
+
+    def __init__(self):
+        super().__init__()
+        self.handled = []
+
+    def dispatch(self, conn, fr):
+        n, mode = bytes(fr).decode().split(":", 1)
+        self.handled.append((n, asyncio.get_running_loop().time()))
+        if mode.startswith("mute:"):
+            conn.mute_for(int(mode.split(":")[1]) / 1000)
+            return [frame(n.encode())]
+        return super().dispatch(conn, fr)
+
+
+def test_a_muted_connection_answers_then_reads_nothing_until_the_throttle_passes():
+    async def main():
+        d = MutingDispatcher()
+        conn, peer = await start(d)
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        # both frames arrive in one read: the second waits for the mute to end
+        await loop.sock_sendall(peer, frame(b"1:mute:300") + frame(b"2:sync"))
+        first = await read_frames(peer, 1)
+        assert first == [b"1"] and loop.time() - t0 < 0.25     # answered at once
+        await loop.sock_sendall(peer, frame(b"3:sync"))
+        rest = await read_frames(peer, 2)
+        assert rest == [b"2", b"3"]
+        handled = dict(d.handled)
+        assert handled["2"] - t0 >= 0.29 and handled["3"] - t0 >= 0.29
+        conn.close()
+        peer.close()
+    asyncio.run(main())

@@ -115,3 +115,17 @@ def test_acks_all_purgatory():
     d.add("p", 20, 2_000, "e")
     assert d.fail("p", Errors.NOT_LEADER_OR_FOLLOWER) == [("e", Errors.NOT_LEADER_OR_FOLLOWER)]
     assert d.expire(5_000) == []
+
+
+def test_a_caught_up_follower_the_metadata_shows_fenced_is_not_proposed():
+    """A broker that is fenced or shutting down may still fetch (its shutdown is under way);
+    the controller would refuse it (INELIGIBLE_REPLICA), so the leader waits until the
+    metadata shows it fit instead of proposing it again every check."""
+    s = leader(isr=(1, 2), leo=20, hw=20)
+    s.on_follower_fetch(2, 20, 1, 20, 10)
+    s.on_follower_fetch(3, 20, 4, 20, 10)
+    fenced = {3}
+    assert s.propose_isr_change(40, 20, LAG, lambda r: r not in fenced) is None
+    fenced.clear()
+    p = s.propose_isr_change(50, 20, LAG, lambda r: r not in fenced)
+    assert p.expand and p.new_isr == (1, 2, 3)

@@ -306,7 +306,7 @@ def test_txn_offset_commit_errors(h):
 def hold_markers(h, monkeypatch):
     """Markers cannot be written (a retriable error) until release_markers."""
     monkeypatch.setattr(h.rt, "write_marker_locally",
-                        lambda *a, **k: Errors.NOT_LEADER_OR_FOLLOWER)
+                        lambda *a, **k: (Errors.NOT_LEADER_OR_FOLLOWER, None, -1))
 
 
 def release_markers(h, monkeypatch):

@@ -1,0 +1,120 @@
+"""fsync durability: produce throughput with ``flush.messages=1`` (every append fsynced before
+its acknowledgement) as a ratio of the same without it, kbroker next to Apache Kafka 4.0.
+
+    python benchmarks/bench_fsync.py [--records 40000] [--producers 1,4] [--trials 3]
+                                     [--brokers kbroker,kafka] [--out ...md]
+
+kbroker groups the fsyncs (group commit): the append starts an fsync in a thread, produces
+that arrive while it runs are covered by the next single fsync, and each answer waits for
+the fsync covering it. Kafka fsyncs inside each append. Each row: one topic of one
+partition, acks=all, 1 KiB records, ``--producers`` confluent-kafka producers in threads
+sending together; the brokers and the with/without topics alternate, median of
+``--trials``. The machine may be shared: compare within a run.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_scale import create, produce  # noqa: E402
+from peers import NAMES, make_broker  # noqa: E402
+
+
+def produce_parallel(bootstrap: str, topic: str, records: int, producers: int) -> float:
+    """MB/s of ``producers`` producers sending ``records`` in all, together."""
+    rates: list[float] = []
+    errors: list[BaseException] = []
+
+    def one():
+        try:
+            rates.append(produce(bootstrap, [(topic, 1)], records // producers, acks="all"))
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=one) for _ in range(producers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return sum(rates)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--brokers", default="kbroker,kafka")
+    ap.add_argument("--records", type=int, default=40000)
+    ap.add_argument("--producers", default="1,4")
+    ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+    kinds = args.brokers.split(",")
+    counts = [int(x) for x in args.producers.split(",")]
+    tmp = Path(tempfile.mkdtemp(prefix="bench-fsync-"))
+    brokers = {}
+    res: dict[tuple[str, int, str], list[float]] = {}
+    errors: list[str] = []
+    try:
+        for k in kinds:
+            brokers[k] = make_broker(k, tmp).start(timeout=180)
+        for k, b in brokers.items():
+            for n in counts:
+                create(b.bootstrap, [(f"fs-{n}", 1)], {"flush.messages": "1"})
+                create(b.bootstrap, [(f"nofs-{n}", 1)])
+        for trial in range(args.trials):
+            for n in counts:
+                for k in kinds if trial % 2 == 0 else kinds[::-1]:
+                    for mode in ("with", "without") if trial % 2 == 0 else ("without", "with"):
+                        topic = f"{'fs' if mode == 'with' else 'nofs'}-{n}"
+                        try:
+                            r = produce_parallel(brokers[k].bootstrap, topic, args.records, n)
+                        except Exception as e:  # noqa: BLE001 - reported in the table
+                            errors.append(f"{NAMES[k]}, {n} producers, {mode}: {type(e).__name__}: {e}"[:200])
+                            continue
+                        res.setdefault((k, n, mode), []).append(r)
+                        print(f"trial {trial} {NAMES[k]:8s} producers={n} {mode:7s} fsync: {r:.1f} MB/s", flush=True)
+    finally:
+        for b in brokers.values():
+            b.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    report(res, errors, kinds, counts, args)
+
+
+def report(res, errors, kinds, counts, args) -> None:
+    L = [f"# fsync durability: flush.messages=1 against no fsync "
+         f"({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
+         f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; shared "
+         f"with other jobs. One partition, acks=all, {args.records} x 1 KiB records per run, median of "
+         f"{args.trials} alternating trials (MB/s).", "",
+         "| producers | broker | flush.messages=1 | no fsync | with / without |", "|---:|---|---:|---:|---:|"]
+    for n in counts:
+        for k in kinds:
+            w, wo = res.get((k, n, "with")), res.get((k, n, "without"))
+            if not w or not wo:
+                L.append(f"| {n} | {NAMES[k]} | n/a | n/a | n/a |")
+                continue
+            mw, mwo = statistics.median(w), statistics.median(wo)
+            L.append(f"| {n} | {NAMES[k]} | {mw:.1f} | {mwo:.1f} | {mw / mwo:.2f} |")
+    L.append("")
+    if errors:
+        L += ["Errors:", ""] + [f"- {e}" for e in errors] + [""]
+    text = "\n".join(L) + "\n"
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+"""A bounded cache of open segment and index files, so 10,000 partitions fit in the
+process's descriptor limit.
+
+Kafka keeps every segment's log open and memory-maps every index; it asks for a descriptor
+limit of 100,000+. Here only the active segment's log stays open (appends, fetches of the
+tail); every other segment log and every index file is a ``FileHandle`` that opens on first
+use and is closed again when it falls off the end of this LRU. Re-opening is by path, so a
+handle whose file is about to be renamed or unlinked is pinned first (``pin``): its
+descriptor then follows the file until the handle's last reference goes.
+
+Threads: only the thread that owns the cache (the event loop's, which is the main thread)
+tracks and evicts. A handle opened in another thread (the admin thread creating a
+partition) stays open and untracked until the owner touches it, and a log handed to another
+thread (closing a deleted partition) is pinned first. Code that keeps a descriptor number
+across a point where other handles may be touched (a generator that yields, a queued
+sendfile) asks the handle again each time instead.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import threading
+from collections import OrderedDict
+
+from .errors import KafkaStorageError
+
+MIN_CAPACITY = 16
+DEFAULT_CAPACITY = 4096
+MAX_CAPACITY = 16384
+
+
+class DescriptorCache:
+    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
+        self.capacity = max(MIN_CAPACITY, capacity)
+        self.owner = threading.main_thread().ident
+        self._lru: OrderedDict[FileHandle, None] = OrderedDict()
+        self.opens = 0       # descriptors opened (first opens and re-opens)
+        self.evictions = 0
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    def touch(self, h: "FileHandle") -> None:
+        if threading.get_ident() != self.owner:
+            return
+        lru = self._lru
+        if h in lru:
+            lru.move_to_end(h)
+            return
+        lru[h] = None
+        while len(lru) > self.capacity:
+            old, _ = lru.popitem(last=False)
+            old._evict()
+            self.evictions += 1
+
+    def forget(self, h: "FileHandle") -> None:
+        if threading.get_ident() == self.owner:
+            self._lru.pop(h, None)
+
+
+DESCRIPTORS = DescriptorCache()
+
+
+class FileHandle:
+    """An open-on-demand segment or index file. Regions keep a reference to it; a pinned
+    handle's descriptor is closed only by ``close`` or when its last reference goes (a
+    region handed to a fetch stays valid across a roll, a rename to ``.deleted`` or a
+    compaction swap); an unpinned one may be closed by the cache at any time and is
+    re-opened by ``fileno``."""
+
+    __slots__ = ("fd", "path", "pinned", "create", "_closed", "__weakref__")
+
+    def __init__(self, path: str, fd: int = -1, *, pinned: bool = False, create: bool = False) -> None:
+        self.fd = fd
+        self.path = path
+        self.pinned = pinned
+        self.create = create   # index files: re-created if missing (recovery rebuilds them)
+        self._closed = False
+        if fd >= 0 and not pinned:
+            DESCRIPTORS.touch(self)
+
+    def __del__(self, _close=os.close) -> None:
+        # the last reference (a segment, or a region a fetch still holds) closes it, so a
+        # descriptor number is never reused while a region might still send from it
+        try:
+            fd, self.fd = self.fd, -1
+            if fd >= 0:
+                _close(fd)   # (bound early: at interpreter exit the os module may be gone)
+        except OSError:  # pragma: no cover
+            pass
+
+    def fileno(self) -> int:
+        fd = self.fd
+        if fd >= 0:
+            if not self.pinned:
+                DESCRIPTORS.touch(self)
+            return fd
+        if self._closed:
+            raise KafkaStorageError(f"segment file {self.path} is closed")
+        flags = os.O_RDWR | (os.O_CREAT if self.create else 0)
+        try:
+            fd = os.open(self.path, flags, 0o644)
+        except FileNotFoundError:
+            raise KafkaStorageError(f"segment file {self.path} is missing") from None
+        DESCRIPTORS.opens += 1
+        self.fd = fd
+        if not self.pinned:
+            DESCRIPTORS.touch(self)
+        return fd
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def is_open(self) -> bool:
+        return self.fd >= 0
+
+    def pin(self) -> None:
+        """Keep the descriptor open from now on (the file is about to be renamed or
+        unlinked, or the handle goes to another thread): opens it if needed."""
+        if not self._closed:
+            self.fileno()
+        self.pinned = True
+        DESCRIPTORS.forget(self)
+
+    def detach(self) -> None:
+        """Another thread takes the handle over (closing a deleted log): the cache lets go
+        of it without opening it."""
+        self.pinned = True
+        DESCRIPTORS.forget(self)
+
+    def unpin(self) -> None:
+        """The path is right again (a rename finished): the cache may close it."""
+        self.pinned = False
+        if self.fd >= 0:
+            DESCRIPTORS.touch(self)
+
+    def _evict(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def release(self) -> None:
+        """Close the descriptor now; the handle re-opens on next use (index ``close``)."""
+        DESCRIPTORS.forget(self)
+        self._evict()
+
+    def close(self) -> None:
+        """Final close: later use raises KafkaStorageError."""
+        self._closed = True
+        DESCRIPTORS.forget(self)
+        self._evict()
+
+    def __repr__(self) -> str:
+        return f"FileHandle({self.path!r}, fd={self.fd})"
+
+
+def raise_open_file_limit() -> tuple[int, int]:
+    """Raise the soft RLIMIT_NOFILE to the hard limit (what Kafka's start scripts expect of
+    ``ulimit -n``) and size the cache to a quarter of it. Returns (soft, hard)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):  # pragma: no cover - a container may refuse
+            pass
+    DESCRIPTORS.capacity = max(MIN_CAPACITY, min(MAX_CAPACITY, soft // 4))
+    return soft, hard

@@ -1,0 +1,71 @@
+"""An all-topics Metadata response for a large cluster is built in slices: the loop serves
+others meanwhile, and the bytes are those of the one-go encoding at every version."""
+
+import asyncio
+import functools
+
+from kbroker.handlers import metadata
+from kbroker.handlers.context import RequestContext
+from kbroker.slices import run_in_slices, run_to_end
+from kbroker.wire.generated.metadata_request import MetadataRequest
+from kbroker.wire.primitives import Writer
+
+from test_handlers import create
+
+
+def _encode(resp, version):
+    w = Writer()
+    resp.encode_into(w, version)
+    return bytes(w)
+
+
+def test_stitched_encoding_matches_every_version(broker):
+    for i in range(3):
+        assert create(broker, f"m{i}", 2 + i).topics[0].error_code == 0
+    server = broker.server
+    image = server.image
+    for v in range(0, 13):
+        for include_ops, cluster_ops in ((False, False), (v >= 8, 8 <= v <= 10)):
+            sliced = run_to_end(metadata._build_steps(server, image, "PLAINTEXT", v, cluster_ops, include_ops))
+            whole = metadata._response(metadata.MetadataResponse, server, image, "PLAINTEXT", v, cluster_ops,
+                                       [metadata.topic_response(t, v, include_ops)
+                                        for t in image.topics_by_name.values()])
+            assert _encode(sliced, v) == _encode(whole, v), v
+
+
+def test_large_all_topics_metadata_yields_to_other_work(broker, monkeypatch):
+    for i in range(6):
+        assert create(broker, f"big{i}", 4).topics[0].error_code == 0
+    monkeypatch.setattr(metadata, "SLICED_BUILD_PARTITIONS", 10)
+    monkeypatch.setattr(metadata, "run_in_slices", functools.partial(run_in_slices, slice_s=0))
+    server = broker.server
+    spec = server.api_specs[3]
+
+    def ctx():
+        return RequestContext(server, None, 3, 12, 1, "test", server.clock.now_ms(), "PLAINTEXT")
+
+    async def main():
+        ticks = 0
+        done = False
+
+        async def other():
+            nonlocal ticks
+            while not done:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        t = asyncio.ensure_future(other())
+        out = spec.handle(ctx(), MetadataRequest(topics=None))
+        second = spec.handle(ctx(), MetadataRequest(topics=None))   # shares the build
+        assert asyncio.iscoroutine(out)
+        resp, resp2 = await out, await second
+        done = True
+        await t
+        return ticks, resp, resp2
+
+    ticks, resp, resp2 = broker.loop.run_until_complete(main())
+    assert ticks >= 6            # the loop ran other work between the topics
+    assert resp is resp2
+    assert sum(len(t.partitions) for t in resp.topics if t.name.startswith("big")) == 24
+    # now cached: answered at once
+    assert spec.handle(ctx(), MetadataRequest(topics=None)) is resp

@@ -1,0 +1,66 @@
+"""flush.messages=1: the produce answer waits for an fsync that runs in a thread (the event
+loop keeps serving), and produces that arrive while it runs share the next one."""
+
+import asyncio
+import os
+import threading
+
+from kbroker.handlers.context import RequestContext
+from kbroker.wire.generated.metadata_request import MetadataRequest
+from kbroker.wire.generated.produce_request import ProduceRequest
+
+from test_handlers import batch, create
+
+
+def _ctx(server, api_key, version):
+    return RequestContext(server, None, api_key, version, 1, "test", server.clock.now_ms(), "PLAINTEXT")
+
+
+def _produce_req(topic, records, acks=1):
+    T = ProduceRequest.TopicProduceData
+    return ProduceRequest(acks=acks, timeout_ms=5000, topic_data=[
+        T(name=topic, partition_data=[T.PartitionProduceData(index=0, records=records)])])
+
+
+def test_acks_wait_for_a_shared_fsync_off_the_loop(broker, monkeypatch):
+    assert create(broker, "durable", configs={"flush.messages": "1"}).topics[0].error_code == 0
+    server = broker.server
+    plog = server.log_manager.get("durable", 0)
+    gate = threading.Event()
+    started = threading.Event()
+    calls = []
+    real_fdatasync = os.fdatasync
+
+    def slow_fdatasync(fd):   # the first fsync blocks until the test lets it go
+        calls.append(threading.current_thread() is threading.main_thread())
+        started.set()
+        if len(calls) == 1:
+            gate.wait(10)
+        return real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
+    spec = server.api_specs[0]
+
+    async def main():
+        first = asyncio.ensure_future(spec.handle(_ctx(server, 0, 9), _produce_req("durable", batch(2))))
+        while not started.is_set():
+            await asyncio.sleep(0.001)
+        # the fsync is running: the loop still answers other requests ...
+        md = server.api_specs[3].handle(_ctx(server, 3, 12), MetadataRequest(topics=None))
+        if asyncio.iscoroutine(md) or isinstance(md, asyncio.Future):
+            md = await md
+        assert any(t.name == "durable" for t in md.topics)
+        # ... and takes more appends, which wait too
+        later = [asyncio.ensure_future(spec.handle(_ctx(server, 0, 9), _produce_req("durable", batch(1))))
+                 for _ in range(20)]
+        await asyncio.sleep(0.05)
+        assert not first.done() and not any(f.done() for f in later)
+        gate.set()
+        return await first, await asyncio.gather(*later)
+
+    first, later = broker.loop.run_until_complete(main())
+    assert first.responses[0].partition_responses[0].error_code == 0
+    assert all(r.responses[0].partition_responses[0].error_code == 0 for r in later)
+    # every fsync ran in a thread; the 20 produces made during the first one shared the next
+    assert calls and not any(calls)
+    assert len(calls) == 2 and plog.sync_rounds == 2

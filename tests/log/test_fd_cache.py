@@ -1,0 +1,118 @@
+"""The bounded descriptor cache: old segments and index files open on demand and close when
+the cache needs room; the active segment's log stays open; nothing read back changes."""
+
+import os
+import resource
+
+import pytest
+
+from kbroker.log import fd_cache
+from kbroker.log.config import LogConfig
+from kbroker.log.fd_cache import DESCRIPTORS, raise_open_file_limit
+from kbroker.log.partition_log import PartitionLog
+
+from .helpers import concat, make_batch
+
+
+def cfg(**kw):
+    props = {k.replace("_", "."): str(v) for k, v in kw.items()}
+    props.setdefault("file.delete.delay.ms", "0")
+    return LogConfig.from_props(props)
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.fixture
+def small_cache(monkeypatch):
+    monkeypatch.setattr(DESCRIPTORS, "capacity", fd_cache.MIN_CAPACITY)
+    yield DESCRIPTORS
+
+
+def fill(log, batches, now=0):
+    for _ in range(batches):
+        log.append(concat(make_batch(5, value=b"v" * 200)), now)
+
+
+def test_many_logs_hold_one_descriptor_each_plus_the_cache(tmp_path, small_cache):
+    before = open_fds()
+    config = cfg(segment_bytes=2048, index_interval_bytes=100)
+    logs = [PartitionLog.open(str(tmp_path / f"t-{i}"), config, 0) for i in range(40)]
+    for log in logs:
+        fill(log, 12)   # several rolled segments each, every one indexed
+    assert all(len(log.segments) > 3 for log in logs)
+    segments = sum(len(log.segments) for log in logs)
+    held = open_fds() - before
+    # without the cache: every segment's log and two indexes (x2 with memory maps)
+    assert held <= len(logs) + small_cache.capacity + 2, (held, segments)
+    expected = {id(log): [log.read(o, 1 << 20).to_bytes() for o in range(0, log.log_end_offset, 7)]
+                for log in logs}
+    # read everything again (old segments re-open; offset lookups read evicted indexes)
+    for log in logs:
+        got = [log.read(o, 1 << 20).to_bytes() for o in range(0, log.log_end_offset, 7)]
+        assert got == expected[id(log)]
+        assert log.offset_for_timestamp(0) is not None
+    assert open_fds() - before <= len(logs) + small_cache.capacity + 2
+    for log in logs:
+        log.flush()
+        log.close()
+    # a clean reopen finds every index intact (no rebuild needed)
+    for i in range(40):
+        log = PartitionLog.open(str(tmp_path / f"t-{i}"), config, 0, had_clean_shutdown=True)
+        assert not log.recovery.rebuilt_indexes
+        log.close()
+    assert open_fds() - before <= 2
+
+
+def test_region_of_an_evicted_segment_reopens_at_send_time(tmp_path, small_cache):
+    log = PartitionLog.open(str(tmp_path / "a-0"), cfg(segment_bytes=2048), 0)
+    fill(log, 12)
+    first = log.segments[0]
+    region = log.read(0, 1 << 20).regions[0]
+    assert region.file is first.handle
+    want = region.read()
+    # touch more files than the cache holds: the first segment's descriptor is closed
+    others = [PartitionLog.open(str(tmp_path / f"b-{i}"), cfg(segment_bytes=2048), 0) for i in range(6)]
+    for o in others:
+        fill(o, 12)
+        o.read(0, 1 << 20).to_bytes()
+    assert not first.handle.is_open
+    assert region.read() == want
+    r_fd, w_fd = os.pipe()
+    try:
+        assert os.sendfile(w_fd, region.fd, region.position, region.size) == region.size
+        assert os.read(r_fd, region.size) == want
+    finally:
+        os.close(r_fd)
+        os.close(w_fd)
+
+
+def test_active_segment_log_stays_open(tmp_path, small_cache):
+    logs = [PartitionLog.open(str(tmp_path / f"t-{i}"), cfg(), 0) for i in range(3 * fd_cache.MIN_CAPACITY)]
+    for log in logs:
+        fill(log, 1)
+    assert all(log.active_segment.handle.is_open for log in logs)
+    assert len(small_cache) <= small_cache.capacity
+
+
+def test_deleted_segment_region_stays_readable(tmp_path, small_cache):
+    log = PartitionLog.open(str(tmp_path / "a-0"), cfg(segment_bytes=2048, retention_bytes=2048), 0)
+    fill(log, 12)
+    region = log.read(0, 1 << 20).regions[0]
+    want = region.read()
+    log.high_watermark = log.log_end_offset
+    assert log.delete_old_segments(0) > 0
+    assert log.log_start_offset > 0
+    assert not os.path.exists(region.file.path)
+    assert region.read() == want   # pinned before the unlink: the descriptor kept the file
+
+
+def test_raise_open_file_limit_sets_soft_to_hard(monkeypatch):
+    calls = []
+    monkeypatch.setattr(resource, "getrlimit", lambda _r: (1024, 65536))
+    monkeypatch.setattr(resource, "setrlimit", lambda _r, lim: calls.append(lim))
+    monkeypatch.setattr(DESCRIPTORS, "capacity", DESCRIPTORS.capacity)
+    assert raise_open_file_limit() == (65536, 65536)
+    assert calls == [(65536, 65536)]
+    assert DESCRIPTORS.capacity == 65536 // 4
