@@ -1,7 +1,8 @@
 """Partition reassignment and leader elections on a real 3-node cluster (issue 10):
 
 * a partition moves from 1 replica to 3 and then off its leader with ``kbroker
-  reassign-partitions`` while confluent-kafka writes to it with idempotent acks=all; the
+  reassign-partitions`` while confluent-kafka (or the Java client) writes to it with
+  idempotent acks=all; the
   Jepsen-style checker finds nothing lost, duplicated or reordered, and the replica that left
   has its log deleted;
 * Apache Kafka's own kafka-reassign-partitions.sh (--execute / --verify / --list) and
@@ -22,7 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.brokers import REPO, KBrokerCluster
 from compat_tests.cluster_faults.checker import History, check
-from compat_tests.cluster_faults.workload import ProducerLoad, read_all, wait_until
+from compat_tests.cluster_faults.workload import JavaProducerLoad, ProducerLoad, read_all, wait_until
 
 pytestmark = pytest.mark.timeout(420)
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -75,14 +76,16 @@ def _reassign_and_wait(c, tmp_path, topic, target, what):
     wait_until(lambda: sorted(partition(c, topic).isrs) == sorted(target), 60, f"ISR {target} after {what}")
 
 
-def test_reassign_one_to_three_replicas_then_off_the_leader_under_acks_all_load(cluster, tmp_path, duration):
-    topic = "moving"
+@pytest.mark.parametrize("load_class", [ProducerLoad, JavaProducerLoad], ids=["confluent-kafka", "java"])
+def test_reassign_one_to_three_replicas_then_off_the_leader_under_acks_all_load(cluster, tmp_path, duration,
+                                                                                load_class):
+    topic = f"moving-{load_class.__name__}"
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(60)
     first = wait_until(lambda: (p := partition(cluster, topic)).leader >= 0 and p.leader, 30, "a leader")
     others = [n for n in cluster.nodes if n != first]
     history = History()
-    load = ProducerLoad(cluster.bootstrap, topic, 1, history).start()
+    load = load_class(cluster.bootstrap, topic, 1, history).start()
     try:
         wait_until(lambda: load.acked() >= 200, 60, "writes before the reassignment")
         # 1 -> 3 replicas: the new ones catch up under load, join the ISR, the move completes
