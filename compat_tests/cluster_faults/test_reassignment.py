@@ -97,8 +97,9 @@ def test_reassign_one_to_three_replicas_then_off_the_leader_under_acks_all_load(
         time.sleep(duration)
         # then off the leader: leadership moves to a remaining replica, the old one deletes its log
         _reassign_and_wait(cluster, tmp_path, topic, others, "moving off the leader")
-        p = partition(cluster, topic)
-        assert p.leader in others and sorted(p.replicas) == sorted(others)
+        # (brokers apply the change at slightly different times: ask until the one asked has it)
+        wait_until(lambda: (p := partition(cluster, topic)).leader in others and sorted(p.replicas) == sorted(others),
+                   30, f"a leader among {others} and replicas {others}")
         before = load.acked()
         wait_until(lambda: load.acked() >= before + 200, 60, "writes after the leader moved")
     finally:
