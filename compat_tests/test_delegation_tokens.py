@@ -114,6 +114,10 @@ def test_token_lifecycle_with_kafka_tools(tbroker, tmp_path):
     assert row[2] == "User:alice", out
     token = _props(tmp_path / "token.properties", token_id, hmac_b64, tokenauth=True)
 
+    # a connection authenticated by a token may not create tokens (run beside the wave below)
+    by_token = subprocess.Popen([str(KAFKA / "bin" / base[0]), *base[1:], "--create", "--max-life-time-period", "-1",
+                                 "--command-config", token], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp_path,
+                                env={**os.environ, "KAFKA_HEAP_OPTS": "-Xmx256m", "LOG_DIR": str(tmp_path / "logs")})
     # the Java producer authenticates with the token and writes as alice (her ACLs apply)
     res = _wave({"produce": ["kafka-console-producer.sh", "--bootstrap-server", sasl, "--topic", "tok",
                              "--producer.config", token],
@@ -121,6 +125,8 @@ def test_token_lifecycle_with_kafka_tools(tbroker, tmp_path):
                  "describe": base + ["--describe", "--owner-principal", "User:alice", "--command-config", alice],
                  "renew": base + ["--renew", "--hmac", hmac_b64, "--renew-time-period", "600000", "--command-config", alice]},
                 tmp_path, inputs={"produce": b"by-token-1\nby-token-2\n"})
+    out = by_token.communicate(timeout=180)[0].decode()
+    assert by_token.returncode != 0 and "UnsupportedByAuthenticationException" in out, out
     assert token_id in res["describe"], res["describe"] + b.tail(60)
     c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "tok-check", "enable.auto.commit": False})
     c.assign([TopicPartition("tok", 0, OFFSET_BEGINNING)])
@@ -133,13 +139,6 @@ def test_token_lifecycle_with_kafka_tools(tbroker, tmp_path):
             break
     c.close()
     assert got == [b"by-token-1", b"by-token-2"]
-
-    # a connection authenticated by a token may not create tokens
-    p = subprocess.run([str(KAFKA / "bin" / "kafka-delegation-tokens.sh"), *base[1:], "--create",
-                        "--max-life-time-period", "-1", "--command-config", token],
-                       capture_output=True, timeout=180, cwd=tmp_path,
-                       env={**os.environ, "KAFKA_HEAP_OPTS": "-Xmx256m", "LOG_DIR": str(tmp_path / "logs")})
-    assert "created delegation token" not in (p.stdout + p.stderr).decode().lower()
 
     # the raw exchange works with the token, fails with a wrong HMAC, and after expiry
     assert _scram_token_auth(b.sasl_port, token_id, hmac_b64) == 0

@@ -6,7 +6,8 @@ a stock client (confluent-kafka) know.
 The broker runs Kafka's StandardAuthorizer with the anonymous PLAINTEXT user as super user, so
 kafka-acls has an authorizer to talk to and every other tool is allowed.
 
-Not here yet (other issues' APIs): kafka-leader-election, kafka-reassign-partitions."""
+kafka-leader-election and kafka-reassign-partitions need a 3-node cluster: compat_tests/cluster_faults/
+test_reassignment.py."""
 from __future__ import annotations
 
 import json

@@ -261,7 +261,7 @@ head = s.recv(8)
 sys.exit(0 if len(head) == 8 and struct.unpack(">i", head[4:8])[0] == 1 else 1)
 PY
     then
-      log "kbroker ($1 scenario, group.initial.rebalance.delay.ms=$delay) pid $BROKER_PID on 127.0.0.1:$BROKER_PORT"
+      log "kbroker ($1 scenario, group.initial.rebalance.delay.ms=$delay${3:+, StandardAuthorizer}) pid $BROKER_PID on 127.0.0.1:$BROKER_PORT"
       BROKER_BOOTSTRAP=127.0.0.1:$BROKER_PORT
       printf 'bootstrap.servers=%s\n' "$BROKER_BOOTSTRAP" >"$RUN/test.conf"
       return 0

@@ -101,7 +101,8 @@ class Dispatcher:
 
     def _done(self, ctx, req, resp, t0, t_local, t_end):
         if self.metrics is not None:
-            self.metrics.observe(ctx.api_key, ctx.api_version, req, resp, t0, t_local, t_end)
+            self.metrics.observe(ctx.api_key, ctx.api_version, req, resp, t0, t_local, t_end,
+                                 getattr(resp, "throttle_time_ms", 0) or 0)   # quotas (KIP-219)
         if request_log.isEnabledFor(logging.DEBUG):
             request_log.debug("Completed request: %s v%d correlation id %d from client %r on %s (%s), total %.3f ms, local %.3f ms",
                               self.specs[ctx.api_key].name, ctx.api_version, ctx.correlation_id, ctx.client_id,

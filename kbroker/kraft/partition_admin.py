@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import logging
 
-from kbroker.kraft.partition_change import (NO_LEADER, NO_LEADER_CHANGE, _complete_reassignment, _live,
-                                            _Shadow, change_record, elect_leader,
-                                            preferred_leader_change, start_reassignment)
+from kbroker.kraft.partition_change import (NO_LEADER, NO_LEADER_CHANGE, _after, _complete_reassignment,
+                                            _live, change_record, elect_leader, preferred_leader_change,
+                                            start_reassignment)
 from kbroker.wire.errors import Errors
 
 log = logging.getLogger("kbroker.controller.partitions")
@@ -127,8 +127,8 @@ def rebalance_leaders(image, per_broker_percentage: int) -> list:
     return records
 
 
-class LeaderBalanceTimer:
-    """When the controller next checks leader balance (pure: the caller passes ``now_ms``)."""
+class IntervalTimer:
+    """Due every ``interval_ms`` (pure: the caller passes ``now_ms``)."""
 
     def __init__(self, interval_ms: int, now_ms: int) -> None:
         self.interval_ms = interval_ms
@@ -156,7 +156,7 @@ def _validate_target(image, replicas: list[int]) -> tuple[int, str | None]:
     return Errors.NONE, None
 
 
-def _cancel(image, topic_id, p):
+def _cancel(image, topic_name, topic_id, p):
     """Back to the replicas from before the reassignment (Kafka's PartitionReassignmentRevert).
     When only new replicas were in the ISR, an original one must lead uncleanly."""
     original = [r for r in p.replicas if r not in p.adding_replicas]
@@ -166,9 +166,9 @@ def _cancel(image, topic_id, p):
         e = elect_leader(original, isr, _live(image), unclean_allowed=not isr)
         leader = e.leader
         if not isr:
-            log.warning("cancelling the reassignment of partition %d: no original replica is in the "
+            log.warning("cancelling the reassignment of %s-%d: no original replica is in the "
                         "ISR %s; %s leads uncleanly, records only the ISR had are lost",
-                        p.partition_id, p.isr, e.leader if e.leader != NO_LEADER else "nobody yet")
+                        topic_name, p.partition_id, p.isr, e.leader if e.leader != NO_LEADER else "nobody yet")
             isr = [e.leader if e.leader != NO_LEADER else original[0]]
     return change_record(topic_id, p, replicas=original, isr=isr, leader=leader, adding=[], removing=[])
 
@@ -183,7 +183,7 @@ def reassign_one(image, topic_name: str, partition: int, replicas: list[int] | N
     if replicas is None:
         if not ongoing:
             return Errors.NO_REASSIGNMENT_IN_PROGRESS, None, []
-        rec = _cancel(image, t.topic_id, p)
+        rec = _cancel(image, topic_name, t.topic_id, p)
         return Errors.NONE, None, [rec] if rec is not None else []
     err, msg = _validate_target(image, replicas)
     if err:
@@ -191,7 +191,7 @@ def reassign_one(image, topic_name: str, partition: int, replicas: list[int] | N
     start = start_reassignment(t.topic_id, p, list(replicas))
     if start is None:
         return Errors.NONE, None, []
-    after = _apply_shadow(p, start)
+    after = _after(t, p, [start])     # the state once the start is applied
     replicas_, isr, leader = after.replicas, after.isr, NO_LEADER_CHANGE
     adding, removing = after.adding_replicas, after.removing_replicas
     done = _complete_reassignment(t.topic_id, after, after.isr, _live(image))
@@ -202,19 +202,6 @@ def reassign_one(image, topic_name: str, partition: int, replicas: list[int] | N
     rec = change_record(t.topic_id, p, replicas=replicas_, isr=isr, leader=leader,
                         adding=adding, removing=removing)
     return Errors.NONE, None, [rec] if rec is not None else []
-
-
-def _apply_shadow(p, rec):
-    s = _Shadow(p, list(rec.isr) if rec.isr is not None else list(p.isr))
-    if rec.replicas is not None:
-        s.replicas = list(rec.replicas)
-    if rec.adding_replicas is not None:
-        s.adding_replicas = list(rec.adding_replicas)
-    if rec.removing_replicas is not None:
-        s.removing_replicas = list(rec.removing_replicas)
-    if rec.leader != NO_LEADER_CHANGE:
-        s.leader = rec.leader
-    return s
 
 
 def alter_reassignments(image, targets):
@@ -269,8 +256,8 @@ class PartitionTasks:
     def __init__(self, *, auto_rebalance: bool, check_interval_ms: int, imbalance_percentage: int,
                  unclean_default, now_ms: int) -> None:
         self.auto_rebalance = auto_rebalance
-        self.balance = LeaderBalanceTimer(check_interval_ms, now_ms)
-        self.unclean = LeaderBalanceTimer(self.UNCLEAN_CHECK_MS, now_ms)
+        self.balance = IntervalTimer(check_interval_ms, now_ms)
+        self.unclean = IntervalTimer(self.UNCLEAN_CHECK_MS, now_ms)
         self.percentage = imbalance_percentage
         self.unclean_default = unclean_default     # () -> bool, read when the op runs
 

@@ -32,7 +32,7 @@ _TIMES = (
     ("requestqueuetimems", "queue", "Time in the request queue, ms (0: requests are dispatched as read)"),
     ("localtimems", "local", "Time in the handler, ms"),
     ("remotetimems", "remote", "Time waiting after the handler (long poll, commits), ms"),
-    ("throttletimems", "throttle", "Throttle time, ms (0: no quotas yet)"),
+    ("throttletimems", "throttle", "Throttle time the answer carried (client quotas), ms"),
     ("responsequeuetimems", "response_queue", "Time in the response queue, ms"),
     ("responsesendtimems", "response_send", "Time sending the response, ms"),
 )

@@ -110,8 +110,10 @@ class ReplicationDriver:
             return None
         c = self.clients.get(leader)
         if c is None or (c.host, c.port) != (ep[0], ep[1]):
+            from kbroker.security.client_auth import listener_client_security
+            ssl, sasl = listener_client_security(self.cfg, self._listener())   # TLS/SASL of that listener
             c = KafkaClient(ep[0], ep[1], client_id=f"replica-fetcher-{self.server.node_id}",
-                            request_timeout_ms=self.cfg["replica.fetch.wait.max.ms"] + 30_000)
+                            request_timeout_ms=self.cfg["replica.fetch.wait.max.ms"] + 30_000, ssl=ssl, sasl=sasl)
             self.clients[leader] = c
         return c
 

@@ -59,7 +59,7 @@ def from_client_properties(props: dict[str, str]) -> tuple[_ssl.SSLContext | Non
         ctx = _ssl.create_default_context(cafile=props.get("ssl.truststore.location") or None)
         if (props.get("ssl.endpoint.identification.algorithm", "https") or "").strip() == "":
             ctx.check_hostname = False
-        cert = props.get("ssl.keystore.location")
+        cert = props.get("ssl.keystore.location")   # PEM: key + certificate chain
         if cert:
             ctx.load_cert_chain(cert, password=props.get("ssl.key.password") or props.get("ssl.keystore.password"))
     sasl = None
@@ -71,3 +71,36 @@ def from_client_properties(props: dict[str, str]) -> tuple[_ssl.SSLContext | Non
         ext = {"tokenauth": "true"} if opts.get("tokenauth", "").lower() == "true" else {}
         sasl = SaslCredentials(mech, opts.get("username", ""), opts.get("password", ""), ext)
     return ctx, sasl
+
+
+def listener_client_security(config, listener: str | None):
+    """(ssl context, SASL credentials) this node uses to reach a peer's ``listener`` (the
+    inter-broker listener), as a Kafka broker does: the listener's protocol from
+    ``listener.security.protocol.map``, ``sasl.mechanism.inter.broker.protocol``, the
+    username/password of the listener's JAAS config for that mechanism, and the listener's
+    ``ssl.truststore.location`` / ``ssl.keystore.location`` (PEM; the keystore only when the
+    listener asks clients for certificates)."""
+    if not listener:
+        return None, None
+    protocol = config.protocol_map.get(listener.upper(), listener.upper() if listener.upper() in (
+        "PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL") else "PLAINTEXT")
+    if protocol == "PLAINTEXT":
+        return None, None
+    props = config.originals
+    prefix = f"listener.name.{listener.lower()}."
+
+    def get(name):
+        v = props.get(prefix + name)
+        return v if v is not None else props.get(name)
+    client = {"security.protocol": protocol}
+    if protocol in ("SSL", "SASL_SSL"):
+        client["ssl.truststore.location"] = get("ssl.truststore.location") or ""
+        client["ssl.endpoint.identification.algorithm"] = get("ssl.endpoint.identification.algorithm") or "https"
+        if (get("ssl.client.auth") or "none").lower() in ("required", "requested"):
+            client["ssl.keystore.location"] = get("ssl.keystore.location") or ""
+    if protocol.startswith("SASL_"):
+        mech = (props.get("sasl.mechanism.inter.broker.protocol") or "GSSAPI").upper()
+        client["sasl.mechanism"] = mech
+        client["sasl.jaas.config"] = (props.get(f"{prefix}{mech.lower()}.sasl.jaas.config")
+                                      or get("sasl.jaas.config") or "")
+    return from_client_properties(client)

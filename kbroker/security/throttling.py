@@ -62,8 +62,8 @@ def apply(ctx, req, resp, request_bytes: int, elapsed_ns: int, mutations: "Mutat
     broker = ctx.broker
     qm = getattr(broker, "quotas", None)
     conn = ctx.conn
-    if qm is None or conn is None or resp is None or not qm.enabled:
-        return resp
+    if qm is None or conn is None or not qm.enabled or (resp is None and ctx.api_key != PRODUCE):
+        return resp   # (an acks=0 produce has no answer but still counts, and mutes)
     sec = getattr(broker, "security", None)
     if sec is not None and ctx.listener_name in sec.trusted_listeners:
         return resp
@@ -88,6 +88,11 @@ def apply(ctx, req, resp, request_bytes: int, elapsed_ns: int, mutations: "Mutat
     throttle = max(bandwidth, request_throttle)
     if throttle <= 0:
         return resp
+    if resp is None:
+        mute = getattr(conn, "mute_for", None)
+        if mute is not None:
+            mute(throttle / 1000.0)
+        return None
     if getattr(resp, "throttle_time_ms", None) is not None and resp.throttle_time_ms < throttle:
         resp = copy.copy(resp)   # the handler's response may be cached and shared
         resp.throttle_time_ms = throttle

@@ -98,7 +98,7 @@ def _alter(c, items) -> list[tuple[str, int, int, str | None]]:
     return [(t.name, p.partition_index, p.error_code, p.error_message) for t in resp.responses for p in t.partitions]
 
 
-def _ongoing(c, keys=None) -> dict[tuple[str, int], tuple[list[int], list[int], list[int]]]:
+def ongoing_reassignments(c, keys=None) -> dict[tuple[str, int], tuple[list[int], list[int], list[int]]]:
     T = ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics
     topics = None
     if keys is not None:
@@ -139,7 +139,7 @@ def _execute(c, plan) -> int:
 
 def _verify(c, plan) -> int:
     keys = [(t, p) for t, p, _ in plan]
-    ongoing = _ongoing(c, keys)
+    ongoing = ongoing_reassignments(c, keys)
     current = _current(c, {t for t, _ in keys})
     print("Status of partition reassignment:")
     for t, p, target in plan:
@@ -168,7 +168,7 @@ def _cancel(c, plan) -> int:
 
 
 def _list(c) -> int:
-    ongoing = _ongoing(c)
+    ongoing = ongoing_reassignments(c)
     if not ongoing:
         print("No partition reassignments found.")
         return 0

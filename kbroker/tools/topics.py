@@ -97,6 +97,7 @@ def _describe(c, args) -> int:
     live = set(c.brokers)
     filtered = (args.under_replicated_partitions or args.under_min_isr_partitions
                 or args.at_min_isr_partitions or args.unavailable_partitions)
+    moving = _reassignments(c) if names else {}
     for name in names:
         t = topics[name]
         configs = c.describe_configs(TOPIC_RESOURCE, name, synonyms=False)
@@ -119,10 +120,22 @@ def _describe(c, args) -> int:
             if args.unavailable_partitions and p.leader_id in live:
                 continue
             leader = p.leader_id if p.leader_id >= 0 else "none"
+            r = moving.get((name, p.partition_index))
+            reassigning = (f"Adding Replicas: {','.join(map(str, r[0]))}\tRemoving Replicas: "
+                           f"{','.join(map(str, r[1]))}\t") if r else ""
             print(f"\tTopic: {name}\tPartition: {p.partition_index}\tLeader: {leader}\t"
                   f"Replicas: {','.join(map(str, p.replica_nodes))}\tIsr: {','.join(map(str, p.isr_nodes))}\t"
-                  f"Elr: \tLastKnownElr: ")
+                  f"{reassigning}Elr: \tLastKnownElr: ")
     return 0
+
+
+def _reassignments(c) -> dict:
+    """(topic, partition) -> (adding, removing) of the reassignments in progress."""
+    from kbroker.tools.reassign_partitions import ongoing_reassignments
+    try:
+        return {k: (adding, removing) for k, (_, adding, removing) in ongoing_reassignments(c).items()}
+    except KafkaError:
+        return {}   # (not allowed to list them: describe without)
 
 
 def _topic_id(u) -> str:

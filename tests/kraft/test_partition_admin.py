@@ -110,7 +110,7 @@ def test_rebalance_only_brokers_above_the_imbalance_percentage():
 
 
 def test_leader_balance_timer():
-    t = pa.LeaderBalanceTimer(300_000, now_ms=1000)
+    t = pa.IntervalTimer(300_000, now_ms=1000)
     assert not t.due(300_999)
     assert t.due(301_000)
     assert not t.due(301_001)

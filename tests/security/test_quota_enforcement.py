@@ -79,6 +79,7 @@ def test_produce_over_quota_is_answered_with_throttle_time_and_mutes_the_connect
     assert r.responses[0].partition_responses[0].error_code == 0
     assert r.throttle_time_ms > 1000
     assert conn.muted == [pytest.approx(r.throttle_time_ms / 1000)]
+    assert broker.request_metrics.times[0].throttle >= r.throttle_time_ms    # ThrottleTimeMs metric
     other = Conn()                               # another user is not limited
     other.state["principal"] = "User:bob"
     assert produce(broker, other, "t", 50_000).throttle_time_ms == 0
@@ -123,3 +124,14 @@ def test_controller_mutation_rate_refuses_once_exhausted(broker):
     assert old.topics[0].error_code == 0 and old.throttle_time_ms > 0
     broker.clock.advance(20_000)
     assert create(broker, conn, ["e"]).topics[0].error_code == 0
+
+
+def test_acks0_produce_counts_and_mutes_without_an_answer(broker):
+    conn = Conn()
+    create(broker, conn, ["t"])
+    set_quota(broker, [("user", "alice")], "producer_byte_rate", 10_000)
+    req = _produce_req(broker, "t", 30_000)
+    req.acks = 0
+    frame = memoryview(encode_request(7, "app", req, 9))[4:]
+    assert Dispatcher(broker, broker.api_specs).dispatch(conn, frame) is None
+    assert conn.muted and conn.muted[0] > 1.0
