@@ -4,8 +4,9 @@
 opens a transaction, writes each record to the same partition of the output topic as
 ``<input value>|<attempt>`` (the attempt numbers the transaction), sends the consumer's
 positions to the transaction and commits; on an abortable error it aborts and rewinds to the
-committed offsets, on a fatal one it starts over with new clients. Every attempt is recorded
-as committed, aborted or unknown (a fatal error: the coordinator decides).
+committed offsets, on a fatal one it starts over with new clients; with ``abort_every`` every
+so many attempts are flushed, then aborted on purpose and redone the same way. Every attempt
+is recorded as committed, aborted or unknown (a fatal error: the coordinator decides).
 
 ``check_exactly_once`` compares the read_committed output with the input (Kafka's
 TransactionsTest, Jepsen's aborted-read): every input record exactly once, in input order per
@@ -45,11 +46,14 @@ class Attempts:
 
 class Transformer:
     def __init__(self, bootstrap: str, src: str, dst: str, total: int, *, group: str,
-                 txn_id: str, batch: int = 100, rate_per_s: float = 0) -> None:
+                 txn_id: str, batch: int = 100, rate_per_s: float = 0,
+                 abort_every: int = 0) -> None:
         self.bootstrap, self.src, self.dst, self.total = bootstrap, src, dst, total
+        self.abort_every = abort_every
         self.group, self.txn_id, self.batch, self.rate = group, txn_id, batch, rate_per_s
         self.attempts = Attempts()
         self.done = 0                # input records covered by committed offsets
+        self._known: dict[int, int] = {}   # committed offsets of the consumer's partitions
         self.restarts = 0
         self.timeline: list[tuple[float, int, str]] = []   # (seconds, done, what) for reports
         self._t0 = time.monotonic()
@@ -85,19 +89,28 @@ class Transformer:
         c.subscribe([self.src])
         return c, p
 
-    def _committed_total(self, c) -> int:
-        assignment = c.assignment()
-        if not assignment:
-            return self.done
-        return sum(max(tp.offset, 0) for tp in self._retrying(c.committed, assignment, 60))
-
     def _rewind(self, c) -> None:
         assignment = c.assignment()
         if not assignment:
             return
         for tp in self._retrying(c.committed, assignment, 60):
-            c.seek(TopicPartition(tp.topic, tp.partition,
-                                  0 if tp.offset == OFFSET_INVALID else tp.offset))
+            offset = 0 if tp.offset == OFFSET_INVALID else tp.offset
+            c.seek(TopicPartition(tp.topic, tp.partition, offset))
+            self._known[tp.partition] = offset
+
+    def _covered(self, c, positions) -> int:
+        """Input records covered now that ``positions`` are committed. librdkafka reports a
+        partition's position as OFFSET_INVALID from a seek (or a new consumer) until a message
+        of it is consumed: such a partition keeps its committed offset (these transactions
+        leave it as it was), learned at the rewind or asked for once here."""
+        unknown = [tp for tp in positions if tp.offset < 0 and tp.partition not in self._known]
+        if unknown:
+            for tp in self._retrying(c.committed, unknown, 60):
+                self._known[tp.partition] = max(tp.offset, 0)
+        for tp in positions:
+            if tp.offset >= 0:
+                self._known[tp.partition] = tp.offset
+        return sum(self._known[tp.partition] for tp in positions)
 
     def _note(self, what: str) -> None:
         self.timeline.append((round(time.monotonic() - self._t0, 1), self.done, what))
@@ -157,9 +170,16 @@ class Transformer:
                 positions = c.position(c.assignment())
                 self._retrying(p.send_offsets_to_transaction, positions,
                                c.consumer_group_metadata(), 60)
+                if self.abort_every and attempt % self.abort_every == 0:
+                    p.flush(60)          # its records are in the log, then aborted
+                    self.attempts.aborted.add(attempt)
+                    self._retrying(p.abort_transaction, 120)
+                    note(f"attempt {attempt}: aborted on purpose")
+                    self._rewind(c)
+                    continue
                 self._retrying(p.commit_transaction, 120)
                 self.attempts.committed.add(attempt)
-                self.done = sum(max(tp.offset, 0) for tp in positions)
+                self.done = self._covered(c, positions)
                 note("commit")
             except KafkaException as e:
                 err = e.args[0]
@@ -173,7 +193,7 @@ class Transformer:
                     self.restarts += 1
                     c.close()
                     c, p = self._clients()
-                    self.done = self._committed_total(c)
+                    self._known.clear()    # the unknown attempt may have moved them
             if self.rate:               # spread the input over the run, so faults hit it
                 ahead = self.done / self.rate - (time.monotonic() - started)
                 if ahead > 0:

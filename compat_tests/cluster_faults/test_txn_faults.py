@@ -203,6 +203,7 @@ JAVA = "4.3.0"
 KEYS = 30
 CI_RECORDS = 3000
 KILL_EVERY_S = 10
+ABORT_EVERY = 5          # every 5th transaction is flushed, then aborted on purpose and redone
 
 
 class BrokerKiller:
@@ -268,7 +269,10 @@ def eos_cluster(tmp_path):
 def test_consume_transform_produce_exactly_once_while_brokers_are_killed(eos_cluster, duration,
                                                                          request):
     """confluent-kafka and the Java client (kafka-clients 4.3.0), each its own pipeline, at
-    the same time, while brokers die. The issue's run: ``--txn-records 100000 --duration 600``."""
+    the same time, while brokers die, each aborting every ``ABORT_EVERY``-th transaction on
+    purpose after its records are in the log: read_committed must never show one of them (and
+    read_uncommitted must, or that check could not fail). The issue's run:
+    ``--txn-records 100000 --duration 600``."""
     import threading
 
     from compat_tests.cluster_faults.eos import (
@@ -287,7 +291,8 @@ def test_consume_transform_produce_exactly_once_while_brokers_are_killed(eos_clu
     def run_java():
         try:
             java["out"] = java_client.JavaDriver(c.bootstrap, JAVA).txn_copy(
-                JSRC, JDST, "jeos-group", "jeos-transformer", total, 0, timeout=run_s + 660,
+                JSRC, JDST, "jeos-group", "jeos-transformer", total, ABORT_EVERY,
+                timeout=run_s + 660,
                 **{"tool.deadline.ms": str(int((run_s + 600) * 1000)),
                    "tool.records.per.s": str(total / run_s), "consumer.max.poll.records": "100"})
         except BaseException as e:
@@ -295,7 +300,7 @@ def test_consume_transform_produce_exactly_once_while_brokers_are_killed(eos_clu
     jthread = threading.Thread(target=run_java, daemon=True)
     killer = BrokerKiller(c, [SRC, DST, JSRC, JDST], KILL_EVERY_S, seed=total).start()
     t = Transformer(c.bootstrap, SRC, DST, total, group="eos-group", txn_id="eos-transformer",
-                    batch=100, rate_per_s=total / run_s).start()
+                    batch=100, rate_per_s=total / run_s, abort_every=ABORT_EVERY).start()
     jthread.start()
     try:
         t.join(run_s + 600)
@@ -310,6 +315,7 @@ def test_consume_transform_produce_exactly_once_while_brokers_are_killed(eos_clu
     print("timeline:", [x for x in t.timeline if x[2] != "commit"],
           "commits at", [x[0] for x in t.timeline if x[2] == "commit"])
     assert report.ok, report.summary()
+    assert _aborted_in_log(c.bootstrap, DST, t.attempts), "no aborted record in the log"
 
     if "error" in java:
         raise java["error"]
@@ -317,9 +323,26 @@ def test_consume_transform_produce_exactly_once_while_brokers_are_killed(eos_clu
     assert j["done"] == total, f"the Java pipeline committed {j['done']} of {total}"
     attempts = Attempts(committed={n for n, _ in j["committed"]},
                         aborted={n for n, _ in j["aborted"]})
-    jout = {part: [(k, v + b"|" + dict(h)["txn"]) for k, v, h in recs]
-            for part, recs in read_topic(c.bootstrap, JDST, PARTITIONS, "read_committed",
-                                         timeout_s=120, headers=True).items()}
+    jout = _java_output(c.bootstrap, "read_committed")
     jreport = check_exactly_once(total, KEYS, jout, attempts)
     print(f"java: {jreport.summary()}")
     assert jreport.ok, jreport.summary()
+    assert _aborted_in_log(c.bootstrap, JDST, attempts, _java_output(c.bootstrap,
+                                                                     "read_uncommitted")), \
+        "no aborted record of the Java pipeline in the log"
+
+
+def _java_output(bootstrap: str, isolation: str) -> dict:
+    """JDST as the checker reads it: ``<input>|<txn header>`` values."""
+    return {part: [(k, v + b"|" + dict(h)["txn"]) for k, v, h in recs]
+            for part, recs in read_topic(bootstrap, JDST, PARTITIONS, isolation,
+                                         timeout_s=120, headers=True).items()}
+
+
+def _aborted_in_log(bootstrap: str, topic: str, attempts, output: dict | None = None) -> int:
+    """How many records of aborted attempts read_uncommitted sees (``output``: already read)."""
+    if output is None:
+        output = read_topic(bootstrap, topic, PARTITIONS, "read_uncommitted", timeout_s=120)
+    assert attempts.aborted, "no transaction was aborted"
+    return sum(1 for recs in output.values() for _, v in recs
+               if int(v.rpartition(b"|")[2]) in attempts.aborted)
