@@ -147,20 +147,24 @@ class AdminClient:
                 for t in resp.topics for p in t.partitions if p.committed_offset >= 0}
 
     def commit(self, group_id: str, offsets: dict[tuple[str, int], int],
-               retention_ms: int | None = None) -> dict[tuple[str, int], int]:
-        """Commit as a simple (memberless) group; ``retention_ms`` uses OffsetCommit v4's
+               retention_ms: int | None = None, member: tuple[str, int] | None = None,
+               coordinator: tuple[str, int] | None = None) -> dict[tuple[str, int], int]:
+        """Commit as a simple (memberless) group, or as ``member`` = (member id, member epoch)
+        of a consumer group (OffsetCommit v9); ``retention_ms`` uses OffsetCommit v4's
         per-commit retention (gone from v5 on, where offsets.retention.minutes applies)."""
         by_topic: dict[str, list] = {}
         for (t, p), off in sorted(offsets.items()):
             by_topic.setdefault(t, []).append(OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
                 partition_index=p, committed_offset=off, committed_leader_epoch=-1, committed_metadata=""))
-        req = OffsetCommitRequest(group_id=group_id, generation_id_or_member_epoch=-1, member_id="",
+        member_id, epoch = member or ("", -1)
+        req = OffsetCommitRequest(group_id=group_id, generation_id_or_member_epoch=epoch, member_id=member_id,
                                   group_instance_id=None, topics=[
                                       OffsetCommitRequest.OffsetCommitRequestTopic(name=t, partitions=ps)
                                       for t, ps in by_topic.items()])
         if retention_ms is not None:
             req.retention_time_ms = retention_ms
-        resp = self.call(req, 8 if retention_ms is None else 4, self.coordinator(group_id))
+        version = 4 if retention_ms is not None else 9 if member else 8
+        resp = self.call(req, version, coordinator or self.coordinator(group_id))
         return {(t.name, p.partition_index): p.error_code for t in resp.topics for p in t.partitions}
 
     def delete_group(self, group_id: str) -> int:

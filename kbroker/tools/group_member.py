@@ -16,7 +16,6 @@ import uuid
 from kbroker.groups import errors
 from kbroker.groups.admin_client import KafkaError
 from kbroker.wire.generated.consumer_group_heartbeat_request import ConsumerGroupHeartbeatRequest
-from kbroker.wire.generated.offset_commit_request import OffsetCommitRequest
 
 HEARTBEAT_VERSION = 1
 LEAVE_EPOCH = -1
@@ -43,6 +42,7 @@ class GroupMember:
         self.interval_s = 0.0
         self._next_heartbeat = 0.0
         self._coordinator = None
+        self._names: dict = {}          # topic id -> name, refreshed when an assignment names a new id
 
     # -- heartbeats ----------------------------------------------------------------------------
 
@@ -65,9 +65,10 @@ class GroupMember:
         self.interval_s = resp.heartbeat_interval_ms / 1000
         if resp.assignment is None:
             return set(), set()
-        names = {t.topic_id: t.name for t in self.c.metadata(self.topics).topics}
-        target = {(names[tp.topic_id], p) for tp in resp.assignment.topic_partitions
-                  if tp.topic_id in names for p in tp.partitions}
+        if any(tp.topic_id not in self._names for tp in resp.assignment.topic_partitions):
+            self._names = {t.topic_id: t.name for t in self.c.metadata(self.topics).topics}
+        target = {(self._names[tp.topic_id], p) for tp in resp.assignment.topic_partitions
+                  if tp.topic_id in self._names for p in tp.partitions}
         gained, lost = target - self.owned, self.owned - target
         if lost:
             self.commit({tp: off for tp, off in positions.items() if tp in lost})
@@ -78,7 +79,7 @@ class GroupMember:
     def _heartbeat(self, epoch: int):
         owned: dict = {}
         if epoch > 0:
-            ids = {t.name: t.topic_id for t in self.c.metadata(self.topics).topics}
+            ids = {name: tid for tid, name in self._names.items()}
             for t, p in sorted(self.owned):
                 owned.setdefault(ids[t], []).append(p)
         TP = ConsumerGroupHeartbeatRequest.TopicPartitions
@@ -107,16 +108,9 @@ class GroupMember:
         """OffsetCommit v9 as this member (the coordinator checks its epoch)."""
         if not offsets:
             return
-        T = OffsetCommitRequest.OffsetCommitRequestTopic
-        by_topic: dict[str, list] = {}
-        for (t, p), off in sorted(offsets.items()):
-            by_topic.setdefault(t, []).append(T.OffsetCommitRequestPartition(
-                partition_index=p, committed_offset=off, committed_leader_epoch=-1, committed_metadata=""))
-        req = OffsetCommitRequest(group_id=self.group_id, generation_id_or_member_epoch=self.epoch,
-                                  member_id=self.member_id, group_instance_id=None,
-                                  topics=[T(name=t, partitions=ps) for t, ps in by_topic.items()])
-        resp = self.c.call(req, 9, self._coordinator_addr())
-        bad = {(t.name, p.partition_index): p.error_code for t in resp.topics for p in t.partitions if p.error_code}
+        codes = self.c.commit(self.group_id, offsets, member=(self.member_id, self.epoch),
+                              coordinator=self._coordinator_addr())
+        bad = {tp: code for tp, code in codes.items() if code}
         if bad:
             (t, p), code = next(iter(bad.items()))
             raise KafkaError(code, f"OffsetCommit({self.group_id}) of {t}-{p}")
