@@ -54,8 +54,13 @@ def encode_image(image: MetadataImage) -> list[bytes]:
 
 def load_image(framed: Iterable[bytes], offset: int = -1) -> MetadataImage:
     """A fresh image from a snapshot's framed records; ``offset`` = the snapshot's end - 1."""
+    return image_of(map(decode_record, framed), offset)
+
+
+def image_of(records: Iterable, offset: int = -1) -> MetadataImage:
+    """A fresh image from decoded records (a snapshot's, or another image's ``image_records``)."""
     image = MetadataImage()
-    for data in framed:
-        image.apply(decode_record(data))
+    for r in records:
+        image.apply(r)
     image.offset = offset
     return image

@@ -20,6 +20,7 @@ import logging
 from typing import Any, Callable
 
 from kbroker.kraft.image import MetadataImage
+from kbroker.kraft.image_snapshot import image_of
 
 log = logging.getLogger("kbroker.kraft.loader")
 
@@ -50,10 +51,7 @@ class MetadataLoader:
 
     def load_snapshot(self, records: list, end_offset: int) -> None:
         """Rebuild the image from a snapshot's records (covering offsets < end_offset)."""
-        image = MetadataImage()
-        for rec in records:
-            image.apply(rec)
-        image.offset = end_offset - 1
+        image = image_of(records, end_offset - 1)
         # the image object is shared (handlers hold the server's), so move state into it
         self.image.__dict__.update(image.__dict__)
         for fn in self.reloaders:

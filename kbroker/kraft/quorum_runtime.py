@@ -36,7 +36,7 @@ from typing import Any, Callable
 from kbroker.kraft.controller import Controller, ControllerResult
 from kbroker.kraft.controller_apis import NotControllerError
 from kbroker.kraft.image import MetadataImage
-from kbroker.kraft.image_snapshot import image_records   # one definition: snapshots keep security records too
+from kbroker.kraft.image_snapshot import image_of, image_records   # one definition: snapshots keep security records too
 from kbroker.kraft.loader import MetadataLoader
 from kbroker.kraft.raft import LEADER, CommittedBatch, NotLeaderError, SnapshotLoaded
 from kbroker.kraft.records import decode_record, encode_record
@@ -113,11 +113,7 @@ class RaftControllerRuntime:
         self._check_activation()
 
     def _reset_controller_image(self, records: list, end: int) -> None:
-        image = MetadataImage()
-        for r in records:
-            image.apply(r)
-        image.offset = end - 1
-        self.controller.image = image
+        self.controller.image = image_of(records, end - 1)
         self.controller.next_offset = end
 
     def _drop_speculation_if_deposed(self) -> None:
