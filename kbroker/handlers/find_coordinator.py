@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from kbroker.groups.handler_support import coordinator
 from kbroker.groups.runtime import CoordinatorError
+from kbroker.replication.leader_hints import endpoint
 from kbroker.wire.errors import Errors
 from kbroker.wire.generated.find_coordinator_response import FindCoordinatorResponse
 
@@ -32,11 +33,8 @@ def _endpoint_of(ctx, node_id: int):
     a live (registered, unfenced) broker."""
     if node_id == ctx.broker.node_id:
         return _endpoint(ctx)
-    b = ctx.broker.image.brokers.get(node_id)
-    if b is None or b.fenced or not b.endpoints:
-        return None
-    ep = b.endpoints.get(ctx.listener_name) or next(iter(b.endpoints.values()))
-    return node_id, ep[0], ep[1]
+    ep = endpoint(ctx.broker.image, node_id, ctx.listener_name)
+    return None if ep is None else (node_id, ep[0], ep[1])
 
 
 async def _find(ctx, key_type: int, key: str) -> tuple[int, tuple | None]:

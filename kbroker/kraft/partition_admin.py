@@ -28,8 +28,8 @@ from __future__ import annotations
 import logging
 
 from kbroker.kraft.partition_change import (NO_LEADER, NO_LEADER_CHANGE, _after, _complete_reassignment,
-                                            _live, change_record, elect_leader, preferred_leader_change,
-                                            start_reassignment)
+                                            _live, change_record, elect_leader, leaderless_election,
+                                            preferred_leader_change, start_reassignment)
 from kbroker.wire.errors import Errors
 
 log = logging.getLogger("kbroker.controller.partitions")
@@ -44,15 +44,10 @@ def _unclean_change(image, topic, p, live):
     """ElectLeaders(UNCLEAN) for one partition: (error, record)."""
     if p.leader != NO_LEADER:
         return Errors.ELECTION_NOT_NEEDED, None
-    e = elect_leader(p.replicas, p.isr, live, unclean_allowed=True)
+    e, rec = leaderless_election(topic, p, live, unclean_allowed=True)
     if e.leader == NO_LEADER:
         return Errors.ELIGIBLE_LEADERS_NOT_AVAILABLE, None
-    if e.unclean:
-        log.warning("unclean leader election for %s-%d (ElectLeaders): broker %d leads without "
-                    "being in the ISR %s; records only the ISR had are lost",
-                    topic.name, p.partition_id, e.leader, p.isr)
-    return Errors.NONE, change_record(topic.topic_id, p, leader=e.leader,
-                                      isr=[e.leader] if e.unclean else None)
+    return Errors.NONE, rec
 
 
 def elect_one(image, topic_name: str, partition: int, election_type: int, live=None):

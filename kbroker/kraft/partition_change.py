@@ -100,9 +100,7 @@ def move_off(image, leaving: set[int], *, unclean_default: bool = False,
                 e = elect_leader(p.replicas, isr, live, _unclean_for(image, t.name, unclean_default))
                 leader = e.leader
                 if e.unclean:
-                    log.warning("unclean leader election for %s-%d: broker %d leads without being "
-                                "in the ISR %s; records only the ISR had are lost",
-                                t.name, p.partition_id, e.leader, p.isr)
+                    _warn_unclean(t.name, p, e.leader)
                     isr = [e.leader]
             rec = change_record(t.topic_id, p, isr=isr, leader=leader)
             if rec is not None:
@@ -125,17 +123,26 @@ def elect_leaders_for_offline(image, *, unclean_default: bool = False,
         for p in t.partitions.values():
             if p.leader != NO_LEADER:
                 continue
-            e = elect_leader(p.replicas, p.isr, live, _unclean_for(image, t.name, unclean_default))
-            if e.unclean:
-                log.warning("unclean leader election for %s-%d: broker %d leads without being in "
-                            "the ISR %s; records only the ISR had are lost",
-                            t.name, p.partition_id, e.leader, p.isr)
-            if e.leader != NO_LEADER:
-                rec = change_record(t.topic_id, p, leader=e.leader,
-                                    isr=[e.leader] if e.unclean else None)
-                if rec is not None:
-                    out.append(rec)
+            rec = leaderless_election(t, p, live, _unclean_for(image, t.name, unclean_default))[1]
+            if rec is not None:
+                out.append(rec)
     return out
+
+
+def leaderless_election(topic, p, live: set[int], unclean_allowed: bool):
+    """(Election, record or None) giving leaderless ``p`` a leader; an unclean one leads
+    alone in the ISR."""
+    e = elect_leader(p.replicas, p.isr, live, unclean_allowed)
+    if e.leader == NO_LEADER:
+        return e, None
+    if e.unclean:
+        _warn_unclean(topic.name, p, e.leader)
+    return e, change_record(topic.topic_id, p, leader=e.leader, isr=[e.leader] if e.unclean else None)
+
+
+def _warn_unclean(topic_name: str, p, leader: int) -> None:
+    log.warning("unclean leader election for %s-%d: broker %d leads without being in the ISR %s; "
+                "records only the ISR had are lost", topic_name, p.partition_id, leader, p.isr)
 
 
 def elect_where_leaderless(image, returning: int, *, unclean_default: bool = False) -> list[PartitionChangeRecord]:

@@ -25,6 +25,7 @@ import asyncio
 import logging
 from typing import Any
 
+from kbroker.replication.leader_hints import current_leader
 from kbroker.txn.coordinator import (
     MarkerJob,
     ProducerIdAllocationError,
@@ -245,9 +246,7 @@ class TxnRuntime:
                                self.coordinator.partition_for(transactional_id))
 
     def _leader_of(self, topic: str, partition: int) -> int:
-        t = self.broker.image.topics_by_name.get(topic)
-        st = t.partitions.get(partition) if t is not None else None
-        return st.leader if st is not None else -1
+        return current_leader(self.broker.image, topic, partition)[0]
 
     def _topic_exists(self, topic: str) -> bool:
         return self.broker.image.topics_by_name.get(topic) is not None

@@ -12,7 +12,7 @@ from kbroker.wire.generated.find_coordinator_request import FindCoordinatorReque
 
 def _ctx(leaders):
     reg = lambda i, fenced=False: SimpleNamespace(  # noqa: E731
-        broker_id=i, fenced=fenced, endpoints={"PLAINTEXT": (f"h{i}", 9000 + i, 0), "EXTERNAL": (f"x{i}", 19000 + i, 0)})
+        broker_id=i, fenced=fenced, rack=None, endpoints={"PLAINTEXT": (f"h{i}", 9000 + i, 0), "EXTERNAL": (f"x{i}", 19000 + i, 0)})
     image = SimpleNamespace(brokers={1: reg(1), 2: reg(2), 3: reg(3, fenced=True)})
 
     async def ensure_offsets_topic():
