@@ -26,10 +26,11 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def _api_versions_ok(port: int, host: str = "127.0.0.1") -> bool:
-    """True once the broker answers an ApiVersions v0 request."""
+def _api_versions_ok(port: int, host: str = "127.0.0.1", ssl_context=None) -> bool:
+    """True once the broker answers an ApiVersions v0 request (over TLS with ``ssl_context``)."""
     try:
-        with socket.create_connection((host, port), timeout=1) as s:
+        with socket.create_connection((host, port), timeout=1) as raw, \
+                (ssl_context.wrap_socket(raw, server_hostname=host) if ssl_context else raw) as s:
             client_id = b"probe"
             body = struct.pack(">hhih", 18, 0, 1, len(client_id)) + client_id
             s.sendall(struct.pack(">i", len(body)) + body)
@@ -43,6 +44,7 @@ class BrokerProcess:
     """One broker process: kbroker by default, or the Tansu peer."""
 
     host = "127.0.0.1"    # a ClusterNode may listen on another loopback address
+    probe_ssl = None      # an ssl.SSLContext when the probed listener is SSL / SASL_SSL
 
     def __init__(self, data_dir: Path, port: int | None = None, overrides: dict | None = None,
                  kind: str | None = None, node_id: int = 1):
@@ -93,7 +95,7 @@ class BrokerProcess:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{what} exited with {self.proc.returncode}:\n{self.tail()}")
-            if _api_versions_ok(port, self.host):
+            if _api_versions_ok(port, self.host, self.probe_ssl):
                 return
             time.sleep(0.05)
         raise RuntimeError(f"{what} did not answer within {timeout}s:\n{self.tail()}")

@@ -522,6 +522,8 @@ class BrokerConfig:
         voters = self.voters
         if voters and "controller" in v["process.roles"] and self.node_id not in {x.node_id for x in voters}:
             raise ConfigError(f"node.id {self.node_id} is a controller but is not in controller.quorum.voters")
+        from kbroker.security.controller_link import validate as validate_controller_link
+        validate_controller_link(self)   # controller listener names, protocol, SASL mechanism
         if v["log.retention.bytes"] < -1:
             raise ConfigError("log.retention.bytes must be at least -1")
         if v["message.max.bytes"] > v["socket.request.max.bytes"]:

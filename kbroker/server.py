@@ -202,6 +202,10 @@ class KafkaServer:
         for lm in self._log_managers:
             lm.start_background_io()
         mplog = meta_lm.get_or_create(METADATA_TOPIC, 0, meta_cfg, now_ms=now)
+        # listeners (TLS and SASL per listener, the authorizer: kbroker.security); before the
+        # quorum, whose controller listeners are secured too
+        from kbroker.security.manager import SecurityManager
+        self.security = SecurityManager(cfg, self.image)
         if listen:
             # the Raft quorum over the controller listeners (a quorum of one by default)
             self.controller = await self.control.start_quorum(controller, mplog)
@@ -231,9 +235,6 @@ class KafkaServer:
         n_parts = sum(1 for _ in self.replicas.all_partitions())
         log.info("opened %d partition logs", n_parts)
 
-        # listeners (TLS and SASL per listener, the authorizer: kbroker.security)
-        from kbroker.security.manager import SecurityManager
-        self.security = SecurityManager(cfg, self.image)
         from kbroker.security.quotas import QuotaConfig, QuotaManager
         self.quotas = QuotaManager(self.image.security, QuotaConfig.from_broker(cfg))   # client quotas
         from kbroker.kraft.controller_channel import forwarding_specs

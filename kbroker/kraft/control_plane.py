@@ -80,7 +80,8 @@ class ControlPlane:
         node = RaftNode(srv.node_id, DiskRaftLog(mplog), store, snaps, rcfg, random.Random(),
                         voters=voters, now_ms=SYSTEM_CLOCK.monotonic_ms(), bootstrap=boot)
         self.transport = TcpTransport(srv.node_id, self._endpoint_of,
-                                      request_timeout_ms=cfg["controller.quorum.request.timeout.ms"])
+                                      request_timeout_ms=cfg["controller.quorum.request.timeout.ms"],
+                                      client_factory=self._controller_client_factory())
         self.driver = RaftDriver(node, self.transport, clock=SYSTEM_CLOCK.monotonic_ms)
         policy = SnapshotPolicy(max_bytes=cfg["metadata.log.max.record.bytes.between.snapshots"],
                                 interval_ms=cfg["metadata.log.max.snapshot.interval.ms"])
@@ -106,6 +107,15 @@ class ControlPlane:
         log.info("caught up with the metadata log at offset %d (leader %d, epoch %d)",
                  runtime.applied, node.leader_id, node.epoch)
         return runtime
+
+    def _controller_client_factory(self):
+        """KafkaClient with this node's TLS/SASL for controller listeners (controller_link)."""
+        import functools
+
+        from kbroker.net.client import KafkaClient
+        from kbroker.security.controller_link import client_security
+        ssl, sasl = client_security(self.config)
+        return functools.partial(KafkaClient, ssl=ssl, sasl=sasl) if ssl or sasl else KafkaClient
 
     def _endpoint_of(self, node_id: int):
         boot = self.config["controller.quorum.bootstrap.servers"]
@@ -168,7 +178,9 @@ class ControlPlane:
         max_frame = cfg["socket.request.max.bytes"]
         for ep in self._controller_endpoints():
             lst = Listener(ep.listener_name, ep.host, ep.port, self.dispatcher_for(ep.listener_name, None),
-                           lambda: FrameDecoder(max_frame), backlog=cfg["socket.listen.backlog.size"])
+                           lambda: FrameDecoder(max_frame), backlog=cfg["socket.listen.backlog.size"],
+                           connection_factory=srv.security.connection_factory(ep.listener_name)
+                           if srv.security is not None else None)
             lst.bind()
             lst.start_accepting()
             srv.listeners.append(lst)
@@ -234,7 +246,8 @@ class ControlPlane:
         self.networked = True
         self.channel = ControllerChannel(self.controller_candidates, self.leader_hint,
                                          request_timeout_ms=cfg["request.timeout.ms"],
-                                         client_id=f"broker-{srv.node_id}")
+                                         client_id=f"broker-{srv.node_id}",
+                                         client_factory=self._controller_client_factory())
         self.lifecycle = BrokerLifecycle(
             self.channel, broker_id=srv.node_id, cluster_id=srv.cluster_id, listeners=endpoints,
             rack=cfg["broker.rack"], metadata_offset=lambda: srv.image.offset,

@@ -157,9 +157,13 @@ class ControllerService:
         out: dict[int, ApiSpec] = {}
 
         def add(key, lo, hi, fn):
-            out[key] = ApiSpec(key, wire.api_name(key), lo, hi, fn, wire.REQUESTS[key], wire.RESPONSES[key])
+            out[key] = ApiSpec(key, wire.api_name(key), lo, hi, self._guarded(key, fn),
+                               wire.REQUESTS[key], wire.RESPONSES[key])
 
         add(api_versions.API_KEY, 0, 4, lambda ctx, req: self._api_versions(out, ctx))
+        for name in ("sasl_handshake", "sasl_authenticate"):   # SASL controller listeners
+            mod = importlib.import_module(f"kbroker.handlers.{name}")
+            add(mod.API_KEY, mod.MIN_VERSION, mod.MAX_VERSION, mod.handle)
         for key in RAFT_APIS:
             lo, hi = wire.VERSIONS[key]
             add(key, lo, hi, self._raft)
@@ -174,6 +178,17 @@ class ControllerService:
             mod = importlib.import_module(f"kbroker.handlers.{name}")
             add(key, mod.MIN_VERSION, mod.MAX_VERSION, self._admin(key, mod.handle, side))
         return out
+
+    def _guarded(self, key, fn):
+        """``fn`` behind the controller's authorization of its senders (controller_link)."""
+        from kbroker.security.controller_link import authorized
+
+        def run(ctx, req):
+            if not authorized(self.server, ctx, key):
+                return error_response(key, req, Errors.CLUSTER_AUTHORIZATION_FAILED,
+                                      "Cluster authorization failed.")
+            return fn(ctx, req)
+        return run
 
     def _api_versions(self, specs, ctx):
         from kbroker.wire.generated.api_versions_response import ApiVersionsResponse

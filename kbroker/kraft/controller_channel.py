@@ -45,21 +45,24 @@ class ControllerUnavailable(Exception):
 
 class ControllerChannel:
     def __init__(self, candidates: Candidates, leader_hint: Callable[[], "int | None"] = lambda: None, *,
-                 request_timeout_ms: int = 30000, client_id: str = "broker", ssl=None) -> None:
+                 request_timeout_ms: int = 30000, client_id: str = "broker",
+                 client_factory=KafkaClient) -> None:
+        """``client_factory``: KafkaClient, or one bound to this node's controller-listener
+        TLS/SASL (kbroker.security.controller_link)."""
         self.candidates = candidates
         self.leader_hint = leader_hint
         self.request_timeout_ms = request_timeout_ms
         self.client_id = client_id
-        self.ssl = ssl
+        self._client_factory = client_factory
         self._clients: dict[tuple[str, int], KafkaClient] = {}
         self._last_good: int | None = None
 
     def _client(self, host: str, port: int) -> KafkaClient:
         c = self._clients.get((host, port))
         if c is None:
-            c = self._clients[(host, port)] = KafkaClient(
+            c = self._clients[(host, port)] = self._client_factory(
                 host, port, client_id=self.client_id, request_timeout_ms=self.request_timeout_ms,
-                connect_timeout_ms=min(5000, self.request_timeout_ms), ssl=self.ssl)
+                connect_timeout_ms=min(5000, self.request_timeout_ms))
         return c
 
     def _order(self) -> list[tuple[int, str, int]]:

@@ -22,7 +22,7 @@ import logging
 from typing import Callable
 
 from kbroker.kraft.transport import Envelope, Receiver
-from kbroker.net.client import ClientError, KafkaClient
+from kbroker.net.client import AuthenticationFailed, ClientError, KafkaClient
 from kbroker.wire.errors import Errors
 
 log = logging.getLogger("kbroker.kraft.tcp")
@@ -89,6 +89,7 @@ class TcpTransport:
         # that only knows controller.quorum.bootstrap.servers reaches the leader
         self.learned: dict[int, tuple[str, int]] = {}
         self.inconsistent_cluster: int | None = None   # a peer that said we are in another cluster
+        self._refused_warned: dict[int, float] = {}     # peer -> loop time of the last warning
 
     def set_receiver(self, receiver: Receiver) -> None:
         self._receiver = receiver
@@ -136,6 +137,7 @@ class TcpTransport:
         except ClientError as e:
             self.lost += 1
             log.debug("raft %s to node %d lost: %s", type(env.msg).__name__, env.dst, e)
+            self._warn_refused(env.dst, e)
             return
         if getattr(resp, "error_code", 0) == Errors.INCONSISTENT_CLUSTER_ID:
             self.inconsistent_cluster = env.dst
@@ -143,6 +145,17 @@ class TcpTransport:
             self.learned[ne.node_id] = (ne.host, ne.port)
         if self._receiver is not None and not self._closed:
             self._receiver(Envelope(env.dst, self.node_id, env.corr, resp))
+
+    def _warn_refused(self, dst: int, e: ClientError) -> None:
+        """A peer that refuses our credentials or certificate will keep doing so: say it
+        (once a minute per peer), since Raft treats it as a silent message loss."""
+        text = str(e)
+        if not (isinstance(e, AuthenticationFailed) or "CERTIFICATE_VERIFY_FAILED" in text or "SSL" in text):
+            return
+        now = asyncio.get_running_loop().time()
+        if now - self._refused_warned.get(dst, -1e9) >= 60:
+            self._refused_warned[dst] = now
+            log.warning("controller listener of node %d refused this node: %s", dst, text)
 
     # -- server side -------------------------------------------------------------------------
 

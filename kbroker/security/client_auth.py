@@ -73,16 +73,19 @@ def from_client_properties(props: dict[str, str]) -> tuple[_ssl.SSLContext | Non
     return ctx, sasl
 
 
-def listener_client_security(config, listener: str | None):
+def listener_client_security(config, listener: str | None, *,
+                             mechanism_config: str = "sasl.mechanism.inter.broker.protocol",
+                             protocol: str | None = None):
     """(ssl context, SASL credentials) this node uses to reach a peer's ``listener`` (the
-    inter-broker listener), as a Kafka broker does: the listener's protocol from
-    ``listener.security.protocol.map``, ``sasl.mechanism.inter.broker.protocol``, the
-    username/password of the listener's JAAS config for that mechanism, and the listener's
-    ``ssl.truststore.location`` / ``ssl.keystore.location`` (PEM; the keystore only when the
-    listener asks clients for certificates)."""
+    inter-broker listener; the controller listener: kbroker.security.controller_link), as a
+    Kafka broker does: the listener's protocol from ``listener.security.protocol.map`` (or
+    ``protocol``), the mechanism named by ``mechanism_config``, the username/password of the
+    listener's JAAS config for that mechanism, and the listener's ``ssl.truststore.location`` /
+    ``ssl.keystore.location`` (PEM; the keystore is offered when the peer asks for a
+    certificate: mutual TLS)."""
     if not listener:
         return None, None
-    protocol = config.protocol_map.get(listener.upper(), listener.upper() if listener.upper() in (
+    protocol = protocol or config.protocol_map.get(listener.upper(), listener.upper() if listener.upper() in (
         "PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL") else "PLAINTEXT")
     if protocol == "PLAINTEXT":
         return None, None
@@ -96,10 +99,11 @@ def listener_client_security(config, listener: str | None):
     if protocol in ("SSL", "SASL_SSL"):
         client["ssl.truststore.location"] = get("ssl.truststore.location") or ""
         client["ssl.endpoint.identification.algorithm"] = get("ssl.endpoint.identification.algorithm") or "https"
-        if (get("ssl.client.auth") or "none").lower() in ("required", "requested"):
-            client["ssl.keystore.location"] = get("ssl.keystore.location") or ""
+        client["ssl.keystore.location"] = get("ssl.keystore.location") or ""
+        if get("ssl.key.password"):
+            client["ssl.key.password"] = get("ssl.key.password")
     if protocol.startswith("SASL_"):
-        mech = (props.get("sasl.mechanism.inter.broker.protocol") or "GSSAPI").upper()
+        mech = (props.get(mechanism_config) or "GSSAPI").upper()
         client["sasl.mechanism"] = mech
         client["sasl.jaas.config"] = (props.get(f"{prefix}{mech.lower()}.sasl.jaas.config")
                                       or get("sasl.jaas.config") or "")

@@ -77,10 +77,8 @@ class SecurityManager:
         self.listeners: dict[str, ListenerSecurity] = {}
         for ep in config.listeners:
             self.listeners[ep.listener_name] = self._listener(ep.listener_name, ep.security_protocol, props)
-        # Requests on controller listeners come from brokers that authorized the client's
-        # request already (CreateTopics forwarded to the active controller ...). Until the
-        # cluster listeners are secured (SASL/mTLS between nodes, CLUSTER_ACTION for the
-        # broker principal), they are trusted rather than re-authorized as ANONYMOUS.
+        # Controller listeners are not put through the broker's per-API checks: the controller
+        # authorizes its senders itself (CLUSTER_ACTION on the cluster: controller_link).
         self.trusted_listeners = set(config.controller_listener_names)
         cls = (props.get("authorizer.class.name") or "").strip()
         self.authorizer: A.Authorizer | None = None
@@ -168,15 +166,20 @@ class SecurityManager:
     def _unchecked(self, conn) -> bool:
         return self.authorizer is None or (conn is not None and conn.listener_name in self.trusted_listeners)
 
+    def authorizer_now(self) -> A.Authorizer:
+        """The authorizer over the image's current ACLs (a snapshot load replaces them)."""
+        self.authorizer.acls = self.image.security.acls
+        return self.authorizer
+
     def authorize(self, conn, op: int, resource_type: int, name: str) -> bool:
         if self._unchecked(conn):
             return True
-        return self.authorizer.authorize(principal_of(conn), host_of(conn), op, resource_type, name)
+        return self.authorizer_now().authorize(principal_of(conn), host_of(conn), op, resource_type, name)
 
     def authorize_any(self, conn, op: int, resource_type: int) -> bool:
         if self._unchecked(conn):
             return True
-        return self.authorizer.authorize_any(principal_of(conn), host_of(conn), op, resource_type)
+        return self.authorizer_now().authorize_any(principal_of(conn), host_of(conn), op, resource_type)
 
 
 def principal_of(conn) -> str:
