@@ -2,8 +2,9 @@
 # Install what scripts/librdkafka-conformance.sh needs to fetch and build librdkafka's own
 # integration test suite from Debian's librdkafka source package:
 #   - a deb-src entry mirroring the machine's Debian (deb) entries, so `apt-get source` works;
-#   - the C toolchain, dpkg-source, the compression headers the build uses, and rapidjson
-#     (the suite checks statistics JSON with it).
+#   - the C toolchain, dpkg-source, the compression headers the build uses, rapidjson
+#     (the suite checks statistics JSON with it) and OpenSSL's headers (SSL, and with it SASL
+#     PLAIN/SCRAM/OAUTHBEARER; GSSAPI, the one mechanism needing libsasl2-dev, stays off).
 # Idempotent: adds the deb-src entry only when `apt-cache showsrc librdkafka` finds nothing,
 # installs only missing packages. Needs root (or sudo).
 set -euo pipefail
@@ -12,7 +13,7 @@ SUDO=
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 
 DEBSRC=/etc/apt/sources.list.d/kbroker-debsrc.sources
-PKGS="build-essential dpkg-dev pkg-config zlib1g-dev libzstd-dev liblz4-dev rapidjson-dev"
+PKGS="build-essential dpkg-dev pkg-config zlib1g-dev libzstd-dev liblz4-dev rapidjson-dev libssl-dev"
 
 has_src() { [ -n "$(apt-cache showsrc librdkafka 2>/dev/null | grep -m1 '^Package: librdkafka')" ]; }
 

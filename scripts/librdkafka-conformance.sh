@@ -10,8 +10,8 @@
 #
 # 1. Fetches the source with `apt-get source librdkafka` (needs a deb-src entry and dpkg-dev:
 #    scripts/install-librdkafka-suite-deps.sh sets both up) into .deps/librdkafka-suite/.
-# 2. Builds the library and tests/test-runner (no SSL/SASL/curl; zlib, zstd, lz4 on). Skipped
-#    when the build stamp matches.
+# 2. Builds the library and tests/test-runner (OpenSSL on, hence SASL PLAIN/SCRAM/OAUTHBEARER;
+#    no GSSAPI, no curl; zlib, zstd, lz4 on). Skipped when the build stamp matches.
 # 3. Starts kbroker on free 127.0.0.1 ports (one broker per test scenario: "default" with topic
 #    auto-creation, "noautocreate" without), writes the suite's test.conf, runs each test number
 #    in its own test-runner process under a timeout, stops the broker by its PID.
@@ -30,7 +30,7 @@ RUN=$BASE/runs/last
 PER_TEST_TIMEOUT=${RDK_TEST_TIMEOUT:-300}
 export TEST_KAFKA_VERSION=${TEST_KAFKA_VERSION:-3.9.0}
 JOBS=${RDK_JOBS:-$(nproc 2>/dev/null || echo 2)}
-CONFIGURE_FLAGS="--no-download --disable-ssl --disable-gssapi --disable-curl --enable-zlib --enable-zstd --enable-lz4-ext"
+CONFIGURE_FLAGS="--no-download --enable-ssl --disable-gssapi --disable-curl --enable-zlib --enable-zstd --enable-lz4-ext"
 
 # ---------------------------------------------------------------------------------------------
 # The curated list: tests that pass against kbroker and must keep passing. Every entry is a
@@ -74,6 +74,12 @@ KAFKA_DELAY_TESTS="0102 0113:l_unsubscribe 0113:n_wildcard"   # last in DEFAULT_
 # (the suite's principal is User:ANONYMOUS on PLAINTEXT): they add ACLs with kafka-acls.sh (our
 # stand-in runs `kbroker acls`) or call the ACL admin APIs, and expect the authorizer's errors.
 ACL_TESTS="0109 0115 0119 0081:CreateAcls 0081:DescribeAcls 0081:DeleteAcls"
+# Against a broker with an SSL listener (client certificates required) and a SASL_PLAINTEXT
+# listener (SASL/PLAIN): the suite's test.conf then names that listener and its credentials,
+# as trivup's SSL / SASL clusters do. SSL_TESTS also get trivup's SSL_* environment (the client
+# key, certificate and CA as PEM, DER and PKCS#12 files).
+SSL_TESTS="0097"
+SASL_TESTS="0135"
 # ---------------------------------------------------------------------------------------------
 
 # Tests that need nothing but the client library (mock cluster, config parsing ...) are not
@@ -90,7 +96,8 @@ while [ $# -gt 0 ]; do
     --list) for t in $DEFAULT_TESTS; do echo "$t default"; done
             for t in $NOAUTOCREATE_TESTS; do echo "$t noautocreate"; done
             for t in $CLUSTER_TESTS; do echo "$t cluster"; done
-            for t in $CLUSTER_NOAUTOCREATE_TESTS; do echo "$t cluster-noautocreate"; done; exit 0 ;;
+            for t in $CLUSTER_NOAUTOCREATE_TESTS; do echo "$t cluster-noautocreate"; done
+            for t in $SSL_TESTS $SASL_TESTS; do echo "$t secure"; done; exit 0 ;;
     --all) mode=all ;;
     --build-only) mode=build ;;
     -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
@@ -123,7 +130,7 @@ check_build_tools() {
   [ -z "$miss" ] || die_missing "C/C++ toolchain:$miss (Debian package build-essential); run scripts/install-librdkafka-suite-deps.sh"
   # zlib/zstd/lz4: the codecs 0017 and others produce with; rapidjson: the suite checks
   # statistics JSON with it (0053, 0110 ... skip themselves without it).
-  for h in zlib.h:zlib1g-dev zstd.h:libzstd-dev lz4.h:liblz4-dev rapidjson/schema.h:rapidjson-dev; do
+  for h in zlib.h:zlib1g-dev zstd.h:libzstd-dev lz4.h:liblz4-dev rapidjson/schema.h:rapidjson-dev openssl/ssl.h:libssl-dev; do
     echo "#include <${h%%:*}>" | g++ -E -x c++ - >/dev/null 2>&1 || miss="$miss ${h#*:}"
   done
   [ -z "$miss" ] || die_missing "headers for the build, Debian packages:$miss; run scripts/install-librdkafka-suite-deps.sh"
@@ -147,6 +154,8 @@ build() {
   [ -x "$src/tests/test-runner" ] || die_missing "tests/test-runner after the build (see $src/kbroker-build.log)"
   grep -q '^#define WITH_RAPIDJSON 1' "$src/config.h" \
     || die_missing "rapidjson in the librdkafka build (configure did not find it; Debian package rapidjson-dev)"
+  grep -q '^#define WITH_SSL 1' "$src/config.h" \
+    || die_missing "OpenSSL in the librdkafka build (configure did not find it; Debian package libssl-dev)"
   echo "$want" >"$stamp"
 }
 
@@ -227,12 +236,69 @@ stop_broker() {
 trap 'stop_broker' EXIT
 trap 'exit 130' INT TERM
 
-start_broker() {  # $1: scenario (default | noautocreate | cluster*); $2: group.initial.rebalance.delay.ms; $3: acl
+SECURE_PW=kbroker-suite-secret
+secure_setup() {  # $RUN/certs (trivup's SSL_* files), SECURE_ARGS (broker listeners), SSL_/SASL_PORT
+  local certs=$RUN/certs
+  (cd "$ROOT" && python3 - "$certs" "$SECURE_PW" <<'PY'
+"""The suite's SSL files, from the compat tests' certificate maker: client key/cert/CA as PEM,
+DER and PKCS#12 (password-protected key), and a bundle of several CA certificates."""
+import sys
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization as S
+from cryptography.hazmat.primitives.serialization import pkcs12
+
+from compat_tests.security_certs import make_certs
+
+d, pw = Path(sys.argv[1]), sys.argv[2].encode()
+c = make_certs(d)
+ca = x509.load_pem_x509_certificate(c.ca.read_bytes())
+cert = x509.load_pem_x509_certificate(c.client_cert.read_bytes())
+key = S.load_pem_private_key(c.client_key.read_bytes(), None)
+out = {
+    "client.key.pem": key.private_bytes(S.Encoding.PEM, S.PrivateFormat.PKCS8, S.BestAvailableEncryption(pw)),
+    "client.key.der": key.private_bytes(S.Encoding.DER, S.PrivateFormat.PKCS8, S.NoEncryption()),
+    "client.der": cert.public_bytes(S.Encoding.DER),
+    "ca.der": ca.public_bytes(S.Encoding.DER),
+    "all_cas.pem": c.ca.read_bytes() + c.rogue_cert.read_bytes(),
+    "client.p12": pkcs12.serialize_key_and_certificates(b"client", key, cert, [ca], S.BestAvailableEncryption(pw)),
+}
+for name, data in out.items():
+    (d / name).write_bytes(data)
+PY
+  ) || { echo "could not make the suite's SSL certificates" >&2; exit 1; }
+  export SSL_pkcs=$certs/client.p12 SSL_pub_der=$certs/client.der SSL_pub_pem=$certs/client-cert.pem \
+         SSL_priv_der=$certs/client.key.der SSL_priv_pem=$certs/client.key.pem SSL_ca_der=$certs/ca.der \
+         SSL_all_cas_pem=$certs/all_cas.pem SSL_password=$SECURE_PW
+  SSL_PORT=$(free_port); SASL_PORT=$(free_port)
+  SECURE_ARGS=(--override "listener.name.ssl.ssl.keystore.type=PEM"
+    --override "listener.name.ssl.ssl.keystore.location=$certs/server.pem"
+    --override "listener.name.ssl.ssl.truststore.type=PEM"
+    --override "listener.name.ssl.ssl.truststore.location=$certs/ca.pem"
+    --override "listener.name.ssl.ssl.client.auth=required"
+    --override "listener.name.sasl_plaintext.sasl.enabled.mechanisms=PLAIN"
+    --override "listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_suite=\"$SECURE_PW\";")
+  SECURE_LISTENERS=",SSL://127.0.0.1:$SSL_PORT,SASL_PLAINTEXT://127.0.0.1:$SASL_PORT"
+}
+
+secure_confs() {  # the suite's test.conf for SSL_TESTS and for SASL_TESTS
+  local certs=$RUN/certs
+  printf '%s\n' "bootstrap.servers=127.0.0.1:$SSL_PORT" security.protocol=SSL "ssl.ca.location=$certs/ca.pem" \
+    "ssl.certificate.location=$certs/client-cert.pem" "ssl.key.location=$certs/client.key.pem" \
+    "ssl.key.password=$SECURE_PW" >"$RUN/test-ssl.conf"
+  printf '%s\n' "bootstrap.servers=127.0.0.1:$SASL_PORT" security.protocol=SASL_PLAINTEXT sasl.mechanism=PLAIN \
+    sasl.username=suite "sasl.password=$SECURE_PW" >"$RUN/test-sasl.conf"
+}
+
+start_broker() {  # $1: scenario (default | noautocreate | secure | cluster*); $2: group.initial.rebalance.delay.ms; $3: acl
   stop_broker
   case $1 in cluster*) start_cluster "$1"; return ;; esac
   local autocreate=true cport data delay=${2:-0} authz=
   [ "${3:-}" = acl ] && authz="--override authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer --override allow.everyone.if.no.acl.found=true"
   [ "$1" = noautocreate ] && autocreate=false
+  SECURE_ARGS=(); SECURE_LISTENERS=
+  [ "$1" = secure ] && secure_setup
   BROKER_N=$((BROKER_N + 1))
   BROKER_PORT=$(free_port); cport=$(free_port)
   data=$(mktemp -d "${TMPDIR:-/tmp}/kbroker-rdk.XXXXXX")
@@ -240,7 +306,8 @@ start_broker() {  # $1: scenario (default | noautocreate | cluster*); $2: group.
   # The suite's default scenario is Kafka's default config with auto-created 4-partition topics.
   (cd "$ROOT" && exec python3 -m kbroker serve \
       --override node.id=1 \
-      --override "listeners=PLAINTEXT://127.0.0.1:$BROKER_PORT,CONTROLLER://127.0.0.1:$cport" \
+      --override "listeners=PLAINTEXT://127.0.0.1:$BROKER_PORT,CONTROLLER://127.0.0.1:$cport$SECURE_LISTENERS" \
+      "${SECURE_ARGS[@]}" \
       --override "log.dirs=$data" \
       --override num.partitions=4 \
       --override default.replication.factor=1 \
@@ -264,6 +331,7 @@ PY
       log "kbroker ($1 scenario, group.initial.rebalance.delay.ms=$delay${3:+, StandardAuthorizer}) pid $BROKER_PID on 127.0.0.1:$BROKER_PORT"
       BROKER_BOOTSTRAP=127.0.0.1:$BROKER_PORT
       printf 'bootstrap.servers=%s\n' "$BROKER_BOOTSTRAP" >"$RUN/test.conf"
+      [ "$1" = secure ] && secure_confs
       return 0
     fi
     sleep 0.1
@@ -302,7 +370,7 @@ all_broker_tests() {  # every test number in test.c's table except the manual 80
 }
 
 runner_scenario() {  # the suite's own scenario name for ours
-  case $1 in cluster) echo default ;; cluster-noautocreate) echo noautocreate ;; *) echo "$1" ;; esac
+  case $1 in cluster|secure) echo default ;; cluster-noautocreate) echo noautocreate ;; *) echo "$1" ;; esac
 }
 
 run_one() {  # $1 entry: test number, or NUMBER:SUBTESTS (the suite's sub-test filter); $2 scenario
@@ -316,8 +384,11 @@ run_one() {  # $1 entry: test number, or NUMBER:SUBTESTS (the suite's sub-test f
   local acl=
   case " $ACL_TESTS " in *" $1 "*|*" $n "*) acl=acl ;; esac
   [ "$BROKER_SCENARIO" = "$scen/$delay/$acl" ] && kill -0 "$BROKER_PID" 2>/dev/null || start_broker "$scen" "$delay" "$acl"
+  local conf=$RUN/test.conf
+  case " $SSL_TESTS " in *" $n "*) [ "$scen" = secure ] && conf=$RUN/test-ssl.conf ;; esac
+  case " $SASL_TESTS " in *" $n "*) [ "$scen" = secure ] && conf=$RUN/test-sasl.conf ;; esac
   start=$(date +%s)
-  { (cd "$SRC/tests" && exec env SUBTESTS="$sub" RDKAFKA_TEST_CONF="$RUN/test.conf" TESTS="$n" \
+  { (cd "$SRC/tests" && exec env SUBTESTS="$sub" RDKAFKA_TEST_CONF="$conf" TESTS="$n" \
       TEST_REPORT="$RUN/$tag.json" LD_LIBRARY_PATH="$SRC/src:$SRC/src-cpp" \
       KAFKA_PATH="$SHIM" BROKERS="$BROKER_BOOTSTRAP" \
       timeout -k 10 "$PER_TEST_TIMEOUT" ./test-runner $flags -s "$(runner_scenario "$scen")") >"$RUN/$tag.log" 2>&1; } 2>/dev/null
@@ -366,18 +437,19 @@ PY
 }
 
 case $mode in
-  curated) default_list=$DEFAULT_TESTS; noauto_list=$NOAUTOCREATE_TESTS
+  curated) default_list=$DEFAULT_TESTS; noauto_list=$NOAUTOCREATE_TESTS; secure_list="$SSL_TESTS $SASL_TESTS"
            cluster_list=$CLUSTER_TESTS; cluster_noauto_list=$CLUSTER_NOAUTOCREATE_TESTS ;;
-  selected) default_list=; noauto_list=; cluster_list=; cluster_noauto_list=
+  selected) default_list=; noauto_list=; cluster_list=; cluster_noauto_list=; secure_list=
             for t in $sel_tests; do
-              case " $CLUSTER_ONLY | $CLUSTER_NOAUTOCREATE_ONLY " in
+              case " $SSL_TESTS $SASL_TESTS | $CLUSTER_ONLY | $CLUSTER_NOAUTOCREATE_ONLY " in
+                *" ${t%%:*} "*\|*\|*) secure_list="$secure_list $t" ;;
                 *" ${t%%:*} "*\|*) cluster_list="$cluster_list $t" ;;
                 *" ${t%%:*} "*) cluster_noauto_list="$cluster_noauto_list $t" ;;
                 *) default_list="$default_list $t"
                    for u in $NOAUTOCREATE_TESTS; do [ "$t" = "$u" ] && noauto_list="$noauto_list $t"; done ;;
               esac
             done ;;
-  all) default_list=$(all_broker_tests); noauto_list=$default_list
+  all) default_list=$(all_broker_tests); noauto_list=$default_list; secure_list="$SSL_TESTS $SASL_TESTS"
        cluster_list=$CLUSTER_ONLY; cluster_noauto_list=$CLUSTER_NOAUTOCREATE_ONLY ;;
 esac
 
@@ -385,6 +457,7 @@ log "librdkafka $(basename "$SRC") test-runner against kbroker, TEST_KAFKA_VERSI
 : >"$RUN/results.tsv"
 for t in $default_list; do run_one "$t" default; done
 for t in $noauto_list; do run_one "$t" noautocreate; done
+for t in $secure_list; do run_one "$t" secure; done
 for t in $cluster_list; do run_one "$t" cluster; done
 for t in $cluster_noauto_list; do run_one "$t" cluster-noautocreate; done
 stop_broker
