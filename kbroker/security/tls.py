@@ -119,6 +119,7 @@ class TlsConnection(Connection):
         if not self._handshaken and not self._advance_handshake():
             return
         chunks = []
+        peer_closed = False
         while True:
             try:
                 chunk = self._tls.read(_RECV)
@@ -130,7 +131,8 @@ class TlsConnection(Connection):
             except ssl.SSLError as e:
                 self.close(f"TLS error: {e}")
                 return
-            if not chunk:
+            if not chunk:   # an SSLObject reports the peer's close_notify as an empty read
+                peer_closed = True
                 break
             chunks.append(chunk)
         self._pump_out()   # TLS 1.3 session tickets, alerts
@@ -138,6 +140,8 @@ class TlsConnection(Connection):
             # one read usually decrypts to one chunk: hand that bytes object on as it is
             plain = chunks[0] if len(chunks) == 1 else b"".join(chunks)
             self._received(len(plain), plain)
+        if peer_closed:     # (else a client's TLS shutdown waits for us: 30 s in asyncio)
+            self.close()
 
     def _advance_handshake(self) -> bool:
         try:
