@@ -161,6 +161,27 @@ def test_no_client_certificate_on_required_listener(secure):
             pass
 
 
+def test_client_tls_shutdown_ends_the_connection(secure):
+    """A client's close_notify closes the connection on the broker's side too; before, the
+    broker ignored it, and a client waiting for the end of its TLS shutdown timed out (30 s for
+    asyncio's clients, kbroker's own among them)."""
+    ctx = ssl.create_default_context(cafile=str(secure.certs.ca))
+    ctx.load_cert_chain(str(secure.certs.client_cert), str(secure.certs.client_key))
+    with socket.create_connection(("127.0.0.1", secure.ports["SSL"]), timeout=10) as raw:
+        s = ctx.wrap_socket(raw, server_hostname="localhost")
+        assert struct.unpack(">i", raw_wire.call(s, 18, 0, 1)[:4])[0] == 1
+        try:
+            plain = s.unwrap()    # sends close_notify, returns when the broker answers or closes
+        except ssl.SSLError:      # (an EOF instead of the broker's close_notify)
+            plain = socket.socket(fileno=s.detach())
+        with plain:
+            plain.settimeout(10)
+            try:
+                assert plain.recv(1) == b""     # the broker closed; a TimeoutError is the old bug
+            except ConnectionResetError:
+                pass
+
+
 @pytest.mark.parametrize("version", ["TLSv1_2", "TLSv1_3"])
 def test_tls_versions(secure, version):
     """TLS 1.2 and 1.3 (ssl.enabled.protocols' default) both complete and carry requests."""
