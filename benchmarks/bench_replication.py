@@ -152,8 +152,8 @@ def produce(args) -> None:
         res[kind, n] = (t, _pct(lat[kind, n], 50), _pct(lat[kind, n], 99))
         print(f"{kind} {n}-node RF={rf} acks={acks}: median {t:,.0f} msg/s ({t * args.size / 1e6:.2f} MB/s) over "
               f"{args.rounds} rounds (min {min(tput[kind, n]):,.0f}, max {max(tput[kind, n]):,.0f}); latency at "
-              f"{args.rate:.0f} msg/s p50 {res[kind, n][1]:.1f} ms, p99 {res[kind, n][2]:.1f} ms "
-              f"({len(lat[kind, n])} acks)")
+              f"{args.rate:.0f} msg/s p50 {res[kind, n][1]:.1f} ms, p99 {res[kind, n][2]:.1f} ms, "
+              f"p99.9 {_pct(lat[kind, n], 99.9):.1f} ms, max {max(lat[kind, n]):.1f} ms ({len(lat[kind, n])} acks)")
     print()
     for kind in dict.fromkeys(k for k, _ in setups):
         a, b = res[kind, 3], res[kind, 1]
