@@ -29,6 +29,11 @@ def acl_broker(tmp_path_factory):
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "super.users": "User:admin",
+        # the broker reaches its controller as admin (as Kafka, the controller listener wants
+        # CLUSTER_ACTION from its senders; User:ANONYMOUS over PLAINTEXT has none here)
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+        "sasl.mechanism.controller.protocol": "PLAIN",
+        "listener.name.controller.plain.sasl.jaas.config": JAAS,
     })
     b.start()
     b.sasl = f"127.0.0.1:{sasl}"
