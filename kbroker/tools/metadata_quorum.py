@@ -31,7 +31,8 @@ def add_parser(sub) -> None:
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--bootstrap-server", metavar="HOST:PORT")
     g.add_argument("--bootstrap-controller", metavar="HOST:PORT")
-    p.add_argument("--command-config", help="properties file (add-controller: the new controller's own)")
+    p.add_argument("--command-config", help="client properties (security.protocol, sasl.*, ssl.truststore.location "
+                                            "as PEM); add-controller: also the new controller's own properties")
     ops = p.add_subparsers(dest="op", required=True)
     d = ops.add_parser("describe")
     w = d.add_mutually_exclusive_group(required=True)
@@ -45,18 +46,28 @@ def add_parser(sub) -> None:
     p.set_defaults(tool_main=main)
 
 
-def _addresses(args) -> list[tuple[str, int]]:
+def _addresses(args) -> list[tuple]:
+    """(host, port, ssl context, SASL credentials) of each bootstrap address; TLS/SASL from
+    --command-config when it has client security settings (``security.protocol`` ...)."""
+    ssl = sasl = None
+    if args.command_config:
+        from kbroker.config import parse_properties
+        from kbroker.security.client_auth import from_client_properties
+        with open(args.command_config, encoding="utf-8") as f:
+            props = parse_properties(f.read())
+        if "security.protocol" in props:
+            ssl, sasl = from_client_properties(props)
     out = []
     for s in (args.bootstrap_server or args.bootstrap_controller).split(","):
         h, _, port = s.strip().rpartition(":")
-        out.append((h.strip("[]") or "localhost", int(port)))
+        out.append((h.strip("[]") or "localhost", int(port), ssl, sasl))
     return out
 
 
 async def _ask(addrs, request, timeout_ms: int = 10000):
     last = None
-    for h, p in addrs:
-        c = KafkaClient(h, p, client_id="kbroker-metadata-quorum", request_timeout_ms=timeout_ms)
+    for h, p, ssl, sasl in addrs:
+        c = KafkaClient(h, p, client_id="kbroker-metadata-quorum", request_timeout_ms=timeout_ms, ssl=ssl, sasl=sasl)
         try:
             return await c.send(request)
         except ClientError as e:
