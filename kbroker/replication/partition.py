@@ -85,6 +85,7 @@ class Partition:
         self.isr: list[int] = []
         self.leader_state = None   # kbroker.replication.leader_state.LeaderState while leading
         self.hw_listeners: list = []  # called with the partition after the HW moves
+        plog.on_start_moved = self.wake   # a new log start is news for parked fetch sessions
 
     # -- reads -------------------------------------------------------------------------------
 
