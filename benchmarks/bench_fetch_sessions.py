@@ -22,25 +22,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kbroker.clock import FakeClock  # noqa: E402
-from kbroker.config import BrokerConfig  # noqa: E402
 from kbroker.handlers.context import RequestContext  # noqa: E402
-from kbroker.server import KafkaServer  # noqa: E402
 from kbroker.wire.generated.create_topics_request import CreateTopicsRequest  # noqa: E402
 from kbroker.wire.generated.fetch_request import FetchRequest  # noqa: E402
 from kbroker.wire.generated.produce_request import ProduceRequest  # noqa: E402
 from kbroker.wire.records import BatchBuilder  # noqa: E402
+from tests.offline_server import start_offline, stop_offline  # noqa: E402
 
 T = FetchRequest.FetchTopic
 
 
 def run(partitions: int, fetches: int) -> float:
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    tmp = tempfile.mkdtemp(prefix="bench-fsess-")
-    cfg = BrokerConfig.load(None, [f"log.dirs={tmp}", "listeners=PLAINTEXT://127.0.0.1:9092"])
-    server = KafkaServer(cfg, FakeClock())
-    loop.run_until_complete(server.start(listen=False))
+    server = start_offline(tempfile.mkdtemp(prefix="bench-fsess-"))
+    loop = server.loop
 
     def call(key, version, req):
         ctx = RequestContext(server, None, key, version, 1, "bench", server.clock.now_ms(), "PLAINTEXT")
@@ -77,8 +71,7 @@ def run(partitions: int, fetches: int) -> float:
         assert resp.error_code == 0, resp.error_code
         epoch += 1
         offsets = {(t.topic, p.partition_index): p.high_watermark for t in resp.responses for p in t.partitions}
-    loop.run_until_complete(server.shutdown())
-    loop.close()
+    stop_offline(server)
     return spent / fetches * 1e6
 
 
