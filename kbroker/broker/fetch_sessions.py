@@ -128,24 +128,17 @@ class FetchSession:
                 del ready[e.key]
                 ready[e.key] = e
 
-    async def wait_for_news(self, parts, timeout_s: float) -> None:
+    async def wait_for_news(self, replicas, parts, timeout_s: float) -> None:
         """Until a parked partition wakes, one of ``parts`` (still ready) is appended to, or
         ``timeout_s`` passes."""
         if timeout_s <= 0:
             return
-        loop = asyncio.get_running_loop()
-        fut = self._waiter = loop.create_future()
-        for p in parts:
-            p.waiters.add(fut)
-        timer = loop.call_later(timeout_s, _resolve, fut)
+        fut = self._waiter = asyncio.get_running_loop().create_future()
         try:
-            await fut
+            await replicas.wait_for_append(parts, timeout_s, fut)
         finally:
-            timer.cancel()
             if self._waiter is fut:
                 self._waiter = None
-            for p in parts:
-                p.waiters.discard(fut)
 
     def _woken(self, w: _Watch) -> None:
         e = w.entry
@@ -154,8 +147,8 @@ class FetchSession:
         e.parked = None
         if self.partitions.get(e.key) is e:
             self.ready[e.key] = e
-            if self._waiter is not None:
-                _resolve(self._waiter)
+            if self._waiter is not None and not self._waiter.done():
+                self._waiter.set_result(None)
 
     @staticmethod
     def _unpark(e: CachedPartition) -> None:
@@ -163,11 +156,6 @@ class FetchSession:
             part, w = e.parked
             part.waiters.discard(w)
             e.parked = None
-
-
-def _resolve(fut: asyncio.Future) -> None:
-    if not fut.done():
-        fut.set_result(None)
 
 
 def wake_on_role_change(part, _change) -> None:

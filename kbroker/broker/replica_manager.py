@@ -294,15 +294,17 @@ class ReplicaManager:
     def _wake(part: Partition) -> None:
         part.wake()
 
-    async def wait_for_append(self, parts: list[Partition], timeout_s: float) -> None:
+    async def wait_for_append(self, parts: list[Partition], timeout_s: float,
+                              fut: asyncio.Future | None = None) -> None:
         """Return when any of ``parts`` is appended to (or deleted), or after ``timeout_s``.
+        ``fut``: a future others may resolve too (a fetch session's parked partitions).
 
         One future and one timer handle (``asyncio.wait_for`` would add a second future,
         callbacks and, before 3.12, a task hop to every long poll)."""
-        if not parts or timeout_s <= 0:
+        if (not parts and fut is None) or timeout_s <= 0:
             return
         loop = asyncio.get_running_loop()
-        fut = loop.create_future()
+        fut = fut if fut is not None else loop.create_future()
         for p in parts:
             p.waiters.add(fut)
         timer = loop.call_later(timeout_s, _resolve, fut)

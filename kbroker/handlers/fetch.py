@@ -214,7 +214,7 @@ async def _long_poll(broker, req, entries, results, budget, read_committed, sess
         if incremental:
             session.settle(results, read_committed)
             parts = [p for e in session.ready.values() if (p := replicas.get(e.topic, e.partition)) is not None]
-            await session.wait_for_news(parts, left / 1000)
+            await session.wait_for_news(replicas, parts, left / 1000)
             entries = list(session.ready.values())
             waited = left > 0
         else:
