@@ -75,7 +75,7 @@ class FetchSession:
     fetch reads; the rest are parked on their Partition until it wakes, so a fetch costs the
     partitions with news (Kafka walks the whole session: fine in the JVM, 4-6 us a partition
     here, and 10,000-partition sessions re-read on every fetch ran at 0.12x Kafka)."""
-    __slots__ = ("id", "epoch", "partitions", "ready", "last_used_ms", "_waiter")
+    __slots__ = ("id", "epoch", "partitions", "ready", "last_used_ms", "news", "_waiter")
 
     def __init__(self, sid: int, now_ms: int) -> None:
         self.id = sid
@@ -83,6 +83,7 @@ class FetchSession:
         self.partitions: dict = {}             # (topic key, partition) -> CachedPartition
         self.ready: dict = {}                  # the same keys, those with possible news
         self.last_used_ms = now_ms
+        self.news = False                      # a parked partition woke since the last settle
         self._waiter: asyncio.Future | None = None
 
     def add(self, e: CachedPartition) -> None:
@@ -113,6 +114,7 @@ class FetchSession:
         the partitions behind them). ``results``: ``_Result``-like (entry, part, error,
         records, preferred, hw, lso, log_start)."""
         ready = self.ready
+        self.news = False
         for r in results:
             e = r.entry
             if ready.get(e.key) is not e:
@@ -128,14 +130,15 @@ class FetchSession:
                 del ready[e.key]
                 ready[e.key] = e
 
-    async def wait_for_news(self, replicas, parts, timeout_s: float) -> None:
-        """Until a parked partition wakes, one of ``parts`` (still ready) is appended to, or
-        ``timeout_s`` passes."""
-        if timeout_s <= 0:
-            return
+    async def wait_for_news(self, replicas, parts, timeout_s: float, watch=None) -> None:
+        """Until a parked partition wakes (or woke since the last settle), one of ``parts``
+        (still ready) is appended to (``watch``: since ``replicas.watch_appends(parts)``),
+        or ``timeout_s`` passes."""
         fut = self._waiter = asyncio.get_running_loop().create_future()
+        if self.news:
+            fut.set_result(None)
         try:
-            await replicas.wait_for_append(parts, timeout_s, fut)
+            await replicas.wait_for_append(parts, timeout_s, watch, fut)
         finally:
             if self._waiter is fut:
                 self._waiter = None
@@ -147,6 +150,7 @@ class FetchSession:
         e.parked = None
         if self.partitions.get(e.key) is e:
             self.ready[e.key] = e
+            self.news = True
             if self._waiter is not None and not self._waiter.done():
                 self._waiter.set_result(None)
 

@@ -185,8 +185,15 @@ def handle(ctx, req):
     if total >= req.min_bytes or errors or req.max_wait_ms <= 0 or not entries and not (
             incremental and session.partitions):   # (parked partitions may wake: wait for them)
         return _respond(results, session, incremental, use_ids, read_committed, hints)
-    return _long_poll(broker, req, entries, results, budget, read_committed, session, incremental,
-                      use_ids, follower_reads, closer, hints)
+    # watched from now, not from when the task first runs (an append in between must wake
+    # it): an incremental session parks its quiet partitions now (FetchSession.settle),
+    # other fetches take a ReplicaManager.watch_appends
+    if incremental:
+        session.settle(results, read_committed)
+        entries = list(session.ready.values())
+    watch = replicas.watch_appends([p for e in entries if (p := replicas.get(e.topic, e.partition)) is not None])
+    return _long_poll(broker, req, entries, budget, read_committed, session, incremental, use_ids,
+                      follower_reads, closer, hints, watch)
 
 
 def _closer_replica(broker, client_rack: str, now_ms: int):
@@ -202,29 +209,31 @@ def _closer_replica(broker, client_rack: str, now_ms: int):
         part.leader_state, local, rack_of, client_rack, offset, now_ms)
 
 
-async def _long_poll(broker, req, entries, results, budget, read_committed, session, incremental,
-                     use_ids, follower_reads=False, closer=None, hints=None):
+async def _long_poll(broker, req, entries, budget, read_committed, session, incremental, use_ids,
+                     follower_reads=False, closer=None, hints=None, watch=None):
     """Until ``min_bytes`` is there, an error, or ``max_wait_ms``. An incremental session
-    parks its quiet partitions and waits for any to wake (or one still ready to grow)."""
+    waits for a parked partition to wake (or one still ready to grow), then reads the ready."""
     clock = broker.clock
     replicas = broker.replicas
     deadline = clock.monotonic_ms() + req.max_wait_ms
     while True:
         left = deadline - clock.monotonic_ms()
+        parts = [p for e in entries if (p := replicas.get(e.topic, e.partition)) is not None] if left > 0 else []
         if incremental:
-            session.settle(results, read_committed)
-            parts = [p for e in session.ready.values() if (p := replicas.get(e.topic, e.partition)) is not None]
-            await session.wait_for_news(replicas, parts, left / 1000)
+            await session.wait_for_news(replicas, parts, left / 1000, watch)
             entries = list(session.ready.values())
             waited = left > 0
         else:
-            parts = [p for e in entries if (p := replicas.get(e.topic, e.partition)) is not None] if left > 0 else []
             if parts:
-                await replicas.wait_for_append(parts, left / 1000)
+                await replicas.wait_for_append(parts, left / 1000, watch)
             waited = bool(parts)
+        watch = None
         results, total, errors = _read(entries, replicas, budget, read_committed, follower_reads, closer)
         if total >= req.min_bytes or errors or clock.monotonic_ms() >= deadline or not waited:
             return _respond(results, session, incremental, use_ids, read_committed, hints)
+        if incremental:
+            session.settle(results, read_committed)
+            entries = list(session.ready.values())
 
 
 _MOVED = (Errors.NOT_LEADER_OR_FOLLOWER, Errors.FENCED_LEADER_EPOCH)

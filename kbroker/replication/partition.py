@@ -74,7 +74,8 @@ class Partition:
         self.log = plog
         self.producer_state = producer_state
         self.leader_epoch = leader_epoch
-        # futures of waiting fetches, and parked fetch-session partitions (fetch_sessions._Watch):
+        # futures of waiting fetches, AppendWatch (replica manager) and parked fetch-session
+        # partitions (fetch_sessions._Watch):
         # wake() calls done() and set_result() on each
         self.waiters: set = set()
         self.config = config

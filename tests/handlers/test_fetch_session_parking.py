@@ -105,3 +105,22 @@ def test_incremental_long_poll_wakes_on_append_to_a_parked_partition(broker):
     resp = broker.loop.run_until_complete(main())
     got = answered(resp)
     assert list(got) == [("w", 11)] and got[("w", 11)].records.size > 0
+
+
+def test_append_between_the_handler_and_its_long_poll_task_wakes_it(broker):
+    """The handler reads, decides to wait and returns its coroutine; an append before that
+    coroutine first runs must still end the wait (the partition it read was caught up)."""
+    create(broker, "r", 5)
+    s = session_of(broker, full_fetch(broker, "r", {i: 0 for i in range(5)}).session_id)
+    produce(broker, "r", 3, batch(1))
+    assert answered(broker.call(1, 12, incremental(s.id, 1)))[("r", 3)].high_watermark == 1
+    spec = broker.server.api_specs[1]
+
+    async def main():
+        ctx = RequestContext(broker.server, None, 1, 12, 1, "t", 0, "PLAINTEXT")
+        # the client has read partition 3's record: at its new position it is caught up
+        pending = spec.handle(ctx, incremental(s.id, 2, "r", {3: 1}, max_wait=5000, min_bytes=1))
+        produce(broker, "r", 3, batch(1))          # before the long poll's first step
+        return await asyncio.wait_for(pending, 2)
+    got = answered(broker.loop.run_until_complete(main()))
+    assert list(got) == [("r", 3)] and got[("r", 3)].records.size > 0 and got[("r", 3)].high_watermark == 2
