@@ -26,7 +26,7 @@ set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BASE=${LIBRDKAFKA_SUITE_DIR:-$ROOT/.deps/librdkafka-suite}
-RUN=$BASE/runs/last
+RUN=${LIBRDKAFKA_SUITE_RUN:-$BASE/runs/last}   # (another run dir: helpers sharing one build)
 PER_TEST_TIMEOUT=${RDK_TEST_TIMEOUT:-300}
 export TEST_KAFKA_VERSION=${TEST_KAFKA_VERSION:-3.9.0}
 JOBS=${RDK_JOBS:-$(nproc 2>/dev/null || echo 2)}

@@ -199,6 +199,12 @@ class ReplicaManager:
         if not parts:
             return
         for p in parts.values():
+            # (Kafka's StopReplica with delete): acks=all produces waiting on it fail now rather
+            # than at their timeout, and the replica fetchers drop it, so a same-named topic
+            # created next is not fetched under this one's topic id.
+            p.leader_state = None
+            self._complete(self.delayed.fail(p, Errors.UNKNOWN_TOPIC_OR_PARTITION))
+            self._tell_role_listeners(p, RoleChange.REMOVED)
             self._wake(p)
         try:
             # one checkpoint for all; renames in the log manager's admin thread
@@ -233,14 +239,17 @@ class ReplicaManager:
         elif change is RoleChange.ISR_CHANGED:
             self._on_hw(part)
         if change is not RoleChange.NONE and change is not RoleChange.STALE:
-            for listener in self.role_listeners:
-                try:
-                    listener(part, change)
-                except Exception:
-                    log.exception("role listener failed for %s", part)
+            self._tell_role_listeners(part, change)
         if removed:
             self._delete_replica(part)
         return change
+
+    def _tell_role_listeners(self, part: Partition, change: RoleChange) -> None:
+        for listener in self.role_listeners:
+            try:
+                listener(part, change)
+            except Exception:
+                log.exception("role listener failed for %s", part)
 
     def _delete_replica(self, part: Partition) -> None:
         """This broker is no longer a replica (a reassignment moved the partition away):
