@@ -20,7 +20,8 @@
 #
 # Results: .deps/librdkafka-suite/runs/last/{results.tsv,<test>.log,<test>.json,broker-*.log}.
 # Env: RDK_TEST_TIMEOUT (seconds per test, default 300), TEST_KAFKA_VERSION (default 3.9.0),
-#      RDK_JOBS (make -j, default nproc).
+#      RDK_JOBS (make -j, default nproc), LIBRDKAFKA_SUITE_RUN (the results dir instead of runs/last;
+#      compat_tests/test_librdkafka_suite.py reads it too).
 # Never commit anything under .deps/: only this script is ours.
 set -uo pipefail
 
