@@ -270,6 +270,8 @@ class KafkaServer:
                     lst.dispatcher = dispatcher
         log.info("registered broker %d, epoch %d, endpoints %s", self.node_id, self.broker_epoch,
                  ", ".join(f"{n}://{h}:{p}" for n, h, p, _ in endpoints))
+        if cfg.is_broker:
+            self._tasks.append(asyncio.create_task(self._sweep_stray_logs(), name="stray-log-sweep"))
         self.producer_ids = ProducerIdManager(self.controller, self.node_id, self.broker_epoch,
                                               allocate=self.control.allocate_producer_ids if self.control.networked else None)
         from kbroker.txn.runtime import TxnRuntime
@@ -290,6 +292,17 @@ class KafkaServer:
         self.replication.start()
         self._tasks.append(asyncio.create_task(self._maintenance(), name="log-maintenance"))
         log.info("kbroker node %d started (cluster %s)", self.node_id, self.cluster_id)
+
+    async def _sweep_stray_logs(self) -> None:
+        """Kafka's start-up check for stray replica logs, run where Kafka runs it: once this
+        broker's image holds its own registration record (the broker epoch is that record's
+        offset; the controller calls the broker caught up there), never on a partial image."""
+        while self.broker_epoch < 0 or self.image.offset < self.broker_epoch:
+            await self.loader.changed(1.0)
+        try:
+            self.replicas.sweep_stray_logs()
+        except Exception:
+            log.exception("the stray replica log sweep failed")
 
     def _advertised_endpoints(self):
         """Advertised listeners, with port 0 replaced by the port actually bound (tests)."""

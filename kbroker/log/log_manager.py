@@ -392,16 +392,20 @@ class LogManager:
         file.delete.delay.ms (in ``run_retention``). Returns False if there was no log."""
         return self.delete_many([(topic, partition)], now_ms) > 0
 
-    def delete_many(self, keys, now_ms: int = 0) -> int:
+    def delete_many(self, keys, now_ms: int = 0, *, stray: bool = False) -> int:
         """``delete`` for many partitions with one checkpoint; with the admin thread the
-        renames (and dir fsyncs) run there. Returns how many logs there were."""
+        renames (and dir fsyncs) run there. Returns how many logs there were.
+
+        ``stray=True``: rename to ``topic-N.<uuid>-stray`` and keep the files (Kafka moves a
+        stray replica aside rather than deleting it; start-up skips such dirs)."""
+        suffix = STRAY_DIR_SUFFIX if stray else DELETE_DIR_SUFFIX
         renames: list[tuple[str, str, str]] = []   # (dir, old path, new path)
         closes: list[PartitionLog] = []
         if self._create_batch:   # creations not handed to the thread yet go first (FIFO)
             self._submit_create_batch(asyncio.get_running_loop())
         for topic, partition in keys:
             key = (topic, partition)
-            new_name = f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+            new_name = f"{topic}-{partition}.{uuid.uuid4().hex}{suffix}"
             fut = self._opening.pop(key, None)
             if fut is not None:   # still being created: its creation runs first (FIFO)
                 self._doomed.add(id(fut))
@@ -419,7 +423,8 @@ class LogManager:
             renames.append((d, plog.dir, new))
             plog.detach_descriptors()
             closes.append(plog)
-            self._pending_dir_deletes.append((new, now_ms + plog.config.file_delete_delay_ms))
+            if not stray:
+                self._pending_dir_deletes.append((new, now_ms + plog.config.file_delete_delay_ms))
         if not renames:
             return 0
         # Closing (index trims, unmaps) and renaming cost ~0.1 ms per partition: in the admin
@@ -430,7 +435,7 @@ class LogManager:
             _close_and_rename(closes, renames)
         self._remove_deleted_dirs(now_ms)
         self.checkpoint(sync=self.io is not None)   # with the IO thread: written there
-        log.info("deleted %d logs (%s)", len(renames),
+        log.info("%s %d logs (%s)", "moved aside as stray" if stray else "deleted", len(renames),
                  ", ".join(os.path.basename(n) for _d, _o, n in renames[:3]) + (" ..." if len(renames) > 3 else ""))
         return len(renames)
 
