@@ -34,8 +34,8 @@ class ProducerLoad:
         self.sent = 0
         self.fatal: list[tuple[str, str]] = []     # (value, error) of non-retriable delivery errors
 
-    def acked(self) -> int:
-        return self.history.acked_by(self.name)
+    def acked(self, partition: int | None = None) -> int:
+        return self.history.acked_by(self.name, partition)
 
     def _on_delivery(self, err, msg) -> None:
         value = msg.value().decode()
@@ -142,8 +142,8 @@ class JavaProducerLoad:
         self.done = threading.Event()
         self.fatal: list[tuple[str, str]] = []
 
-    def acked(self) -> int:
-        return self.history.acked_by(self.name)
+    def acked(self, partition: int | None = None) -> int:
+        return self.history.acked_by(self.name, partition)
 
     def start(self) -> "JavaProducerLoad":
         self.proc = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
