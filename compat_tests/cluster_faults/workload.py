@@ -132,8 +132,10 @@ class JavaProducerLoad:
                  name: str = "j1", version: str = "4.3.0", rate_per_s: float = 200.0, **conf) -> None:
         from compat_tests.clients.java import classpath
         self.history, self.name = history, name
+        # request.timeout.ms below its 30 s default: a request in flight to a paused or cut
+        # off leader holds its partition up that long (librdkafka moves on sooner)
         props = {"acks": "all", "enable.idempotence": "true", "linger.ms": "5",
-                 "delivery.timeout.ms": "60000", "request.timeout.ms": "30000",
+                 "delivery.timeout.ms": "60000", "request.timeout.ms": "10000",
                  "retry.backoff.ms": "100", "metadata.max.age.ms": "2000", **conf}
         self.cmd = ["java", "-cp", classpath(version), "KafkaTool", "load", bootstrap, topic,
                     str(partitions), name, str(rate_per_s), *(f"{k}={v}" for k, v in props.items())]
