@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+from compat_tests import raw_wire
+
 REPO = Path(__file__).resolve().parent.parent
 DEPS = REPO / ".deps"
 TANSU = DEPS / "tansu" / "tansu"
@@ -30,9 +32,7 @@ def _api_versions_ok(port: int, host: str = "127.0.0.1") -> bool:
     """True once the broker answers an ApiVersions v0 request."""
     try:
         with socket.create_connection((host, port), timeout=1) as s:
-            client_id = b"probe"
-            body = struct.pack(">hhih", 18, 0, 1, len(client_id)) + client_id
-            s.sendall(struct.pack(">i", len(body)) + body)
+            s.sendall(raw_wire.request(18, 0, 1, client_id=b"probe"))
             head = s.recv(8)
             return len(head) == 8 and struct.unpack(">i", head[4:8])[0] == 1
     except OSError:

@@ -222,3 +222,18 @@ def test_node_formatted_with_another_cluster_id_is_refused(tmp_path):
             assert "INCONSISTENT_CLUSTER_ID" in text and stranger.cluster_id in text
         finally:
             stranger.close()
+
+
+def test_format_release_version_then_upgrade_with_kafka_features(tmp_path):
+    """A cluster formatted with ``--release-version 3.7`` (kafka-storage.sh's flag) starts at
+    metadata.version 3.7-IV4, as Kafka's kafka-features.sh describes it, and upgrades to 3.9."""
+    c = KBrokerCluster(tmp_path, 1)
+    c.nodes[1].format("--release-version", "3.7")
+    with c.start(format=False):
+        bs = c.bootstrap
+        [(rc, out)] = kafka_features(bs, tmp_path, ["describe"])
+        assert rc == 0 and "Feature: metadata.version" in out and "FinalizedVersionLevel: 3.7-IV4" in out, out
+        [(rc, out)] = kafka_features(bs, tmp_path, ["upgrade", "--metadata", "3.9"])
+        assert rc == 0 and out.endswith("metadata.version was upgraded to 21.\n"), out
+        [(rc, out)] = kafka_features(bs, tmp_path, ["describe"])
+        assert rc == 0 and "FinalizedVersionLevel: 3.9-IV0" in out, out

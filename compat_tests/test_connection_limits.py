@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from compat_tests import raw_wire
 from compat_tests.brokers import BrokerProcess
 
 
@@ -25,9 +26,8 @@ def _api_versions(s: socket.socket, timeout: float = 5.0) -> bool:
     """One ApiVersions v0 exchange: True if answered, False if the broker closed the socket
     or said nothing within ``timeout``."""
     s.settimeout(timeout)
-    body = struct.pack(">hhih", 18, 0, 7, 4) + b"test"
     try:
-        s.sendall(struct.pack(">i", len(body)) + body)
+        s.sendall(raw_wire.request(18, 0, 7))
         head = s.recv(8)
     except (socket.timeout, ConnectionResetError, BrokenPipeError):
         return False

@@ -9,7 +9,6 @@ import base64
 import os
 import re
 import socket
-import struct
 import subprocess
 import sys
 
@@ -18,9 +17,9 @@ from confluent_kafka import Consumer, TopicPartition, OFFSET_BEGINNING
 from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic,
                                    ResourcePatternType, ResourceType)
 
+from compat_tests import raw_wire
 from compat_tests.brokers import REPO, BrokerProcess, free_port
 from compat_tests.test_ops_kafka_tools import KAFKA, _wave
-from compat_tests.test_security import _recv
 from kbroker.security.scram import ScramClient
 
 MECH = "SCRAM-SHA-512"
@@ -57,41 +56,16 @@ def _props(path, user, password, tokenauth=False):
     return str(path)
 
 
-def _uvarint(n: int) -> bytes:
-    out = b""
-    while n >= 0x80:
-        out += bytes([(n & 0x7F) | 0x80])
-        n >>= 7
-    return out + bytes([n])
-
-
 def _scram_token_auth(port: int, token_id: str, password: str) -> int:
     """SaslHandshake v1 + two SaslAuthenticate v2 rounds by hand: the final error code."""
     s = socket.create_connection(("127.0.0.1", port), timeout=10)
     try:
-        def call(api_key, version, corr, body):
-            cid = b"raw"
-            hdr = struct.pack(">hhih", api_key, version, corr, len(cid)) + cid + (b"\0" if version >= 2 else b"")
-            s.sendall(struct.pack(">i", len(hdr) + len(body)) + hdr + body)
-            return _recv(s, struct.unpack(">i", _recv(s, 4))[0])
-
-        def authenticate(corr, token):
-            # compact bytes (length + 1 as a varint) + no tagged fields
-            resp = call(36, 2, corr, _uvarint(len(token) + 1) + token + b"\0")
-            err = struct.unpack(">h", resp[5:7])[0]
-            msg_len = resp[7] - 1                                # compact nullable string (short here)
-            pos = 8 + max(msg_len, 0)
-            if err:
-                return err, b""
-            auth_len = resp[pos] - 1
-            return err, resp[pos + 1:pos + 1 + auth_len]
-        assert struct.unpack(">h", call(17, 1, 1, struct.pack(">h", len(MECH)) + MECH.encode())[4:6])[0] == 0
+        assert raw_wire.sasl_handshake(s, MECH) == 0
         c = ScramClient(MECH, token_id, password, extensions={"tokenauth": "true"})
-        err, server_first = authenticate(2, c.first())
+        err, server_first = raw_wire.sasl_authenticate(s, 2, c.first())
         if err:
             return err
-        err, _ = authenticate(3, c.final(server_first))
-        return err
+        return raw_wire.sasl_authenticate(s, 3, c.final(server_first))[0]
     finally:
         s.close()
 

@@ -10,13 +10,13 @@ import ssl
 import subprocess
 import sys
 import struct
-import time
 
 import pytest
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import (AdminClient, NewTopic, ScramCredentialInfo, ScramMechanism,
                                    UserScramCredentialDeletion, UserScramCredentialUpsertion)
 
+from compat_tests import raw_wire
 from compat_tests.brokers import REPO, BrokerProcess, free_port
 from compat_tests.clients.java import available as java_available
 from compat_tests.security_certs import make_certs
@@ -78,19 +78,8 @@ def _sasl_plain_exchange(port, user, password):
     """SaslHandshake v1 + SaslAuthenticate v2 by hand: (error code, closed afterwards)."""
     s = socket.create_connection(("127.0.0.1", port), timeout=10)
     try:
-        def call(api_key, version, corr, body):
-            cid = b"raw"
-            hdr = struct.pack(">hhih", api_key, version, corr, len(cid)) + cid + (b"\0" if version >= 2 else b"")
-            s.sendall(struct.pack(">i", len(hdr) + len(body)) + hdr + body)
-            n = struct.unpack(">i", _recv(s, 4))[0]
-            return _recv(s, n)
-        mech = b"PLAIN"
-        resp = call(17, 1, 1, struct.pack(">h", len(mech)) + mech)
-        assert struct.unpack(">h", resp[4:6])[0] == 0
-        token = b"\0" + user.encode() + b"\0" + password.encode()
-        body = bytes([len(token) + 1]) + token + b"\0"      # compact bytes + no tagged fields
-        resp = call(36, 2, 2, body)
-        err = struct.unpack(">h", resp[5:7])[0]              # after corr id + header tagged fields
+        assert raw_wire.sasl_handshake(s, "PLAIN") == 0
+        err, _ = raw_wire.sasl_authenticate(s, 2, b"\0" + user.encode() + b"\0" + password.encode())
         try:
             closed = s.recv(1) == b""
         except socket.timeout:
@@ -98,16 +87,6 @@ def _sasl_plain_exchange(port, user, password):
         return err, closed
     finally:
         s.close()
-
-
-def _recv(s, n):
-    buf = b""
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return buf
 
 
 def test_wrong_password_is_refused_and_connection_closed(secure):
@@ -120,8 +99,7 @@ def test_wrong_password_is_refused_and_connection_closed(secure):
 def test_request_before_authentication_closes_the_connection(secure):
     s = socket.create_connection(("127.0.0.1", secure.ports["SASL_PLAINTEXT"]), timeout=10)
     try:
-        hdr = struct.pack(">hhih", 3, 1, 7, 3) + b"raw" + struct.pack(">i", -1)   # Metadata v1, all topics
-        s.sendall(struct.pack(">i", len(hdr)) + hdr)
+        s.sendall(raw_wire.request(3, 1, 7, struct.pack(">i", -1)))   # Metadata v1, all topics
         assert s.recv(1) == b""
     finally:
         s.close()
@@ -160,8 +138,7 @@ def test_untrusted_certificate_is_refused(secure):
         try:
             with ctx.wrap_socket(raw, server_hostname="localhost") as s:
                 # TLS 1.3: the client finishes first; the server's alert arrives on the next read
-                hdr = struct.pack(">hhih", 18, 0, 1, 3) + b"raw"
-                s.sendall(struct.pack(">i", len(hdr)) + hdr)
+                s.sendall(raw_wire.request(18, 0, 1))
                 refused = s.recv(4) == b""
         except (ssl.SSLError, ConnectionError):
             refused = True
@@ -178,8 +155,7 @@ def test_no_client_certificate_on_required_listener(secure):
     with socket.create_connection(("127.0.0.1", secure.ports["SSL"]), timeout=10) as raw:
         try:
             with ctx.wrap_socket(raw, server_hostname="localhost") as s:
-                hdr = struct.pack(">hhih", 18, 0, 1, 3) + b"raw"
-                s.sendall(struct.pack(">i", len(hdr)) + hdr)
+                s.sendall(raw_wire.request(18, 0, 1))
                 assert s.recv(4) == b""
         except (ssl.SSLError, ConnectionError):
             pass
@@ -194,10 +170,7 @@ def test_tls_versions(secure, version):
     with socket.create_connection(("127.0.0.1", secure.ports["SSL"]), timeout=10) as raw:
         with ctx.wrap_socket(raw, server_hostname="localhost") as s:
             for corr in (1, 2):
-                hdr = struct.pack(">hhih", 18, 0, corr, 3) + b"raw"
-                s.sendall(struct.pack(">i", len(hdr)) + hdr)
-                n = struct.unpack(">i", _recv(s, 4))[0]
-                assert struct.unpack(">i", _recv(s, n)[:4])[0] == corr
+                assert struct.unpack(">i", raw_wire.call(s, 18, 0, corr)[:4])[0] == corr
             assert s.version() == version.replace("_", ".")
 
 

@@ -45,6 +45,9 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("-g", "--ignore-formatted", action="store_true")
     f.add_argument("-S", "--add-scram", action="append", default=[], metavar="SCRAM",
                    help="a SCRAM credential for the new cluster: 'SCRAM-SHA-512=[name=alice,password=alice-secret]'")
+    f.add_argument("-r", "--release-version", metavar="VERSION",
+                   help="the metadata.version a new cluster starts at, by Kafka release (3.3 to 3.9, or e.g. 3.7-IV2); "
+                        "default: the newest")
     f.add_argument("-s", "--standalone", action="store_true",
                    help="a dynamic quorum of this controller alone (KIP-853)")
     f.add_argument("-I", "--initial-controllers", metavar="ID@HOST:PORT:DIRID,...",
@@ -110,8 +113,16 @@ def _format(args) -> int:
     cfg = BrokerConfig.load(args.config, args.override)
     dirs = list(dict.fromkeys(cfg.log_dirs + [cfg.metadata_log_dir]))
     from kbroker.security import bootstrap as security_bootstrap
+    from kbroker.kraft import metadata_versions
+    from kbroker.kraft.controller import METADATA_VERSION, metadata_version_record
     try:
         scram = [security_bootstrap.parse_add_scram(a) for a in args.add_scram]
+        level = METADATA_VERSION
+        if args.release_version is not None:
+            level = metadata_versions.level_of(args.release_version, METADATA_VERSION)
+        if scram and level < metadata_versions.FIRST_WITH_SCRAM:
+            raise ValueError(f"SCRAM is only supported in metadata.version "
+                             f"{metadata_versions.NAMES[metadata_versions.FIRST_WITH_SCRAM]} or later.")
     except ValueError as e:
         print(f"kbroker: {e}", file=sys.stderr)
         return 1
@@ -126,8 +137,9 @@ def _format(args) -> int:
     except StorageError as e:
         print(f"kbroker: {e}", file=sys.stderr)
         return 1
-    if scram:
-        security_bootstrap.write(cfg.metadata_log_dir, scram)
+    bootstrap = scram + ([metadata_version_record(level)] if args.release_version is not None else [])
+    if bootstrap:
+        security_bootstrap.write(cfg.metadata_log_dir, bootstrap)
     if args.standalone or args.initial_controllers:
         from kbroker.kraft.format_quorum import FormatError, write_voters
         if args.standalone and args.initial_controllers:
@@ -139,7 +151,8 @@ def _format(args) -> int:
             print(f"kbroker: {e}", file=sys.stderr)
             return 1
         print(f"Bootstrap voters: {', '.join(str(v.voter_id) for v in rec.voters)}")
-    print(f"Formatted {', '.join(dirs)} with cluster id {cid}")
+    print(f"Formatted {', '.join(dirs)} with cluster id {cid} and metadata.version "
+          f"{metadata_versions.name_of(level)}")
     return 0
 
 

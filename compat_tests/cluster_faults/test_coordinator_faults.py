@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.brokers import KBrokerCluster
-from compat_tests.cluster_faults.workload import wait_until
+from compat_tests.cluster_faults.workload import partitions_of, wait_until
 from kbroker.groups.partitioning import OFFSETS_TOPIC, offsets_partition_for
 
 OFFSETS_PARTITIONS = 3
@@ -38,11 +38,7 @@ def cluster(tmp_path_factory):
 
 
 def _md(c, topic, n):
-    def ask():
-        md = AdminClient({"bootstrap.servers": c.bootstrap}).list_topics(topic, timeout=10)
-        t = md.topics.get(topic)
-        return t.partitions if t is not None and t.error is None and len(t.partitions) == n else None
-    return wait_until(ask, 60, f"metadata of {topic}")
+    return partitions_of(c.bootstrap, topic, count=n, timeout_s=60)
 
 
 def _healthy(c):

@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.brokers import KBrokerCluster
-from compat_tests.cluster_faults.workload import wait_until
+from compat_tests.cluster_faults.workload import partitions_of, wait_until
 from kbroker.net.client import KafkaClient
 from kbroker.wire.errors import Errors
 from kbroker.wire.generated.fetch_request import FetchRequest
@@ -71,12 +71,7 @@ def _fetch_req(topic, offset, rack, topic_id=None, max_wait_ms=0):
 
 
 def _state(c, topic):
-    def ask():
-        md = AdminClient({"bootstrap.servers": c.bootstrap}).list_topics(topic, timeout=10)
-        t = md.topics.get(topic)
-        p = t.partitions.get(0) if t is not None and t.error is None else None
-        return p if p is not None and p.leader >= 0 else None
-    return wait_until(ask, 30, f"a leader of {topic}-0")
+    return partitions_of(c.bootstrap, topic, until=lambda ps: 0 in ps and ps[0].leader >= 0)[0]
 
 
 def test_consumers_read_from_a_follower_in_their_rack(cluster):

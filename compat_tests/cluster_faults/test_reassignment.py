@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.brokers import REPO, KBrokerCluster
 from compat_tests.cluster_faults.checker import History, check
-from compat_tests.cluster_faults.workload import JavaProducerLoad, ProducerLoad, read_all, wait_until
+from compat_tests.cluster_faults.workload import JavaProducerLoad, ProducerLoad, partitions_of, read_all, wait_until
 
 pytestmark = pytest.mark.timeout(420)
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -48,11 +48,7 @@ def kbroker(*args, timeout=120) -> str:
 
 
 def partition(c, topic, p=0):
-    def ask():
-        md = AdminClient({"bootstrap.servers": c.bootstrap}).list_topics(topic, timeout=10)
-        t = md.topics.get(topic)
-        return t.partitions.get(p) if t is not None and t.error is None else None
-    return wait_until(ask, 30, f"metadata of {topic}-{p}")
+    return partitions_of(c.bootstrap, topic, until=lambda ps: p in ps)[p]
 
 
 def plan_file(tmp_path, name, topic, replicas_by_partition) -> str:

@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.cluster_faults.checker import History, check
 from compat_tests.cluster_faults.harness import FaultCluster
-from compat_tests.cluster_faults.workload import JavaProducerLoad, ProducerLoad, read_all, wait_until
+from compat_tests.cluster_faults.workload import JavaProducerLoad, ProducerLoad, partitions_of, read_all, wait_until
 
 TOPIC = "faults"
 PARTITIONS = 2
@@ -58,11 +58,7 @@ def _running(load):
 
 def _partitions(c, bootstrap=None):
     """The topic's partitions as a broker that knows all of them reports them."""
-    def ask():
-        md = AdminClient({"bootstrap.servers": bootstrap or c.bootstrap}).list_topics(TOPIC, timeout=10)
-        parts = md.topics[TOPIC].partitions
-        return parts if len(parts) == PARTITIONS else None
-    return wait_until(ask, 30, "metadata naming every partition")
+    return partitions_of(bootstrap or c.bootstrap, TOPIC, count=PARTITIONS)
 
 
 def _leader(c, partition: int) -> int:

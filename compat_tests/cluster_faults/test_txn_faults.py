@@ -195,6 +195,39 @@ def test_produce_verification_asks_a_coordinator_on_another_broker(delayed_marke
     assert not [v for _, v in visible if v.startswith(b"unverified")]
 
 
+def test_txn_offset_commit_verification_asks_a_coordinator_on_another_broker(delayed_markers_cluster):
+    """KIP-890 part 1 for TxnOffsetCommit: the group coordinator asks the transaction's
+    coordinator, on another broker, whether the group's __consumer_offsets partition is in the
+    transaction; offsets committed before AddOffsetsToTxn are refused."""
+    from kbroker.wire.generated.add_offsets_to_txn_request import AddOffsetsToTxnRequest
+    from kbroker.wire.generated.end_txn_request import EndTxnRequest
+    from kbroker.wire.generated.txn_offset_commit_request import TxnOffsetCommitRequest as T
+
+    c = delayed_markers_cluster
+    txn_id = "verify-remote-offsets"
+    tcoord = wait_until(lambda: (n := coordinator_of(c, txn_id)) > 0 and n, 60, "a transaction coordinator")
+    group = next(g for g in (f"verify-remote-offsets-{i}" for i in range(200))
+                 if coordinator_of(c, g, key_type=0) not in (-1, tcoord))
+    gport = c.nodes[coordinator_of(c, group, key_type=0)].port
+    err, pid, epoch = _init_pid(c.nodes[tcoord].port, txn_id)
+    assert err == 0
+
+    def commit() -> int:
+        req = T(transactional_id=txn_id, group_id=group, producer_id=pid, producer_epoch=epoch,
+                topics=[T.TxnOffsetCommitRequestTopic(name=OUT, partitions=[
+                    T.TxnOffsetCommitRequestTopic.TxnOffsetCommitRequestPartition(
+                        partition_index=0, committed_offset=5)])])
+        return asyncio.run(_ask_all(gport, [req], version=3))[0].topics[0].partitions[0].error_code
+
+    assert commit() == 48              # INVALID_TXN_STATE: the group was never added
+    add = AddOffsetsToTxnRequest(transactional_id=txn_id, producer_id=pid, producer_epoch=epoch, group_id=group)
+    assert asyncio.run(_ask_all(c.nodes[tcoord].port, [add]))[0].error_code == 0
+    assert commit() == 0               # its partition is in the transaction now
+    r = asyncio.run(_ask_all(c.nodes[tcoord].port, [EndTxnRequest(
+        transactional_id=txn_id, producer_id=pid, producer_epoch=epoch, committed=False)]))[0]
+    assert r.error_code == 0
+
+
 # ---- consume-transform-produce while brokers die ---------------------------------------------
 
 SRC, DST = "eos-in", "eos-out"

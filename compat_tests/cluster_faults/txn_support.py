@@ -27,12 +27,13 @@ def _live_ports(cluster):
     return [n.port for n in cluster.nodes.values() if n.pid is not None]
 
 
-def coordinator_of(cluster, txn_id: str) -> int:
-    """The node id FindCoordinator(TRANSACTION) names (-1 if no live broker names one)."""
+def coordinator_of(cluster, key: str, key_type: int = 1) -> int:
+    """The node id FindCoordinator names for a transactional id (``key_type`` 1) or a group
+    (0); -1 if no live broker names one."""
     for port in _live_ports(cluster):
         try:
-            r = asyncio.run(_ask(port, FindCoordinatorRequest(key_type=TRANSACTION,
-                                                              coordinator_keys=[txn_id])))
+            r = asyncio.run(_ask(port, FindCoordinatorRequest(key_type=key_type,
+                                                              coordinator_keys=[key])))
         except (ClientError, OSError):
             continue
         c = r.coordinators[0]

@@ -8,7 +8,8 @@ import subprocess
 import threading
 import time
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from compat_tests.cluster_faults.checker import History
 
@@ -110,6 +111,25 @@ def read_all(bootstrap: str, topic: str, partitions: int, timeout_s: float = 60.
     finally:
         c.close()
     return out
+
+
+def partitions_of(bootstrap: str, topic: str, *, count: int | None = None, until=None,
+                  timeout_s: float = 30.0) -> dict:
+    """{partition id: PartitionMetadata} of ``topic`` as the cluster reports it, asked until it
+    names the topic without error, with ``count`` partitions and ``until(partitions)`` true
+    when given. A broker that cannot answer right now (just resumed or restarted) is asked
+    again, never a failure by itself."""
+    def ask():
+        try:
+            md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+        except KafkaException as e:
+            print(f"list_topics({topic}): {e}")
+            return None
+        t = md.topics.get(topic)
+        if t is None or t.error is not None or (count is not None and len(t.partitions) != count):
+            return None
+        return t.partitions if until is None or until(t.partitions) else None
+    return wait_until(ask, timeout_s, f"metadata of {topic}")
 
 
 def wait_until(cond, timeout_s: float, what: str, step: float = 0.2):

@@ -267,8 +267,8 @@ class GroupCoordinatorRuntime:
         if part is None:
             raise CoordinatorError(errors.NOT_COORDINATOR)
         if transactional_id is not None:
-            err = verify_offsets_partition(self.broker, shard.partition, transactional_id,
-                                           producer_id, producer_epoch)
+            err = await verify_offsets_partition(self.broker, shard.partition, transactional_id,
+                                                 producer_id, producer_epoch)
             if err:
                 return err, []
         entry = part.producer_state.last_entry(producer_id)

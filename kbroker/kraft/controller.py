@@ -42,6 +42,10 @@ def _cls(name: str):
     return record_class(TYPE_BY_NAME[name])
 
 
+def metadata_version_record(level: int):
+    return _cls("FeatureLevelRecord")(name=METADATA_VERSION_FEATURE, feature_level=level)
+
+
 class ControllerResult(NamedTuple):
     records: list
     response: Any
@@ -118,9 +122,11 @@ class Controller:
         """Records a new cluster starts with (Kafka's bootstrap metadata)."""
         if METADATA_VERSION_FEATURE in self.image.features:
             return ControllerResult([], None)
-        rec = _cls("FeatureLevelRecord")(name=METADATA_VERSION_FEATURE, feature_level=METADATA_VERSION)
-        # + what `format` asked for (kbroker format --add-scram: kbroker.security.bootstrap)
-        return ControllerResult([rec] + list(self.bootstrap_records), None)
+        # what `format` asked for (--add-scram, --release-version: kbroker.security.bootstrap)
+        chosen = [r for r in self.bootstrap_records
+                  if type(r).__name__ == "FeatureLevelRecord" and r.name == METADATA_VERSION_FEATURE]
+        return ControllerResult(([] if chosen else [metadata_version_record(METADATA_VERSION)])
+                                + list(self.bootstrap_records), None)
 
     def update_features(self, updates: list, validate_only: bool, now_ms: int) -> ControllerResult:
         """UpdateFeatures: FeatureLevelRecords for accepted changes; the response is a

@@ -1,4 +1,4 @@
-"""``kbroker format --add-scram``: SCRAM credentials in the metadata a new cluster starts with.
+"""``kbroker format --add-scram`` (and ``--release-version``): records a new cluster starts with.
 
 Kafka's syntax (kafka-storage.sh format): ``'SCRAM-SHA-512=[name=alice,password=alice-secret]'``
 or ``'SCRAM-SHA-256=[name=alice,iterations=8192,salt="<base64>",saltedpassword="<base64>"]'``.

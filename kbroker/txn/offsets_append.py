@@ -16,17 +16,18 @@ from kbroker.txn.errors import TxnErrors as E
 log = logging.getLogger("kbroker.txn")
 
 
-def verify_offsets_partition(broker, partition: int, transactional_id: str, producer_id: int,
-                             producer_epoch: int) -> int:
+async def verify_offsets_partition(broker, partition: int, transactional_id: str, producer_id: int,
+                                   producer_epoch: int) -> int:
     """KIP-890 part 1 for TxnOffsetCommit: the first offsets of a transaction on this
-    __consumer_offsets partition need the partition in the transaction."""
-    from kbroker.txn.verification import coordinator_verdict, in_transaction_on
+    __consumer_offsets partition need the partition in the transaction, as the transaction's
+    coordinator says (asked over the network when it is another broker; no await otherwise)."""
+    from kbroker.txn.verification import in_transaction_on, verify_partition
 
     part = broker.replicas.get(OFFSETS_TOPIC, partition)
     if part is not None and in_transaction_on(part.producer_state, producer_id, producer_epoch):
         return E.NONE
-    code = coordinator_verdict(getattr(broker, "txn_coordinator", None), transactional_id,
-                               producer_id, producer_epoch, OFFSETS_TOPIC, partition)
+    code = await verify_partition(getattr(broker, "txn_coordinator", None), transactional_id,
+                                  producer_id, producer_epoch, OFFSETS_TOPIC, partition)
     if code == E.TRANSACTION_ABORTABLE:
         return E.INVALID_TXN_STATE
     if code == E.PRODUCER_FENCED:

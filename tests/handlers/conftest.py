@@ -1,13 +1,10 @@
-import asyncio
 import inspect
 
 import pytest
 
-from kbroker.clock import FakeClock
-from kbroker.config import BrokerConfig
 from kbroker.handlers.context import RequestContext
-from kbroker.server import KafkaServer
 from kbroker.wire.primitives import Writer
+from tests.offline_server import start_offline, stop_offline
 
 
 class Harness:
@@ -29,10 +26,6 @@ class Harness:
 
 @pytest.fixture
 def broker(tmp_path):
-    loop = asyncio.new_event_loop()
-    cfg = BrokerConfig.load(None, [f"log.dirs={tmp_path / 'data'}", "listeners=PLAINTEXT://127.0.0.1:9092"])
-    server = KafkaServer(cfg, FakeClock())
-    loop.run_until_complete(server.start(listen=False))
-    yield Harness(server, loop)
-    loop.run_until_complete(server.shutdown())
-    loop.close()
+    server = start_offline(tmp_path / "data")
+    yield Harness(server, server.loop)
+    stop_offline(server)

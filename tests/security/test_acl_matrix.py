@@ -9,17 +9,15 @@ import inspect
 
 import pytest
 
-from kbroker.clock import FakeClock
-from kbroker.config import BrokerConfig
 from kbroker.handlers.context import RequestContext
 from kbroker.security import acls as A
 from kbroker.security.authz_filters import FILTERS, REQUIRED, authorized_handle
 from kbroker.security.controller_ops import create_acls, delete_acls
-from kbroker.server import KafkaServer
 from kbroker.wire import registry as wire
 from kbroker.wire.errors import Errors
 from kbroker.wire.primitives import Writer
 from kbroker.wire.records import BatchBuilder
+from tests.offline_server import start_offline, stop_offline
 
 AUTH_ERRORS = {Errors.TOPIC_AUTHORIZATION_FAILED, Errors.GROUP_AUTHORIZATION_FAILED,
                Errors.CLUSTER_AUTHORIZATION_FAILED, Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
@@ -60,20 +58,15 @@ class Harness:
 
 @pytest.fixture(scope="module")
 def h(tmp_path_factory):
-    loop = asyncio.new_event_loop()
-    d = tmp_path_factory.mktemp("acl")
-    cfg = BrokerConfig.load(None, [f"log.dirs={d / 'data'}", "listeners=PLAINTEXT://127.0.0.1:9092",
-                                   "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-                                   "super.users=User:admin"])
-    server = KafkaServer(cfg, FakeClock())
-    loop.run_until_complete(server.start(listen=False))
-    harness = Harness(server, loop)
+    server = start_offline(tmp_path_factory.mktemp("acl") / "data",
+                           "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                           "super.users=User:admin")
+    harness = Harness(server, server.loop)
     req = _req(19, topics=[dict(name=n, num_partitions=1, replication_factor=1, assignments=[], configs=[])
                            for n in (T, "orders-eu", "logs")])
     assert all(t.error_code == 0 for t in harness.call(19, 7, req, principal="User:admin").topics)
     yield harness
-    loop.run_until_complete(server.shutdown())
-    loop.close()
+    stop_offline(server)
 
 
 def _req(api_key, **fields):

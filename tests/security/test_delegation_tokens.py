@@ -2,24 +2,29 @@
 exchange authenticating with a token (tokenauth=true) as its owner."""
 from __future__ import annotations
 
-import asyncio
 import base64
 import inspect
 
 import pytest
 
-from kbroker.clock import FakeClock
-from kbroker.config import BrokerConfig
 from kbroker.handlers.context import RequestContext
 from kbroker.security.delegation_tokens import token_credential
 from kbroker.security.sasl import SaslFailed, ScramMechanism
 from kbroker.security.scram import ScramClient
-from kbroker.server import KafkaServer
 from kbroker.wire.errors import Errors
-from kbroker.wire.generated.create_delegation_token_request import CreateDelegationTokenRequest as Create
-from kbroker.wire.generated.describe_delegation_token_request import DescribeDelegationTokenRequest as Describe
-from kbroker.wire.generated.expire_delegation_token_request import ExpireDelegationTokenRequest as Expire
-from kbroker.wire.generated.renew_delegation_token_request import RenewDelegationTokenRequest as Renew
+from kbroker.wire.generated.create_delegation_token_request import (
+    CreateDelegationTokenRequest as Create,
+)
+from kbroker.wire.generated.describe_delegation_token_request import (
+    DescribeDelegationTokenRequest as Describe,
+)
+from kbroker.wire.generated.expire_delegation_token_request import (
+    ExpireDelegationTokenRequest as Expire,
+)
+from kbroker.wire.generated.renew_delegation_token_request import (
+    RenewDelegationTokenRequest as Renew,
+)
+from tests.offline_server import start_offline, stop_offline
 
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="a" password="a" '
         'user_alice="x" user_bob="y";')
@@ -33,17 +38,12 @@ class Conn:
 
 
 def _server(tmp_path, *extra):
-    loop = asyncio.new_event_loop()
-    cfg = BrokerConfig.load(None, [f"log.dirs={tmp_path / 'data'}",
-                                   "listeners=PLAINTEXT://127.0.0.1:9092,SASL_PLAINTEXT://127.0.0.1:9093",
-                                   "sasl.enabled.mechanisms=PLAIN",
-                                   f"listener.name.sasl_plaintext.plain.sasl.jaas.config={JAAS}",
-                                   "delegation.token.max.lifetime.ms=100000", "delegation.token.expiry.time.ms=10000",
-                                   *extra])
-    server = KafkaServer(cfg, FakeClock())
-    loop.run_until_complete(server.start(listen=False))
-    server.loop = loop
-    return server
+    return start_offline(tmp_path / "data",
+                         "listeners=PLAINTEXT://127.0.0.1:9092,SASL_PLAINTEXT://127.0.0.1:9093",
+                         "sasl.enabled.mechanisms=PLAIN",
+                         f"listener.name.sasl_plaintext.plain.sasl.jaas.config={JAAS}",
+                         "delegation.token.max.lifetime.ms=100000", "delegation.token.expiry.time.ms=10000",
+                         *extra)
 
 
 @pytest.fixture
@@ -51,8 +51,7 @@ def broker(tmp_path):
     s = _server(tmp_path, "delegation.token.secret.key=s3cr3t",
                 "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer")
     yield s
-    s.loop.run_until_complete(s.shutdown())
-    s.loop.close()
+    stop_offline(s)
 
 
 def call(server, conn, api_key, version, req):
@@ -120,8 +119,7 @@ def test_request_rules(broker, tmp_path):
         assert create(off, Conn("User:alice")).error_code == Errors.DELEGATION_TOKEN_AUTH_DISABLED
         assert call(off, Conn("User:alice"), 41, 3, Describe(owners=None)).error_code == Errors.DELEGATION_TOKEN_AUTH_DISABLED
     finally:
-        off.loop.run_until_complete(off.shutdown())
-        off.loop.close()
+        stop_offline(off)
 
 
 @pytest.mark.parametrize("mech", ["SCRAM-SHA-256", "SCRAM-SHA-512"])

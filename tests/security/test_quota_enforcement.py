@@ -3,21 +3,18 @@ connection muted for it, old versions held back, controller_mutation_rate refusi
 creation with THROTTLING_QUOTA_EXCEEDED once exhausted (KIP-599)."""
 from __future__ import annotations
 
-import asyncio
 import inspect
 
 import pytest
 
-from kbroker.clock import FakeClock
-from kbroker.config import BrokerConfig
 from kbroker.handlers.dispatcher import Dispatcher
 from kbroker.security.controller_ops import alter_client_quotas
-from kbroker.server import KafkaServer
 from kbroker.wire.errors import Errors
 from kbroker.wire.frame import decode_response, encode_request
 from kbroker.wire.generated.create_topics_request import CreateTopicsRequest
 from kbroker.wire.generated.produce_request import ProduceRequest
 from kbroker.wire.records import BatchBuilder
+from tests.offline_server import start_offline, stop_offline
 
 
 class Conn:
@@ -33,14 +30,9 @@ class Conn:
 
 @pytest.fixture
 def broker(tmp_path):
-    loop = asyncio.new_event_loop()
-    cfg = BrokerConfig.load(None, [f"log.dirs={tmp_path / 'data'}", "listeners=PLAINTEXT://127.0.0.1:9092"])
-    server = KafkaServer(cfg, FakeClock())
-    loop.run_until_complete(server.start(listen=False))
-    server.loop = loop
+    server = start_offline(tmp_path / "data")
     yield server
-    loop.run_until_complete(server.shutdown())
-    loop.close()
+    stop_offline(server)
 
 
 def call(server, conn, req, version, client_id="app"):

@@ -9,10 +9,8 @@ import struct
 import pytest
 
 from kbroker.clock import FakeClock
-from kbroker.config import BrokerConfig
 from kbroker.handlers.dispatcher import Dispatcher
 from kbroker.net.connection import CloseConnection
-from kbroker.server import KafkaServer
 from kbroker.wire.errors import Errors
 from kbroker.wire.frame import encode_request
 from kbroker.wire.generated.metadata_request import MetadataRequest
@@ -22,6 +20,7 @@ from kbroker.wire.generated.sasl_authenticate_response import SaslAuthenticateRe
 from kbroker.wire.generated.sasl_handshake_request import SaslHandshakeRequest
 from kbroker.wire.generated.sasl_handshake_response import SaslHandshakeResponse
 from kbroker.wire.primitives import Reader
+from tests.offline_server import start_offline, stop_offline
 
 JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="pw";'
 
@@ -38,18 +37,14 @@ class Conn:
 
 @pytest.fixture
 def env(tmp_path):
-    loop = asyncio.new_event_loop()
     clock = FakeClock()
-    cfg = BrokerConfig.load(None, [f"log.dirs={tmp_path / 'data'}",
-                                   "listeners=PLAINTEXT://127.0.0.1:9092,SASL_PLAINTEXT://127.0.0.1:9093",
-                                   "sasl.enabled.mechanisms=PLAIN", f"sasl.jaas.config={JAAS}",
-                                   "connections.max.reauth.ms=60000", "failed.authentication.delay.ms=0"])
-    server = KafkaServer(cfg, clock)
-    loop.run_until_complete(server.start(listen=False))
+    server = start_offline(tmp_path / "data",
+                           "listeners=PLAINTEXT://127.0.0.1:9092,SASL_PLAINTEXT://127.0.0.1:9093",
+                           "sasl.enabled.mechanisms=PLAIN", f"sasl.jaas.config={JAAS}",
+                           "connections.max.reauth.ms=60000", "failed.authentication.delay.ms=0", clock=clock)
     d = Dispatcher(server, server.api_specs)
-    yield loop, clock, d
-    loop.run_until_complete(server.shutdown())
-    loop.close()
+    yield server.loop, clock, d
+    stop_offline(server)
 
 
 def call(d, conn, api_key, version, req, resp_cls, corr=1):

@@ -10,14 +10,13 @@ import inspect
 
 import pytest
 
-from kbroker.clock import FakeClock
-from kbroker.config import BrokerConfig
 from kbroker.handlers.context import RequestContext
-from kbroker.server import KafkaServer
 from kbroker.txn.txn_state import TxnState
 from kbroker.wire.errors import Errors
 from kbroker.wire.generated.add_offsets_to_txn_request import AddOffsetsToTxnRequest
-from kbroker.wire.generated.add_partitions_to_txn_request import AddPartitionsToTxnRequest
+from kbroker.wire.generated.add_partitions_to_txn_request import (
+    AddPartitionsToTxnRequest,
+)
 from kbroker.wire.generated.create_topics_request import CreateTopicsRequest
 from kbroker.wire.generated.end_txn_request import EndTxnRequest
 from kbroker.wire.generated.find_coordinator_request import FindCoordinatorRequest
@@ -27,6 +26,7 @@ from kbroker.wire.generated.produce_request import ProduceRequest
 from kbroker.wire.generated.txn_offset_commit_request import TxnOffsetCommitRequest
 from kbroker.wire.primitives import Writer
 from kbroker.wire.records import BatchBuilder
+from tests.offline_server import start_offline
 
 OFFSETS = "__consumer_offsets"
 
@@ -58,13 +58,9 @@ class Harness:
 
 @pytest.fixture
 def h(tmp_path):
-    loop = asyncio.new_event_loop()
-    cfg = BrokerConfig.load(None, [f"log.dirs={tmp_path / 'data'}",
-                                   "listeners=PLAINTEXT://127.0.0.1:9092",
-                                   "offsets.topic.num.partitions=3",
-                                   "transaction.state.log.num.partitions=3"])
-    server = KafkaServer(cfg, FakeClock())
-    loop.run_until_complete(server.start(listen=False))
+    server = start_offline(tmp_path / "data", "offsets.topic.num.partitions=3",
+                           "transaction.state.log.num.partitions=3")
+    loop = server.loop
     h = Harness(server, loop)
     T = CreateTopicsRequest.CreatableTopic
     r = h.call(19, 7, CreateTopicsRequest(topics=[
