@@ -40,7 +40,7 @@ def cluster(tmp_path):
 
 
 # The producer loads each scenario runs with: classes with ProducerLoad's interface. The
-# Java client also in its 3.9 version (Spark's) for two scenarios, to keep CI short.
+# Java client also in its 3.9 version (Spark's) for the rolling restart (CI time).
 LOADS = [pytest.param(ProducerLoad, id="confluent"), pytest.param(JavaProducerLoad, id="java")]
 WITH_JAVA_39 = LOADS + [pytest.param(functools.partial(JavaProducerLoad, version="3.9.0"), id="java-3.9")]
 
@@ -164,7 +164,7 @@ def test_pause_leader_past_the_session_timeout_then_resume(cluster, duration, lo
     _fault_round(cluster, duration, cluster.stop_signal, cluster.cont, "the leader is paused", load_class)
 
 
-@pytest.mark.parametrize("load_class", WITH_JAVA_39)
+@pytest.mark.parametrize("load_class", LOADS)
 def test_leader_cut_off_then_healed_truncates_its_unreplicated_tail(cluster, duration, load_class):
     """The leader of partition 0 loses its links to both other nodes (brokers and controllers)
     while clients still reach it. A producer that only knows that node keeps writing acks=all
