@@ -6,13 +6,16 @@ a reference measured in the same run. Results: benchmarks/results/replication.md
         (paced at --rate msg/s, linger 0: p50/p99 from produce() to the delivery report) on
         a 3-node cluster, RF=3, min.insync.replicas=2, acks=all, beside a 1-node cluster,
         RF=1, acks=1, both up at once and measured in alternation for --rounds rounds
-        (medians; the machine is shared): ratios 3-node / 1-node.
-    python benchmarks/bench_replication.py failover [--trials 10]
+        (medians; the machine is shared): ratios 3-node / 1-node. ``--peer kafka`` runs the
+        same two shapes on Apache Kafka 4.0 (../shared/reference-kafka) in the same rotation
+        and adds kbroker / Kafka ratios.
+    python benchmarks/bench_replication.py failover [--trials 10] [--peer kafka]
         a 3-node cluster, RF=3, an acks=all producer sending every 10 ms: kill -9 the
         partition leader, time until the first write acknowledged after the kill (so by its
         successor); restart it, wait for the full ISR, again. p50/p99 over the trials, as a
         ratio to broker.session.timeout.ms (the time the controller waits before it fences a
-        silent broker and elects a successor).
+        silent broker and elects a successor), and with ``--peer kafka`` to a 3-node Kafka 4.0
+        cluster with the same configs, measured after it.
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
+from benchmarks.peers import KafkaCluster  # noqa: E402
 from compat_tests.brokers import KBrokerCluster  # noqa: E402
 from compat_tests.cluster_faults.workload import wait_until  # noqa: E402
 
@@ -36,6 +40,9 @@ TOPIC = "bench"
 SESSION_TIMEOUT_MS = 4000          # KBrokerCluster's broker.session.timeout.ms
 OVERRIDES = {"offsets.topic.replication.factor": "1", "transaction.state.log.replication.factor": "1",
              "replica.lag.time.max.ms": "5000"}
+# what KBrokerCluster sets for every node, given to the Kafka peer as well
+CLUSTER_TIMINGS = {"controller.quorum.election.timeout.ms": "500", "controller.quorum.fetch.timeout.ms": "1000",
+                   "broker.session.timeout.ms": str(SESSION_TIMEOUT_MS), "broker.heartbeat.interval.ms": "500"}
 
 
 def _pct(xs, q):
@@ -43,8 +50,11 @@ def _pct(xs, q):
     return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))]
 
 
-def _cluster(base: Path, n: int) -> KBrokerCluster:
-    return KBrokerCluster(base / f"n{n}", n, overrides=OVERRIDES).start()
+def _cluster(base: Path, kind: str, n: int, overrides: dict | None = None):
+    cfg = {**OVERRIDES, **(overrides or {})}
+    if kind == "kafka":
+        return KafkaCluster(base / f"kafka-n{n}", n, overrides={**CLUSTER_TIMINGS, **cfg}).start()
+    return KBrokerCluster(base / f"n{n}", n, overrides=cfg).start()
 
 
 def _create(c: KBrokerCluster, partitions: int, rf: int, min_isr: int) -> None:
@@ -116,79 +126,106 @@ def produce(args) -> None:
     """Both clusters up at once and measured in alternation, round after round, so that the
     shared machine's load swings hit both alike; medians over the rounds."""
     base = Path(tempfile.mkdtemp(prefix="bench-repl-"))
-    setups = {1: (1, 1, "1"), 3: (3, 2, "all")}      # nodes: (rf, min.insync.replicas, acks)
+    shapes = {1: (1, 1, "1"), 3: (3, 2, "all")}      # nodes: (rf, min.insync.replicas, acks)
+    setups = [("kbroker", n) for n in shapes] + ([(args.peer, n) for n in shapes] if args.peer else [])
     clusters = {}
     try:
-        for n, (rf, min_isr, _) in setups.items():
-            clusters[n] = _cluster(base, n)
-            _create(clusters[n], args.partitions, rf, min_isr)
-        tput = {n: [] for n in setups}
-        lat = {n: [] for n in setups}
+        for kind, n in setups:
+            rf, min_isr, _ = shapes[n]
+            clusters[kind, n] = _cluster(base, kind, n)
+            _create(clusters[kind, n], args.partitions, rf, min_isr)
+        tput = {s: [] for s in setups}
+        lat = {s: [] for s in setups}
         for r in range(args.rounds):
-            for n, (rf, _, acks) in setups.items():
-                tput[n].append(_throughput(clusters[n].bootstrap, acks, args.messages, args.size))
-                lat[n] += _latency(clusters[n].bootstrap, acks, args.seconds, args.rate, args.size)
-                print(f"round {r + 1}: {n}-node RF={rf} acks={acks}: {tput[n][-1]:,.0f} msg/s", flush=True)
+            for kind, n in setups:
+                rf, _, acks = shapes[n]
+                tput[kind, n].append(_throughput(clusters[kind, n].bootstrap, acks, args.messages, args.size))
+                lat[kind, n] += _latency(clusters[kind, n].bootstrap, acks, args.seconds, args.rate, args.size)
+                print(f"round {r + 1}: {kind} {n}-node RF={rf} acks={acks}: {tput[kind, n][-1]:,.0f} msg/s", flush=True)
     finally:
         for c in clusters.values():
             c.close()
     res = {}
-    for n, (rf, _, acks) in setups.items():
-        t = statistics.median(tput[n])
-        res[n] = (t, _pct(lat[n], 50), _pct(lat[n], 99))
-        print(f"{n}-node RF={rf} acks={acks}: median {t:,.0f} msg/s ({t * args.size / 1e6:.2f} MB/s) over "
-              f"{args.rounds} rounds (min {min(tput[n]):,.0f}, max {max(tput[n]):,.0f}); latency at "
-              f"{args.rate:.0f} msg/s p50 {res[n][1]:.1f} ms, p99 {res[n][2]:.1f} ms ({len(lat[n])} acks)")
-    print(f"\n3-node acks=all / 1-node acks=1: throughput {res[3][0] / res[1][0]:.2f}x, "
-          f"p50 latency {res[3][1] / res[1][1]:.2f}x, p99 latency {res[3][2] / res[1][2]:.2f}x")
+    for kind, n in setups:
+        rf, _, acks = shapes[n]
+        t = statistics.median(tput[kind, n])
+        res[kind, n] = (t, _pct(lat[kind, n], 50), _pct(lat[kind, n], 99))
+        print(f"{kind} {n}-node RF={rf} acks={acks}: median {t:,.0f} msg/s ({t * args.size / 1e6:.2f} MB/s) over "
+              f"{args.rounds} rounds (min {min(tput[kind, n]):,.0f}, max {max(tput[kind, n]):,.0f}); latency at "
+              f"{args.rate:.0f} msg/s p50 {res[kind, n][1]:.1f} ms, p99 {res[kind, n][2]:.1f} ms, "
+              f"p99.9 {_pct(lat[kind, n], 99.9):.1f} ms, max {max(lat[kind, n]):.1f} ms ({len(lat[kind, n])} acks)")
+    print()
+    for kind in dict.fromkeys(k for k, _ in setups):
+        a, b = res[kind, 3], res[kind, 1]
+        print(f"{kind}: 3-node acks=all / 1-node acks=1: throughput {a[0] / b[0]:.2f}x, "
+              f"p50 latency {a[1] / b[1]:.2f}x, p99 latency {a[2] / b[2]:.2f}x")
+    if args.peer:
+        for n in shapes:
+            a, b = res["kbroker", n], res[args.peer, n]
+            print(f"kbroker / {args.peer}, {n}-node acks={shapes[n][2]}: throughput {a[0] / b[0]:.2f}x, "
+                  f"p50 latency {a[1] / b[1]:.2f}x, p99 latency {a[2] / b[2]:.2f}x")
 
 
 def failover(args) -> None:
     base = Path(tempfile.mkdtemp(prefix="bench-failover-"))
-    c = KBrokerCluster(base, 3, overrides={**OVERRIDES,
-                                           "broker.session.timeout.ms": str(SESSION_TIMEOUT_MS)}).start()
+    result = {"kbroker": _failover_trials(base, "kbroker", args.trials)}
+    if args.peer:
+        result[args.peer] = _failover_trials(base, args.peer, args.trials)
+    print()
+    for kind, times in result.items():
+        print(f"{kind}: kill -9 of the leader -> first acks=all write acknowledged by its successor, "
+              f"{len(times)} trials: p50 {_pct(times, 50):.0f} ms, p99 {_pct(times, 99):.0f} ms "
+              f"(min {min(times):.0f}, max {max(times):.0f}); "
+              f"{_pct(times, 50) / SESSION_TIMEOUT_MS:.2f}x / {_pct(times, 99) / SESSION_TIMEOUT_MS:.2f}x "
+              f"broker.session.timeout.ms ({SESSION_TIMEOUT_MS} ms)")
+    if args.peer:
+        a, b = result["kbroker"], result[args.peer]
+        print(f"kbroker / {args.peer}: p50 {_pct(a, 50) / _pct(b, 50):.2f}x, p99 {_pct(a, 99) / _pct(b, 99):.2f}x")
+
+
+def _failover_trials(base: Path, kind: str, trials: int) -> list[float]:
+    c = _cluster(base, kind, 3, {"broker.session.timeout.ms": str(SESSION_TIMEOUT_MS)})
     admin = AdminClient({"bootstrap.servers": c.bootstrap})
     try:
         _create(c, 1, 3, 2)
         p = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "enable.idempotence": True,
                       "linger.ms": 0, "retry.backoff.ms": 20, "retry.backoff.max.ms": 200,
                       "topic.metadata.refresh.fast.interval.ms": 50, "message.timeout.ms": 120000})
-        acked: list[float] = []
+        acked: list[tuple[float, float]] = []   # (sent, acknowledged)
         lock = threading.Lock()
         stop = threading.Event()
 
-        def ack(err, msg):
+        def ack(err, msg, sent):
             if err is None:
                 with lock:
-                    acked.append(time.monotonic())
+                    acked.append((sent, time.monotonic()))
 
         def run():
             while not stop.is_set():
-                p.produce(TOPIC, b"v", partition=0, on_delivery=ack)
+                sent = time.monotonic()
+                p.produce(TOPIC, b"v", partition=0, on_delivery=lambda e, m, s=sent: ack(e, m, s))
                 p.poll(0.01)
         t = threading.Thread(target=run, daemon=True)
         t.start()
         times = []
-        for trial in range(args.trials):
+        for trial in range(trials):
             wait_until(lambda: len(acked) > 0, 60, "writes before the kill")
             leader = admin.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions[0].leader
             t0 = time.monotonic()
             c.kill(leader)
-            first = wait_until(lambda: next((x for x in list(acked) if x > t0), None), 120,
+            # the first write sent after the kill to be acknowledged (an answer to an earlier
+            # one may still arrive from the old leader's socket buffer)
+            first = wait_until(lambda: next((a for s, a in list(acked) if s > t0), None), 120,
                                "an acknowledged write on the successor")
             times.append((first - t0) * 1000)
-            print(f"trial {trial + 1}: killed leader {leader}, first ack after {times[-1]:.0f} ms", flush=True)
+            print(f"{kind} trial {trial + 1}: killed leader {leader}, first ack after {times[-1]:.0f} ms", flush=True)
             c.restart(leader)
             wait_until(lambda: len(admin.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions[0].isrs) == 3,
                        120, "the full ISR again")
         stop.set()
         t.join()
         p.flush(60)
-        print(f"\nkill -9 of the leader -> first acks=all write acknowledged by its successor, "
-              f"{len(times)} trials: p50 {_pct(times, 50):.0f} ms, p99 {_pct(times, 99):.0f} ms "
-              f"(min {min(times):.0f}, max {max(times):.0f}); "
-              f"{_pct(times, 50) / SESSION_TIMEOUT_MS:.2f}x / {_pct(times, 99) / SESSION_TIMEOUT_MS:.2f}x "
-              f"broker.session.timeout.ms ({SESSION_TIMEOUT_MS} ms)")
+        return times
     finally:
         c.close()
 
@@ -203,8 +240,10 @@ def main() -> None:
     pr.add_argument("--seconds", type=float, default=5.0)
     pr.add_argument("--rounds", type=int, default=5)
     pr.add_argument("--rate", type=float, default=200.0)
+    pr.add_argument("--peer", choices=["kafka"], help="also measure Apache Kafka 4.0 (reference-kafka)")
     fo = sub.add_parser("failover")
     fo.add_argument("--trials", type=int, default=10)
+    fo.add_argument("--peer", choices=["kafka"], help="also measure Apache Kafka 4.0 (reference-kafka)")
     args = ap.parse_args()
     {"produce": produce, "failover": failover}[args.cmd](args)
 

@@ -40,8 +40,10 @@ class KafkaProcess(BrokerProcess):
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 90.0, fresh: bool = True) -> "KafkaProcess":
-        """``fresh=False``: restart on the existing data (no format)."""
+    def start(self, timeout: float = 90.0, fresh: bool = True, *, cluster_id: str | None = None,
+              wait: bool = True) -> "KafkaProcess":
+        """``fresh=False``: restart on the existing data (no format). ``wait=False``: return
+        once launched (a node of a cluster serves only once a quorum is up)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         props = {
             "process.roles": "broker,controller", "node.id": "1",
@@ -59,26 +61,65 @@ class KafkaProcess(BrokerProcess):
         cfg.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         env = {**os.environ, "LOG_DIR": str(self.data_dir / "applogs"),
                "KAFKA_HEAP_OPTS": f"-Xmx{self.heap} -Xms{self.heap}"}
-        if not fresh:
-            return self._launch(cfg, env, timeout)
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        subprocess.run([str(KAFKA_HOME / "bin/kafka-storage.sh"), "format", "-t", cluster_id, "-c", str(cfg)],
-                       check=True, env=env, capture_output=True)
-        return self._launch(cfg, env, timeout)
+        if fresh:
+            cluster_id = cluster_id or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            subprocess.run([str(KAFKA_HOME / "bin/kafka-storage.sh"), "format", "-t", cluster_id, "-c", str(cfg)],
+                           check=True, env=env, capture_output=True)
+        return self._launch(cfg, env, timeout, wait)
 
-    def _launch(self, cfg, env, timeout):
+    def _launch(self, cfg, env, timeout, wait=True):
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([str(KAFKA_HOME / "bin/kafka-server-start.sh"), str(cfg)],
                                      stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        if wait:
+            self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float = 90.0) -> None:
         try:
             self.wait_serving(self.port, timeout, "kafka")
         except RuntimeError:
             self.kill()
             raise
-        return self
 
     def stop(self, timeout: float = 30.0):
         return super().stop(timeout)    # a JVM takes longer to shut down than kbroker
+
+
+class KafkaCluster:
+    """N Kafka 4.0 nodes on loopback, each a combined broker+controller (the reference-kafka
+    README's three nodes), one cluster id; kill -9 and restart a node as KBrokerCluster does."""
+
+    def __init__(self, base_dir: Path, n: int = 3, overrides: dict | None = None, heap: str = "512m") -> None:
+        self.nodes = {i: KafkaProcess(Path(base_dir) / f"kafka{i}", heap=heap) for i in range(1, n + 1)}
+        voters = ",".join(f"{i}@127.0.0.1:{k.cport}" for i, k in self.nodes.items())
+        for i, k in self.nodes.items():
+            k.overrides = {"node.id": str(i), "controller.quorum.voters": voters, **(overrides or {})}
+        self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(k.bootstrap for k in self.nodes.values())
+
+    def start(self, timeout: float = 120.0) -> "KafkaCluster":
+        for k in self.nodes.values():
+            k.start(timeout, cluster_id=self.cluster_id, wait=False)
+        for k in self.nodes.values():
+            k.wait_ready(timeout)
+        return self
+
+    def kill(self, node_id: int) -> None:
+        self.nodes[node_id].kill()
+
+    def restart(self, node_id: int, timeout: float = 120.0) -> None:
+        self.nodes[node_id].start(timeout, fresh=False)
+
+    def close(self) -> None:
+        for k in self.nodes.values():
+            if k.proc is not None and k.proc.poll() is None:
+                k.proc.terminate()
+        for k in self.nodes.values():
+            k.stop()
 
 
 def make_broker(kind: str, data_dir: Path, kbroker_overrides: dict | None = None,

@@ -36,6 +36,21 @@ def _resolve(fut: asyncio.Future) -> None:
         fut.set_result(None)
 
 
+class AppendWatch:
+    """Stands in a partition's waiters (``Partition.wake`` resolves them) from the moment a
+    fetch decides to long-poll until its coroutine awaits: records a wake-up in between."""
+    __slots__ = ("fired",)
+
+    def __init__(self) -> None:
+        self.fired = False
+
+    def done(self) -> bool:
+        return self.fired
+
+    def set_result(self, _value) -> None:
+        self.fired = True
+
+
 class ReplicaManager:
     def __init__(self, node_id: int, log_manager: Any, image: Any, log_config_for, now_ms,
                  *, producer_id_expiration_ms: int = 86_400_000) -> None:
@@ -294,11 +309,29 @@ class ReplicaManager:
     def _wake(part: Partition) -> None:
         part.wake()
 
-    async def wait_for_append(self, parts: list[Partition], timeout_s: float) -> None:
-        """Return when any of ``parts`` is appended to (or deleted), or after ``timeout_s``.
+    @staticmethod
+    def watch_appends(parts: list[Partition]) -> "AppendWatch":
+        """Start watching ``parts`` for an append (or deletion) now; hand the watch to
+        ``wait_for_append``. A handler that decides to long-poll takes one before returning
+        its coroutine: the coroutine runs later as a task, and an append in between must
+        still wake it (else the fetch sleeps its whole max wait with data waiting)."""
+        w = AppendWatch()
+        for p in parts:
+            p.waiters.add(w)
+        return w
+
+    async def wait_for_append(self, parts: list[Partition], timeout_s: float,
+                              watch: "AppendWatch | None" = None) -> None:
+        """Return when any of ``parts`` is appended to (or deleted), or after ``timeout_s``;
+        at once if ``watch`` (from ``watch_appends(parts)``) saw one already.
 
         One future and one timer handle (``asyncio.wait_for`` would add a second future,
         callbacks and, before 3.12, a task hop to every long poll)."""
+        if watch is not None:
+            for p in parts:
+                p.waiters.discard(watch)
+            if watch.fired:
+                return
         if not parts or timeout_s <= 0:
             return
         loop = asyncio.get_running_loop()

@@ -186,8 +186,10 @@ def handle(ctx, req):
     hints = (image, ctx.listener_name) if v >= 16 else None   # KIP-951: where the leader is
     if total >= req.min_bytes or errors or req.max_wait_ms <= 0 or not entries:
         return _respond(results, session, incremental, use_ids, read_committed, hints)
+    # watched from now (see ReplicaManager.watch_appends), not from when the task first runs
+    watch = replicas.watch_appends([p for e in entries if (p := replicas.get(e.topic, e.partition)) is not None])
     return _long_poll(broker, req, entries, budget, read_committed, session, incremental, use_ids,
-                      follower_reads, closer, hints)
+                      follower_reads, closer, hints, watch)
 
 
 def _closer_replica(broker, client_rack: str, now_ms: int):
@@ -204,7 +206,7 @@ def _closer_replica(broker, client_rack: str, now_ms: int):
 
 
 async def _long_poll(broker, req, entries, budget, read_committed, session, incremental, use_ids,
-                     follower_reads=False, closer=None, hints=None):
+                     follower_reads=False, closer=None, hints=None, watch=None):
     clock = broker.clock
     replicas = broker.replicas
     deadline = clock.monotonic_ms() + req.max_wait_ms
@@ -212,7 +214,8 @@ async def _long_poll(broker, req, entries, budget, read_committed, session, incr
         left = deadline - clock.monotonic_ms()
         parts = [p for e in entries if (p := replicas.get(e.topic, e.partition)) is not None] if left > 0 else []
         if parts:
-            await replicas.wait_for_append(parts, left / 1000)
+            await replicas.wait_for_append(parts, left / 1000, watch)
+            watch = None
         results, total, errors = _read(entries, replicas, budget, read_committed, follower_reads, closer)
         if total >= req.min_bytes or errors or clock.monotonic_ms() >= deadline or not parts:
             return _respond(results, session, incremental, use_ids, read_committed, hints)

@@ -286,8 +286,11 @@ class ControlPlane:
                 log.info("partition tasks: %s", e)
 
     async def _expire_sessions(self) -> None:
+        clock = self.server.clock
         while True:
-            await asyncio.sleep(0.5)
+            # at the next session expiry, as Kafka schedules its fencing check (a fixed
+            # 500 ms poll fenced a dead broker up to half a second late)
+            await asyncio.sleep(max(10, self.service.next_tick_ms(clock.now_ms(), 500)) / 1000)
             try:
                 coro = self.service.tick(self.server.clock.now_ms())
                 if coro is not None:

@@ -142,6 +142,11 @@ class ControllerService:
             raise NotControllerError(f"node {self.server.node_id} is not the active controller")
         return await self.runtime.submit(op)
 
+    def next_tick_ms(self, now_ms: int, idle_ms: int) -> int:
+        """Milliseconds until ``tick`` has work (the next session expiry), at most ``idle_ms``."""
+        nxt = self.cluster.next_expiry_ms() if self.active else None
+        return idle_ms if nxt is None else max(0, min(idle_ms, nxt - now_ms))
+
     def tick(self, now_ms: int):
         """Session expiry; returns the coroutine to await, or None when idle."""
         if not self.active or self.cluster.next_expiry_ms() is None:

@@ -674,8 +674,11 @@ class RaftNode:
         prog.end_offset = offset                # may go back after the replica truncated
         if offset >= self.log.end_offset:
             prog.last_caught_up_ms = now_ms
+        hw = self.high_watermark
         self._update_hw(now_ms)
-        if offset >= self.log.end_offset and req.max_wait_ms > 0:
+        # a fetch that moved the high watermark is answered at once: its sender cannot know
+        # the commit yet, and a broker's new leaderships wait on it (Kafka 4.1, KIP-1166)
+        if offset >= self.log.end_offset and req.max_wait_ms > 0 and self.high_watermark == hw:
             self._parked.append((env, now_ms + req.max_wait_ms, self.log.end_offset, self.high_watermark))
             return
         self._fetch_response(env, records=self._read_for(req))

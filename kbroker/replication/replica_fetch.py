@@ -31,14 +31,18 @@ def handle_replica_fetch(ctx, req):
     topics, total, settled = _answer(ctx, req, replica_id, broker_epoch, ctx.now_ms)
     if total or settled or req.max_wait_ms <= 0:
         return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
-    return _long_poll(ctx, req, replica_id, broker_epoch)
-
-
-async def _long_poll(ctx, req, replica_id, broker_epoch):
     broker = ctx.broker
     parts = [p for t in req.topics for fp in t.partitions
              if (p := _lookup(broker, t, fp, ctx.api_version)[0]) is not None]
-    await broker.replicas.wait_for_append(parts, req.max_wait_ms / 1000)
+    # watched from now, not from when the long poll's task first runs: a produce handled
+    # in between would otherwise leave the follower (and that produce's acks=all answer)
+    # waiting the whole replica.fetch.wait.max.ms
+    return _long_poll(ctx, req, replica_id, broker_epoch, parts, broker.replicas.watch_appends(parts))
+
+
+async def _long_poll(ctx, req, replica_id, broker_epoch, parts, watch):
+    broker = ctx.broker
+    await broker.replicas.wait_for_append(parts, req.max_wait_ms / 1000, watch)
     topics, _, _ = _answer(ctx, req, replica_id, broker_epoch, broker.clock.now_ms())
     return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
 

@@ -133,6 +133,19 @@ def test_failover_gives_everyone_a_fresh_session():
     assert commit(c, cc2.expire_sessions(50_000 + SESSION)) == [1, 2]
 
 
+def test_next_expiry_is_the_instant_a_silent_broker_is_fenced():
+    """The runtime sleeps until next_expiry_ms (not a fixed poll): it must be exactly when
+    expire_sessions first fences."""
+    c, cc, epochs = cluster(3)
+    commit(c, cc.heartbeat(2, epochs[2], c.next_offset, False, False, 700))
+    commit(c, cc.heartbeat(3, epochs[3], c.next_offset, False, False, 900))
+    nxt = cc.next_expiry_ms()
+    assert nxt == SESSION                     # broker 1, last heard at 0
+    assert commit(c, cc.expire_sessions(nxt - 1)) == []
+    assert commit(c, cc.expire_sessions(nxt)) == [1]
+    assert cc.next_expiry_ms() == 700 + SESSION
+
+
 def test_restarted_broker_registers_at_once_with_a_new_active_controller():
     c, cc, epochs = cluster(2)
     cc2 = ClusterControl(c, "cid", SESSION)     # the controller restarted (or failed over)

@@ -165,6 +165,34 @@ def test_a_parked_fetch_keeps_its_partition_byte_limit():
     assert len(list(iter_batches(records))) == 1
 
 
+def test_a_fetch_that_moves_the_high_watermark_is_answered_at_once():
+    """The fetch that completes a majority is not parked: its sender learns the commit now, not
+    a fetch max wait later (a broker's new leaderships wait on that; Kafka 4.1 does the same)."""
+    from kbroker.kraft.raft_log import METADATA_TOPIC
+    from kbroker.wire.generated.fetch_request import FetchRequest
+    sim, lead = stable(4, observers=0)
+    n = sim.nodes[lead]
+    node, now = n.node, n.local(sim.t)
+    voter = next(v for v in sorted(sim.static_voters) if v != lead)
+    node.append([b"a"], now)
+    node.poll(now, [])                      # (the leader's own append is flushed)
+    hw, end = node.high_watermark, node.log.end_offset
+    assert hw < end
+    part = FetchRequest.FetchTopic.FetchPartition(
+        partition=0, current_leader_epoch=node.epoch, fetch_offset=end,
+        last_fetched_epoch=node.log.last_epoch, log_start_offset=0, partition_max_bytes=1 << 20)
+    req = FetchRequest(replica_id=voter, replica_state=FetchRequest.ReplicaState(replica_id=voter, replica_epoch=-1),
+                       max_wait_ms=10_000, min_bytes=0, max_bytes=1 << 20,
+                       topics=[FetchRequest.FetchTopic(topic=METADATA_TOPIC, partitions=[part])])
+    out, _ = node.poll(now + 1, [Envelope(voter, lead, 778, req)])
+    assert node.high_watermark == end
+    (answer,) = [e for e in out if e.corr == 778 and e.dst == voter]
+    assert answer.msg.responses[0].partitions[0].high_watermark == end
+    # nothing new after that: the next fetch waits
+    out, _ = node.poll(now + 2, [Envelope(voter, lead, 779, req)])
+    assert not [e for e in out if e.corr == 779]
+
+
 def test_raft_config_from_the_broker_config_keeps_every_value_including_zero():
     from kbroker.config import BrokerConfig
     cfg = BrokerConfig({"node.id": "1", "process.roles": "broker,controller",
