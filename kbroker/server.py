@@ -30,6 +30,7 @@ import logging
 import os
 import signal
 
+from kbroker.broker import fetch_sessions
 from kbroker.broker.fetch_sessions import FetchSessionCache
 from kbroker.broker.producer_ids import ProducerIdManager
 from kbroker.broker.replica_manager import ReplicaManager
@@ -224,6 +225,7 @@ class KafkaServer:
         self.replicas = ReplicaManager(self.node_id, self.log_manager, self.image, self.log_config_for,
                                        self.clock.now_ms, producer_id_expiration_ms=cfg["producer.id.expiration.ms"])
         self.controller.publishers.append(self.replicas.on_metadata_record)
+        self.replicas.role_listeners.append(fetch_sessions.wake_on_role_change)
         from kbroker import state_change_log
         state_change_log.attach(self)   # leader / ISR / fencing lines on kbroker.state.change
         self.control.follow_leader_epochs(self.replicas)

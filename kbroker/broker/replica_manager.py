@@ -326,9 +326,10 @@ class ReplicaManager:
         return w
 
     async def wait_for_append(self, parts: list[Partition], timeout_s: float,
-                              watch: "AppendWatch | None" = None) -> None:
+                              watch: "AppendWatch | None" = None, fut: asyncio.Future | None = None) -> None:
         """Return when any of ``parts`` is appended to (or deleted), or after ``timeout_s``;
-        at once if ``watch`` (from ``watch_appends(parts)``) saw one already.
+        at once if ``watch`` (from ``watch_appends(parts)``) saw one already. ``fut``: a
+        future others may resolve too (a fetch session's parked partitions).
 
         One future and one timer handle (``asyncio.wait_for`` would add a second future,
         callbacks and, before 3.12, a task hop to every long poll)."""
@@ -337,10 +338,10 @@ class ReplicaManager:
                 p.waiters.discard(watch)
             if watch.fired:
                 return
-        if not parts or timeout_s <= 0:
+        if (not parts and fut is None) or timeout_s <= 0:
             return
         loop = asyncio.get_running_loop()
-        fut = loop.create_future()
+        fut = fut if fut is not None else loop.create_future()
         for p in parts:
             p.waiters.add(fut)
         timer = loop.call_later(timeout_s, _resolve, fut)
