@@ -158,6 +158,11 @@ class ReplicaManager:
         # appears here when they exist. CreateTopics answers after that (server.create_topics).
         fut = None
         if self.log_manager.get(topic, index) is None:
+            if self.log_manager.opening(topic, index) is not None:
+                # Already being created (a PartitionChangeRecord came before the files): its
+                # callback installs it and syncs the role from the image as it is then. A second
+                # callback on the same future would find it installed and delete its log.
+                return None
             fut = self.log_manager.create_in_background(topic, index, cfg, now_ms=now,
                                                         topic_id=uuid_to_str(topic_id), prepare=prepare)
         if fut is None:
