@@ -2,6 +2,7 @@
 
     python benchmarks/bench_scale.py [--partitions 1,100,1000] [--records 50000]
                                      [--brokers kbroker,kafka,tansu] [--out ...md] [--plot ...png]
+                                     [--rows-only]
 
 For each partition count P (topics of at most 1,000 partitions, Kafka's per-request limit),
 each broker in turn (the order rotates with P, so load noise hits all of them):
@@ -181,6 +182,8 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=50000)
     ap.add_argument("--out", default="")
     ap.add_argument("--plot", default="")
+    ap.add_argument("--rows-only", action="store_true",
+                    help="only the per-partition-count rows (no fsync and restart sections)")
     args = ap.parse_args()
     kinds = args.brokers.split(",")
     counts = [int(x) for x in args.partitions.split(",")]
@@ -213,7 +216,7 @@ def main() -> None:
                 rows[p][k] = r
                 print(f"P={p:6d} {NAMES[k]:8s} {r}", flush=True)
         # fsync durability: flush.messages=1 vs none, one partition, acks=all
-        for k in kinds:
+        for k in ([] if args.rows_only else kinds):
             b = brokers[k]
             try:
                 create(b.bootstrap, [("sfsync-0", 1)], {"flush.messages": "1"})
@@ -226,7 +229,7 @@ def main() -> None:
                 extra.setdefault("fsync", {})[k] = {"error": f"{type(e).__name__}: {e}"[:150]}
             print("fsync", NAMES[k], extra["fsync"][k], flush=True)
         total = sum(counts) + 2
-        for k in kinds:
+        for k in ([] if args.rows_only else kinds):
             if k == "tansu":
                 continue
             b = brokers[k]

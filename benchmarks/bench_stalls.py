@@ -16,7 +16,9 @@ Scenarios (issue 15): the first consumer group (``__consumer_offsets`` created),
 1,000, 20 full-metadata requests), a burst of 1,000 new connections (ApiVersions on each),
 hundreds of segments deleted (DeleteRecords to the end of a topic of 300 small segments,
 then the retention pass that removes them), a compacted log cleaned (``--compact-mb``; the
-issue's 1 GB is the default of a full run, 64 MB with --quick).
+issue's 1 GB is the default of a full run, 64 MB with --quick), and 500 classic-protocol
+members (raw JoinGroup/SyncGroup/Heartbeat clients, ``RawMember``) joining one group at once
+until all hold an assignment of one generation (its time and generation are printed).
 
 The machine may be shared: the producer's stalls are compared between brokers in the same
 run, never against fixed numbers.
@@ -272,6 +274,147 @@ def op_compaction(b, st):
     time.sleep(st.get("compact_wait", 8))   # the cleaner runs (backoff 1 s on every broker here)
 
 
+# ----------------------------------------------------------------------------- 500-member rebalance
+REBALANCE_MEMBERS = 500
+REBALANCE_TOPIC = "rb"
+
+
+class RawMember:
+    """A classic-protocol group member on the raw protocol (kbroker.net.client): JoinGroup
+    (with the KIP-394 member-id round trip), SyncGroup (as leader: partitions round-robin
+    over the members), Heartbeat every ``hb_s``, and a new join whenever the coordinator
+    answers REBALANCE_IN_PROGRESS. ``synced`` is the generation it last got an assignment in."""
+
+    def __init__(self, host: str, port: int, group: str, topic: str, partitions: int, hb_s: float = 0.5):
+        from kbroker.net.client import KafkaClient
+        self.c = KafkaClient(host, port, client_id="rb-member", request_timeout_ms=120_000)
+        self.group, self.topic, self.partitions, self.hb_s = group, topic, partitions, hb_s
+        self.member_id = ""
+        self.generation = -1
+        self.synced = -1
+        self.stop = False
+        self.last_error = 0
+
+    async def _join(self) -> None:
+        from kbroker.groups.consumer_protocol_bytes import encode_assignment, encode_subscription
+        from kbroker.wire.generated.join_group_request import JoinGroupRequest
+        from kbroker.wire.generated.sync_group_request import SyncGroupRequest
+        from kbroker.wire.errors import Errors
+        while not self.stop:
+            r = await self.c.send(JoinGroupRequest(
+                group_id=self.group, session_timeout_ms=45_000, rebalance_timeout_ms=60_000,
+                member_id=self.member_id, protocol_type="consumer",
+                protocols=[JoinGroupRequest.JoinGroupRequestProtocol(
+                    name="range", metadata=encode_subscription([self.topic]))]))
+            if r.error_code == Errors.MEMBER_ID_REQUIRED:
+                self.member_id = r.member_id
+                continue
+            if r.error_code == Errors.UNKNOWN_MEMBER_ID:
+                self.member_id = ""
+                continue
+            if r.error_code:
+                self.last_error = r.error_code
+                await asyncio.sleep(0.1)
+                continue
+            self.generation = r.generation_id
+            assignments = []
+            if r.leader == self.member_id:
+                ids = sorted(m.member_id for m in r.members)
+                per = {m: [] for m in ids}
+                for p in range(self.partitions):
+                    per[ids[p % len(ids)]].append(p)
+                assignments = [SyncGroupRequest.SyncGroupRequestAssignment(
+                    member_id=m, assignment=encode_assignment({self.topic: ps})) for m, ps in per.items()]
+            s = await self.c.send(SyncGroupRequest(
+                group_id=self.group, generation_id=r.generation_id, member_id=self.member_id,
+                protocol_type="consumer", protocol_name="range", assignments=assignments))
+            if s.error_code == 0:
+                self.synced = r.generation_id
+                return
+            await asyncio.sleep(0.05)   # REBALANCE_IN_PROGRESS: join again
+
+    async def run(self) -> None:
+        from kbroker.wire.generated.heartbeat_request import HeartbeatRequest
+        await self._join()
+        while not self.stop:
+            await asyncio.sleep(self.hb_s)
+            if self.stop:
+                break
+            r = await self.c.send(HeartbeatRequest(group_id=self.group, generation_id=self.generation,
+                                                   member_id=self.member_id))
+            if r.error_code:
+                self.synced = -1
+                await self._join()
+
+    async def leave(self) -> None:
+        from kbroker.wire.generated.leave_group_request import LeaveGroupRequest
+        self.stop = True
+        try:
+            await asyncio.wait_for(self.c.send(LeaveGroupRequest(
+                group_id=self.group, members=[LeaveGroupRequest.MemberIdentity(member_id=self.member_id)])), 10)
+        except Exception:
+            pass
+        await self.c.close()
+
+
+def setup_rebalance(b, st):
+    a = admin(b)
+    a.create_topics([NewTopic(REBALANCE_TOPIC, 100, 1)])[REBALANCE_TOPIC].result(60)
+    wait_topic(b, REBALANCE_TOPIC, 100)
+    # the raw members skip FindCoordinator: ask once here, until the group's coordinator
+    # (and __consumer_offsets) exists
+    from kbroker.net.client import KafkaClient
+    from kbroker.wire.generated.find_coordinator_request import FindCoordinatorRequest
+    host, port = b.split(":")
+
+    async def find():
+        c = KafkaClient(host, int(port))
+        try:
+            for _ in range(600):
+                r = await c.send(FindCoordinatorRequest(key_type=0, coordinator_keys=["rb-group"]))
+                errs = [r.error_code] + [x.error_code for x in (r.coordinators or [])]
+                if not any(errs):
+                    return
+                await asyncio.sleep(0.1)
+            raise RuntimeError(f"no coordinator for rb-group: {errs}")
+        finally:
+            await c.close()
+    asyncio.run(find())
+
+
+def op_rebalance_500(b, st, n=REBALANCE_MEMBERS):
+    """``n`` members join one group at once; returns when every one holds an assignment of
+    the same generation (st["rebalance_s"], st["generations"])."""
+    host, port = b.split(":")
+
+    async def main():
+        members = [RawMember(host, int(port), "rb-group", REBALANCE_TOPIC, 100) for _ in range(n)]
+        t0 = time.perf_counter()
+        tasks = [asyncio.ensure_future(m.run()) for m in members]
+        deadline = t0 + 180
+        while time.perf_counter() < deadline:
+            gens = {m.synced for m in members}
+            if len(gens) == 1 and -1 not in gens:
+                break
+            for t in tasks:
+                if t.done() and t.exception() is not None:
+                    raise t.exception()
+            await asyncio.sleep(0.05)
+        else:
+            raise RuntimeError(f"no common generation after 180 s: {sorted({m.synced for m in members})[:5]}, "
+                               f"last join errors {sorted({m.last_error for m in members})}")
+        st["rebalance_s"] = time.perf_counter() - t0
+        st["generation"] = members[0].synced
+        for m in members:
+            m.stop = True
+        await asyncio.gather(*(m.leave() for m in members))
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run(main())
+
+
 SCENARIOS = [
     # name, setup, operation, teardown
     ("first consumer group (__consumer_offsets created)", None, op_first_group, None),
@@ -281,6 +424,7 @@ SCENARIOS = [
     ("burst of 1,000 new connections", None, op_connections_1000, None),
     ("delete 300 segments (DeleteRecords + retention)", setup_segments, op_delete_segments, None),
     ("compact a log (--compact-mb)", setup_compaction, op_compaction, None),
+    (f"{REBALANCE_MEMBERS} classic members join one group", setup_rebalance, op_rebalance_500, None),
 ]
 
 
@@ -288,7 +432,7 @@ SCENARIOS = [
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--brokers", default="kbroker,kafka,tansu")
-    ap.add_argument("--only", default="")
+    ap.add_argument("--only", default="", help="run the scenarios naming one of these ('|'-separated)")
     ap.add_argument("--compact-mb", type=int, default=1024)
     ap.add_argument("--quick", action="store_true", help="64 MB compaction")
     ap.add_argument("--out", default="")
@@ -313,7 +457,7 @@ def main() -> None:
             beats[k] = Heartbeat(b.bootstrap).start()
         time.sleep(2)
         for name, setup, op, teardown in SCENARIOS:
-            if args.only and args.only not in name:
+            if args.only and not any(o in name for o in args.only.split("|")):
                 continue
             results[name] = {}
             for k in kinds:
@@ -330,7 +474,8 @@ def main() -> None:
                     t1, w1 = time.perf_counter(), time.time()
                     time.sleep(SETTLE_S)
                     hb.wait_acked(60)
-                    row = {"stall_ms": hb.worst(t0, t1 + SETTLE_S), "idle_ms": idle, "op_s": t1 - t0}
+                    row = {"stall_ms": hb.worst(t0, t1 + SETTLE_S), "idle_ms": idle, "op_s": t1 - t0,
+                           **{k2: v for k2, v in st.items() if k2 in ("rebalance_s", "generation")}}
                     if k == "kbroker":
                         row["probe_ms"] = probe_lags(b.log_path, w0, w1 + SETTLE_S)
                     if teardown:

@@ -20,7 +20,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "librdkafka-conformance.sh"
-RESULTS = Path(os.environ.get("LIBRDKAFKA_SUITE_DIR", REPO / ".deps" / "librdkafka-suite")) / "runs" / "last" / "results.tsv"
+RESULTS = Path(os.environ.get("LIBRDKAFKA_SUITE_RUN") or Path(
+    os.environ.get("LIBRDKAFKA_SUITE_DIR", REPO / ".deps" / "librdkafka-suite")) / "runs" / "last") / "results.tsv"
 
 # Build (~2-6 min on 2 cores, once) + the curated run (~4 min); each suite test has its own
 # timeout inside the script.

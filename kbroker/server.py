@@ -30,6 +30,7 @@ import logging
 import os
 import signal
 
+from kbroker.broker import fetch_sessions
 from kbroker.broker.fetch_sessions import FetchSessionCache
 from kbroker.broker.producer_ids import ProducerIdManager
 from kbroker.broker.replica_manager import ReplicaManager
@@ -228,6 +229,7 @@ class KafkaServer:
         self.replicas = ReplicaManager(self.node_id, self.log_manager, self.image, self.log_config_for,
                                        self.clock.now_ms, producer_id_expiration_ms=cfg["producer.id.expiration.ms"])
         self.controller.publishers.append(self.replicas.on_metadata_record)
+        self.replicas.role_listeners.append(fetch_sessions.wake_on_role_change)
         from kbroker import state_change_log
         state_change_log.attach(self)   # leader / ISR / fencing lines on kbroker.state.change
         self.control.follow_leader_epochs(self.replicas)
@@ -269,6 +271,8 @@ class KafkaServer:
                     lst.dispatcher = dispatcher
         log.info("registered broker %d, epoch %d, endpoints %s", self.node_id, self.broker_epoch,
                  ", ".join(f"{n}://{h}:{p}" for n, h, p, _ in endpoints))
+        if cfg.is_broker:
+            self._tasks.append(asyncio.create_task(self._sweep_stray_logs(), name="stray-log-sweep"))
         self.producer_ids = ProducerIdManager(self.controller, self.node_id, self.broker_epoch,
                                               allocate=self.control.allocate_producer_ids if self.control.networked else None)
         from kbroker.txn.runtime import TxnRuntime
@@ -289,6 +293,17 @@ class KafkaServer:
         self.replication.start()
         self._tasks.append(asyncio.create_task(self._maintenance(), name="log-maintenance"))
         log.info("kbroker node %d started (cluster %s)", self.node_id, self.cluster_id)
+
+    async def _sweep_stray_logs(self) -> None:
+        """Kafka's start-up check for stray replica logs, run where Kafka runs it: once this
+        broker's image holds its own registration record (the broker epoch is that record's
+        offset; the controller calls the broker caught up there), never on a partial image."""
+        while self.broker_epoch < 0 or self.image.offset < self.broker_epoch:
+            await self.loader.changed(1.0)
+        try:
+            self.replicas.sweep_stray_logs()
+        except Exception:
+            log.exception("the stray replica log sweep failed")
 
     def _advertised_endpoints(self):
         """Advertised listeners, with port 0 replaced by the port actually bound (tests)."""

@@ -20,13 +20,14 @@
 #
 # Results: .deps/librdkafka-suite/runs/last/{results.tsv,<test>.log,<test>.json,broker-*.log}.
 # Env: RDK_TEST_TIMEOUT (seconds per test, default 300), TEST_KAFKA_VERSION (default 3.9.0),
-#      RDK_JOBS (make -j, default nproc).
+#      RDK_JOBS (make -j, default nproc), LIBRDKAFKA_SUITE_RUN (the results dir instead of runs/last;
+#      compat_tests/test_librdkafka_suite.py reads it too).
 # Never commit anything under .deps/: only this script is ours.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BASE=${LIBRDKAFKA_SUITE_DIR:-$ROOT/.deps/librdkafka-suite}
-RUN=$BASE/runs/last
+RUN=${LIBRDKAFKA_SUITE_RUN:-$BASE/runs/last}   # (another run dir: helpers sharing one build)
 PER_TEST_TIMEOUT=${RDK_TEST_TIMEOUT:-300}
 export TEST_KAFKA_VERSION=${TEST_KAFKA_VERSION:-3.9.0}
 JOBS=${RDK_JOBS:-$(nproc 2>/dev/null || echo 2)}
@@ -55,7 +56,7 @@ NOAUTOCREATE_TESTS="
 # that create replication-factor-3 topics or need several brokers. *_ONLY: the test numbers
 # that always run there (when named on the command line, and in --all).
 CLUSTER_TESTS="
-0103:do_test_fenced_txn 0103:do_test_wmark_isolation_level
+0103:do_test_fenced_txn 0103:do_test_wmark_isolation_level 0101
 "
 CLUSTER_NOAUTOCREATE_TESTS="
 0111
@@ -340,12 +341,15 @@ PY
 }
 
 start_cluster() {  # $1: cluster | cluster-noautocreate: three combined nodes (kbroker cluster up)
+  # Each node in its own rack RACK<id> with Kafka's rack-aware replica selector, as the suite's
+  # trivup clusters are: 0101 fetch_from_follower sets client.rack=RACK<follower id>.
   local data autocreate=true
   [ "$1" = cluster-noautocreate ] && autocreate=false
   BROKER_N=$((BROKER_N + 1))
   data=$(mktemp -d "${TMPDIR:-/tmp}/kbroker-rdk.XXXXXX")
   BROKER_LOG=$RUN/broker-$BROKER_N-$1.log
-  (cd "$ROOT" && exec python3 -m kbroker cluster up 3 --data-dir "$data/cluster" \
+  (cd "$ROOT" && exec python3 -m kbroker cluster up 3 --data-dir "$data/cluster" --racks 'RACK{id}' \
+      --override replica.selector.class=org.apache.kafka.common.replica.RackAwareReplicaSelector \
       --override num.partitions=4 --override default.replication.factor=1 \
       --override "auto.create.topics.enable=$autocreate" --override group.initial.rebalance.delay.ms=0 --override log.cleaner.backoff.ms=1000 ) >"$BROKER_LOG" 2>&1 &
   BROKER_PID=$!

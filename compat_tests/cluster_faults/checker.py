@@ -77,9 +77,11 @@ class History:
             self._next_seq[key] = seq + 1
             self.sends[value] = Send(value, producer, partition, seq)
 
-    def acked_by(self, producer: str) -> int:
+    def acked_by(self, producer: str, partition: int | None = None) -> int:
+        """How many of ``producer``'s sends (to ``partition``, or to any) are acknowledged."""
         with self._lock:     # the producer's thread adds sends meanwhile
-            return sum(1 for s in self.sends.values() if s.producer == producer and s.outcome == "ok")
+            return sum(1 for s in self.sends.values() if s.producer == producer and s.outcome == "ok"
+                       and partition in (None, s.partition))
 
     def ok(self, value: str, partition: int, offset: int) -> None:
         with self._lock:

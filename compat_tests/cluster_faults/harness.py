@@ -82,13 +82,27 @@ class FaultCluster(KBrokerCluster):
 
     def leader_seen_by(self, node_id: int, topic: str, partition: int, timeout_s: float = 5.0) -> int | None:
         """The leader of a partition in ``node_id``'s own metadata (None: no answer)."""
+        seen = self.partitions_seen_by(node_id, topic, timeout_s).get(partition)
+        return seen[0] if seen is not None else None
+
+    def partitions_seen_by(self, node_id: int, topic: str, timeout_s: float = 5.0) -> dict:
+        """partition -> (leader, leader epoch, sorted ISR) in ``node_id``'s own metadata, which
+        may be stale (a node cut off or paused until it caught up); {} if it does not answer."""
         r = self._ask(node_id, MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)]),
                       timeout_s)
-        for t in (r.topics if r is not None else []):
-            for p in t.partitions:
-                if p.partition_index == partition and p.error_code == 0:
-                    return p.leader_id
-        return None
+        return {p.partition_index: (p.leader_id, p.leader_epoch, sorted(p.isr_nodes))
+                for t in (r.topics if r is not None else []) for p in t.partitions if p.error_code == 0}
+
+    def converged(self, topic: str, partitions: int) -> dict | None:
+        """Every node answers with the same leader, leader epoch and a full ISR for every
+        partition: partition -> leader, else None. (Asking any one node is not enough after a
+        fault: the victim serves its stale view until it has caught up.)"""
+        views = [self.partitions_seen_by(n, topic) for n in self.nodes]
+        first = views[0]
+        if len(first) != partitions or any(v != first for v in views[1:]) or \
+                any(len(isr) != len(self.nodes) for _, _, isr in first.values()):
+            return None
+        return {p: leader for p, (leader, _, _) in first.items()}
 
     def _ask(self, node_id: int, request, timeout_s: float):
         node = self.nodes[node_id]

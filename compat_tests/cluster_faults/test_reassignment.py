@@ -5,6 +5,8 @@
   idempotent acks=all; the
   Jepsen-style checker finds nothing lost, duplicated or reordered, and the replica that left
   has its log deleted;
+* a broker down while its replica moves away removes that log once it has caught up, keeps
+  its other replicas, and moves aside (``-stray``) a log no metadata ever gave it;
 * Apache Kafka's own kafka-reassign-partitions.sh (--execute / --verify / --list) and
   kafka-leader-election.sh (PREFERRED) work against kbroker, and ``kbroker leader-election``
   gives the same answers.
@@ -241,13 +243,7 @@ def test_unclean_election_only_when_asked_or_allowed_and_a_move_stuck_on_a_dead_
         kbroker("configs", "--bootstrap-server", alive, "--alter", "--entity-type", "topics",
                 "--entity-name", topic, "--add-config", "unclean.leader.election.enable=true")
         wait_until(lambda: partition(cluster, topic, 1).leader == 2, 30, "broker 2 leading partition 1 (topic config)")
-        def read():
-            try:
-                return read_all(alive, topic, 2, timeout_s=10)
-            except Exception as e:   # (a fresh consumer may not know the partitions yet)
-                print("read_all:", e)
-                return None
-        got = wait_until(read, 60, "reading both partitions back", step=1.0)
+        got = wait_until(lambda: _read_or_none(alive, topic), 60, "reading both partitions back", step=1.0)
         assert sorted(v for rows in got.values() for _, v in rows) == sorted(f"both-{i}" for i in range(20))
         logs = "".join(n.log_path.read_text(errors="replace") for n in cluster.nodes.values())
         assert "unclean leader election for unclean-0" in logs and "unclean leader election for unclean-1" in logs
@@ -259,19 +255,69 @@ def test_unclean_election_only_when_asked_or_allowed_and_a_move_stuck_on_a_dead_
                    and partition(cluster, topic, 1).replicas == [2, 3], 60, "partition 1 on brokers 2 and 3")
         logs = cluster.nodes[1].data_dir / "logs"
         assert (logs / f"{topic}-1").exists() and (logs / f"{topic}-0").exists()
-        cluster.restart(1)     # its metadata replay reaches the move: the stray log goes
-        try:
-            wait_until(lambda: not (logs / f"{topic}-1").exists(), 30, f"broker 1 deleting its {topic}-1")
-        except AssertionError:
-            # Known gap, seen in CI: a restarted broker that catches up with the metadata log
-            # before its replica manager opens the partition never opens it, so nothing
-            # deletes it. Kafka sweeps such stray logs at start-up; kbroker does not yet.
-            pytest.xfail(f"stray replica log {topic}-1 kept on broker 1 (no start-up stray-log sweep)")
-        finally:
-            assert (logs / f"{topic}-0").exists()        # still a replica there
+        cluster.restart(1)     # its metadata replay reaches the move (or its stray-log sweep does)
+        wait_until(lambda: not (logs / f"{topic}-1").exists(), 30, f"broker 1 removing its {topic}-1")
+        assert (logs / f"{topic}-0").exists()        # still a replica there
     finally:
         if cluster.nodes[1].pid is None:
             cluster.restart(1)
+
+
+def test_a_replica_moved_away_while_its_broker_was_down_is_gone_after_restart(cluster, tmp_path):
+    """Broker 2 is killed; a partition moves off it; broker 2 comes back. Once it has caught up
+    with the metadata, its old log of that partition is gone from the partition's place (moved
+    aside as ``-stray``, or deleted), while a partition only broker 2 holds is intact and
+    readable from it. A log of a partition broker 2 never replicated, left in its log dir
+    while it was down (Kafka's case of an offline log dir coming back), is moved aside by the
+    start-up stray-log sweep: no metadata record ever names it for broker 2."""
+    import shutil
+
+    from confluent_kafka import Producer
+    moved, stays, foreign = "moved-away", "stays-here", "elsewhere"
+    _create_with_assignment(cluster, moved, [[2, 1]])
+    _create_with_assignment(cluster, stays, [[2]])
+    _create_with_assignment(cluster, foreign, [[1]])
+    wait_until(lambda: sorted(partition(cluster, moved).isrs) == [1, 2], 60, "ISR [1, 2]")
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    sent = {t: [f"{t}-{i}" for i in range(30)] for t in (moved, stays, foreign)}
+    for t, values in sent.items():
+        for v in values:
+            p.produce(t, value=v.encode(), partition=0)
+    assert p.flush(30) == 0
+    logs = cluster.nodes[2].data_dir / "logs"
+    assert (logs / f"{moved}-0").exists() and (logs / f"{stays}-0").exists()
+    cluster.kill(2)
+    restarted = False
+    try:
+        alive = f"127.0.0.1:{cluster.nodes[3].port}"
+        f = plan_file(tmp_path, "moved-away.json", moved, {0: [1, 3]})
+        kbroker("reassign-partitions", "--bootstrap-server", alive, "--execute", "--reassignment-json-file", f)
+        wait_until(lambda: partition(cluster, moved).replicas == [1, 3]
+                   and sorted(partition(cluster, moved).isrs) == [1, 3], 60, "the partition on brokers 1 and 3")
+        assert (logs / f"{moved}-0").exists()     # broker 2 is down: nobody removed it yet
+        shutil.copytree(cluster.nodes[1].data_dir / "logs" / f"{foreign}-0", logs / f"{foreign}-0")
+        cluster.restart(2)
+        restarted = True
+        wait_until(lambda: not (logs / f"{moved}-0").exists(), 30, f"broker 2 removing its {moved}-0")
+        wait_until(lambda: not (logs / f"{foreign}-0").exists(), 30, f"broker 2 moving aside {foreign}-0")
+        assert [n.name for n in logs.iterdir() if n.name.startswith(f"{foreign}-0.") and n.name.endswith("-stray")]
+        assert "stray log on broker 2" in cluster.nodes[2].log_path.read_text(errors="replace")
+        wait_until(lambda: partition(cluster, stays).leader == 2, 30, f"broker 2 leading {stays} again")
+        for t, values in sent.items():
+            got = wait_until(lambda: _read_or_none(cluster.bootstrap, t, 1), 60, f"reading {t}", step=1.0)
+            assert [v for _, v in got[0]] == values
+        assert (logs / f"{stays}-0").exists()
+    finally:
+        if not restarted:
+            cluster.restart(2)
+
+
+def _read_or_none(bootstrap, topic, partitions=2):
+    try:
+        return read_all(bootstrap, topic, partitions, timeout_s=10)
+    except Exception as e:   # (a fresh consumer may not know the partitions yet)
+        print("read_all:", e)
+        return None
 
 
 def _stuck_on_a_dead_broker(cluster, tmp_path, alive):

@@ -1,11 +1,15 @@
 """Replication under real faults: three combined kbroker nodes, each on its own loopback
 address (compat_tests/cluster_faults/harness.py), an RF=3 topic
-with min.insync.replicas=2, idempotent acks=all load from confluent-kafka recorded in a
-Jepsen-style history, every partition read back and checked (lost, duplicated, unexpected,
-reordered). ``--duration`` (seconds of load around each fault) makes them longer."""
+with min.insync.replicas=2, idempotent acks=all load recorded in a Jepsen-style history, every
+partition read back and checked (lost, duplicated, unexpected, reordered). Each scenario runs
+with the load from confluent-kafka and from the Java client (kafka-clients 4.3, the ``load``
+command of compat_tests/java/KafkaTool.java). ``--duration`` (seconds of load around each
+fault) makes them longer."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import time
 
 import pytest
@@ -35,6 +39,23 @@ def cluster(tmp_path):
         c.close()
 
 
+# The producer loads each scenario runs with: classes with ProducerLoad's interface. The
+# Java client also in its 3.9 version (Spark's) for the rolling restart (CI time).
+LOADS = [pytest.param(ProducerLoad, id="confluent"), pytest.param(JavaProducerLoad, id="java")]
+WITH_JAVA_39 = LOADS + [pytest.param(functools.partial(JavaProducerLoad, version="3.9.0"), id="java-3.9")]
+
+
+@contextlib.contextmanager
+def _running(load):
+    """``load`` started; killed if the block fails before it was stopped."""
+    load.start()
+    try:
+        yield load
+    except BaseException:
+        load.kill()
+        raise
+
+
 def _partitions(c, bootstrap=None):
     """The topic's partitions as a broker that knows all of them reports them."""
     return partitions_of(bootstrap or c.bootstrap, TOPIC, count=PARTITIONS)
@@ -44,62 +65,65 @@ def _leader(c, partition: int) -> int:
     return _partitions(c)[partition].leader
 
 
-def _fault_round(cluster, duration, fault, heal, what, load_class=ProducerLoad) -> object:
-    """Load; ``fault(victim)`` on the leader of partition 0; writes must go on; ``heal``;
-    the victim back in every ISR; more writes; read everything back and check it."""
+def _fault_round(cluster, duration, fault, heal, what, load_class) -> object:
+    """Load; ``fault(victim)`` on the leader of partition 0; writes to partition 0 must go on
+    (so a new leader took over: partition 1's writes alone could be done before the fault
+    even took effect); ``heal``; the victim back in every ISR; more writes; read everything
+    back and check it."""
     history = History()
-    load = load_class(cluster.bootstrap, TOPIC, PARTITIONS, history).start()
-    wait_until(lambda: load.acked() >= 100, 60, "acknowledged writes before the fault")
-    victim = _leader(cluster, 0)
-    fault(victim)
-    try:
-        before = load.acked()
-        wait_until(lambda: load.acked() >= before + 200, 60 + duration, f"writes while {what}")
-        time.sleep(duration)
-    finally:
-        heal(victim)
-    wait_until(lambda: all(len(p.isrs) == 3 for p in _partitions(cluster).values()), 90,
-               f"broker {victim} back in the ISR")
-    after = load.acked()
-    wait_until(lambda: load.acked() >= after + 100, 60, "writes after healing")
-    load.stop()
+    with _running(load_class(cluster.bootstrap, TOPIC, PARTITIONS, history)) as load:
+        wait_until(lambda: load.acked() >= 100, 60, "acknowledged writes before the fault")
+        victim = _leader(cluster, 0)
+        fault(victim)
+        try:
+            before = load.acked(0)
+            wait_until(lambda: load.acked(0) >= before + 100, 60 + duration,
+                       f"writes to partition 0 while {what}")
+            time.sleep(duration)
+        finally:
+            heal(victim)
+        wait_until(lambda: cluster.converged(TOPIC, PARTITIONS), 90,
+                   f"broker {victim} back in the ISR, every node agreeing")
+        after = load.acked()
+        wait_until(lambda: load.acked() >= after + 100, 60, "writes after healing")
+        load.stop()
     report = check(history, read_all(cluster.bootstrap, TOPIC, PARTITIONS))
+    print(report.summary())     # shown with -rP: the numbers of a passing run
     assert report.ok, report.summary()
     assert report.acked >= 400, report.summary()
     return report
 
 
-def test_kill9_leader_then_restart_loses_nothing(cluster, duration):
-    _fault_round(cluster, duration, cluster.kill, cluster.restart, "the leader is dead")
+@pytest.mark.parametrize("load_class", LOADS)
+def test_kill9_leader_then_restart_loses_nothing(cluster, duration, load_class):
+    _fault_round(cluster, duration, cluster.kill, cluster.restart, "the leader is dead", load_class)
     assert _leader(cluster, 0) != -1
 
 
-def test_kill9_leader_then_restart_loses_nothing_java_producer(cluster, duration):
-    """The same with the Java client (kafka-clients 4.3, idempotent, acks=all) as producer."""
-    _fault_round(cluster, duration, cluster.kill, cluster.restart, "the leader is dead",
-                 load_class=JavaProducerLoad)
-
-
-def test_rolling_restart_with_controlled_shutdown(cluster, duration):
+@pytest.mark.parametrize("load_class", WITH_JAVA_39)
+def test_rolling_restart_with_controlled_shutdown(cluster, duration, load_class):
     """Every node in turn: SIGTERM (controlled shutdown: it hands its leaderships over and
     leaves the ISRs before exiting), start again, wait until it is back in every ISR. The
-    producer sees nothing beyond retriable errors: every send acknowledged, none lost or
-    duplicated, order kept."""
+    producer sees nothing beyond retriable errors (no delivery callback with a non-retriable
+    error: RetriableException for Java, KafkaError.retriable() for librdkafka), and in fact
+    every send is acknowledged, none lost or duplicated, order kept."""
     history = History()
-    load = ProducerLoad(cluster.bootstrap, TOPIC, PARTITIONS, history).start()
-    wait_until(lambda: load.acked() >= 100, 60, "acknowledged writes before the restarts")
-    for node in list(cluster.nodes):
-        assert cluster.nodes[node].stop() == 0, f"node {node} did not shut down cleanly"
-        before = load.acked()
-        wait_until(lambda: load.acked() >= before + 50, 60, f"writes while node {node} is down")
-        cluster.nodes[node].start()
-        wait_until(lambda: all(len(p.isrs) == 3 for p in _partitions(cluster).values()), 90,
-                   f"node {node} back in every ISR")
-        time.sleep(duration / len(cluster.nodes))
-    after = load.acked()
-    wait_until(lambda: load.acked() >= after + 100, 60, "writes after the last restart")
-    load.stop()
+    with _running(load_class(cluster.bootstrap, TOPIC, PARTITIONS, history)) as load:
+        wait_until(lambda: load.acked() >= 100, 60, "acknowledged writes before the restarts")
+        for node in list(cluster.nodes):
+            assert cluster.nodes[node].stop() == 0, f"node {node} did not shut down cleanly"
+            before = load.acked()
+            wait_until(lambda: load.acked() >= before + 50, 60, f"writes while node {node} is down")
+            cluster.nodes[node].start()
+            wait_until(lambda: cluster.converged(TOPIC, PARTITIONS), 90,
+                       f"node {node} back in every ISR, every node agreeing")
+            time.sleep(duration / len(cluster.nodes))
+        after = load.acked()
+        wait_until(lambda: load.acked() >= after + 100, 60, "writes after the last restart")
+        load.stop()
+    assert not load.fatal, f"non-retriable errors during the rolling restart: {load.fatal[:10]}"
     report = check(history, read_all(cluster.bootstrap, TOPIC, PARTITIONS))
+    print(report.summary())     # shown with -rP: the numbers of a passing run
     assert report.ok, report.summary()
     errors = {s.error for s in history.sends.values() if s.outcome != "ok"}
     assert report.failed == 0 and report.indeterminate == 0, f"{report.summary()}; errors {errors}"
@@ -132,47 +156,51 @@ def _partitions_from(cluster, node_id):
     return _partitions(cluster, cluster.nodes[node_id].bootstrap)
 
 
-def test_pause_leader_past_the_session_timeout_then_resume(cluster, duration):
+@pytest.mark.parametrize("load_class", LOADS)
+def test_pause_leader_past_the_session_timeout_then_resume(cluster, duration, load_class):
     """SIGSTOP the leader of partition 0 longer than broker.session.timeout.ms: it is fenced,
     a follower takes over and writes continue; SIGCONT: the old leader learns it was deposed,
     truncates whatever it had not replicated and catches up. Nothing acknowledged is lost."""
-    _fault_round(cluster, duration, cluster.stop_signal, cluster.cont, "the leader is paused")
+    _fault_round(cluster, duration, cluster.stop_signal, cluster.cont, "the leader is paused", load_class)
 
 
-def test_leader_cut_off_then_healed_truncates_its_unreplicated_tail(cluster, duration):
+@pytest.mark.parametrize("load_class", LOADS)
+def test_leader_cut_off_then_healed_truncates_its_unreplicated_tail(cluster, duration, load_class):
     """The leader of partition 0 loses its links to both other nodes (brokers and controllers)
     while clients still reach it. A producer that only knows that node keeps writing acks=all
     there: the records land in its log but can never be replicated, so none is acknowledged.
     The other two fence it, elect a new leader and the main load goes on there. After healing,
     the old leader learns it was deposed and truncates that tail: its log end equals the new
-    leader's, no tail record is in any log, nothing acknowledged is lost."""
+    leader's, no tail record is in any log, nothing acknowledged is lost. (The tail producer is
+    always confluent-kafka, non-idempotent: only the main load changes client.)"""
     history = History()
-    load = ProducerLoad(cluster.bootstrap, TOPIC, PARTITIONS, history).start()
-    wait_until(lambda: load.acked() >= 100, 60, "acknowledged writes before the cut")
-    victim = _leader(cluster, 0)
     tail_history = History()
-    with cluster.isolate(victim):
-        cut_end = wait_until(lambda: cluster.log_end(victim, TOPIC, 0), 10, "the victim's log end")
-        # bootstrapped on the victim alone: its metadata still names itself leader
-        tail = ProducerLoad(cluster.nodes[victim].bootstrap, TOPIC, 1, tail_history, name="tail",
-                            idempotent=False, rate_per_s=50.0, message_timeout_ms=60000).start()
-        tail_end = wait_until(lambda: (e := cluster.log_end(victim, TOPIC, 0)) and e >= cut_end + 20 and e,
-                              30, "the tail on the cut-off leader")
-        others = [n for n in cluster.nodes if n != victim]
-        wait_until(lambda: cluster.leader_seen_by(others[0], TOPIC, 0) not in (-1, victim, None), 60,
-                   "a new leader for partition 0 elected by the other two")
-        before = load.acked()
-        wait_until(lambda: load.acked() >= before + 200, 60 + duration, "writes on the new leader")
-        time.sleep(duration)
-        tail.abandon()        # its unacknowledged sends must not be retried after healing
-    assert sum(1 for s in tail_history.sends.values() if s.outcome == "ok") == 0, \
-        "a write acknowledged by a leader cut off from every follower"
-    wait_until(lambda: all(len(p.isrs) == 3 for p in _partitions(cluster).values()), 90,
-               f"broker {victim} back in the ISR")
-    after = load.acked()
-    wait_until(lambda: load.acked() >= after + 100, 60, "writes after healing")
-    load.stop()
-    new_leader = _leader(cluster, 0)
+    with _running(load_class(cluster.bootstrap, TOPIC, PARTITIONS, history)) as load:
+        wait_until(lambda: load.acked() >= 100, 60, "acknowledged writes before the cut")
+        victim = _leader(cluster, 0)
+        with cluster.isolate(victim):
+            cut_end = wait_until(lambda: cluster.log_end(victim, TOPIC, 0), 10, "the victim's log end")
+            # bootstrapped on the victim alone: its metadata still names itself leader
+            tail = ProducerLoad(cluster.nodes[victim].bootstrap, TOPIC, 1, tail_history, name="tail",
+                                idempotent=False, rate_per_s=50.0, message_timeout_ms=60000).start()
+            tail_end = wait_until(lambda: (e := cluster.log_end(victim, TOPIC, 0)) and e >= cut_end + 20 and e,
+                                  30, "the tail on the cut-off leader")
+            others = [n for n in cluster.nodes if n != victim]
+            wait_until(lambda: cluster.leader_seen_by(others[0], TOPIC, 0) not in (-1, victim, None), 60,
+                       "a new leader for partition 0 elected by the other two")
+            before = load.acked(0)
+            wait_until(lambda: load.acked(0) >= before + 100, 60 + duration,
+                       "writes to partition 0 on the new leader")
+            time.sleep(duration)
+            tail.abandon()        # its unacknowledged sends must not be retried after healing
+        assert sum(1 for s in tail_history.sends.values() if s.outcome == "ok") == 0, \
+            "a write acknowledged by a leader cut off from every follower"
+        wait_until(lambda: cluster.converged(TOPIC, PARTITIONS), 90,
+                   f"broker {victim} back in the ISR, every node agreeing")
+        after = load.acked()
+        wait_until(lambda: load.acked() >= after + 100, 60, "writes after healing")
+        load.stop()
+    new_leader = wait_until(lambda: cluster.converged(TOPIC, PARTITIONS), 30, "every node agreeing")[0]
     assert new_leader != victim
     leader_end = cluster.log_end(new_leader, TOPIC, 0)
     wait_until(lambda: cluster.log_end(victim, TOPIC, 0) == leader_end, 60,
@@ -183,5 +211,6 @@ def test_leader_cut_off_then_healed_truncates_its_unreplicated_tail(cluster, dur
     assert tail_end > cut_end and not (tail_values & in_log), \
         f"{len(tail_values & in_log)} of {len(tail_values)} tail records survived"
     report = check(history, reads)
+    print(report.summary())     # shown with -rP: the numbers of a passing run
     assert report.ok, report.summary()
     assert report.acked >= 400, report.summary()

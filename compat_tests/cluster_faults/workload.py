@@ -33,15 +33,19 @@ class ProducerLoad:
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.sent = 0
+        self.fatal: list[tuple[str, str]] = []     # (value, error) of non-retriable delivery errors
 
-    def acked(self) -> int:
-        return self.history.acked_by(self.name)
+    def acked(self, partition: int | None = None) -> int:
+        return self.history.acked_by(self.name, partition)
 
     def _on_delivery(self, err, msg) -> None:
         value = msg.value().decode()
         if err is None:
             self.history.ok(value, msg.partition(), msg.offset())
-        elif err.code() in DEFINITE:
+            return
+        if not err.retriable():
+            self.fatal.append((value, err.name()))
+        if err.code() in DEFINITE:
             self.history.fail(value, err.name())
         else:
             self.history.info(value, err.name())
@@ -74,6 +78,10 @@ class ProducerLoad:
         self.thread.join()
         self.producer.purge(in_queue=True, in_flight=True, blocking=False)
         self.producer.flush(10)
+
+    def kill(self) -> None:
+        """Stop sending without waiting for anything (cleanup after a failed test)."""
+        self.stop_event.set()
 
     def stop(self, flush_s: float = 90.0) -> None:
         self.stop_event.set()
@@ -137,23 +145,27 @@ def wait_until(cond, timeout_s: float, what: str, step: float = 0.2):
 class JavaProducerLoad:
     """The same workload from the Java client (KafkaTool load, compat_tests/java): a JVM
     producing ``name-<seq>`` round-robin; its event lines feed the History. Same interface as
-    ProducerLoad (start, acked, stop)."""
+    ProducerLoad (start, acked, fatal, stop); ``fatal`` holds the callbacks' exceptions that are
+    not a RetriableException."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, history: History, *,
                  name: str = "j1", version: str = "4.3.0", rate_per_s: float = 200.0, **conf) -> None:
         from compat_tests.clients.java import classpath
         self.history, self.name = history, name
+        # request.timeout.ms below its 30 s default: a request in flight to a paused or cut
+        # off leader holds its partition up that long (librdkafka moves on sooner)
         props = {"acks": "all", "enable.idempotence": "true", "linger.ms": "5",
-                 "delivery.timeout.ms": "60000", "request.timeout.ms": "30000",
+                 "delivery.timeout.ms": "60000", "request.timeout.ms": "10000",
                  "retry.backoff.ms": "100", "metadata.max.age.ms": "2000", **conf}
         self.cmd = ["java", "-cp", classpath(version), "KafkaTool", "load", bootstrap, topic,
                     str(partitions), name, str(rate_per_s), *(f"{k}={v}" for k, v in props.items())]
         self.proc = None
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.done = threading.Event()
+        self.fatal: list[tuple[str, str]] = []
 
-    def acked(self) -> int:
-        return self.history.acked_by(self.name)
+    def acked(self, partition: int | None = None) -> int:
+        return self.history.acked_by(self.name, partition)
 
     def start(self) -> "JavaProducerLoad":
         self.proc = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -168,10 +180,10 @@ class JavaProducerLoad:
                 self.history.invoke(f[0], self.name, int(f[1]))
             elif kind == "ok":
                 self.history.ok(f[0], int(f[1]), int(f[2]))
-            elif kind == "fail":
-                self.history.fail(f[0], f[1])
-            elif kind == "info":
-                self.history.info(f[0], f[1])
+            elif kind in ("fail", "info"):
+                (self.history.fail if kind == "fail" else self.history.info)(f[0], f[1])
+                if f[2:3] != ["retriable"]:
+                    self.fatal.append((f[0], f[1]))
             elif kind == "done":
                 self.done.set()
 

@@ -551,7 +551,8 @@ class TxnTool {
 // (compat_tests/cluster_faults/workload.py). Sends NAME-<seq> round-robin over the partitions
 // until stdin closes, then flushes and exits. One line per event, each send's "invoke" printed
 // before the send so it precedes its outcome:
-//   invoke \t value \t partition | ok \t value \t partition \t offset | fail|info \t value \t error
+//   invoke \t value \t partition | ok \t value \t partition \t offset
+//   | fail|info \t value \t error \t retriable|fatal  (is the callback's exception a RetriableException)
 class LoadTool {
     static synchronized void out(String... f) { System.out.println(String.join("\t", f)); System.out.flush(); }
 
@@ -581,7 +582,8 @@ class LoadTool {
                     (m, e) -> {
                         if (e == null) out("ok", value, Integer.toString(m.partition()), Long.toString(m.offset()));
                         else out(DEFINITE.contains(e.getClass().getSimpleName()) ? "fail" : "info", value,
-                                 e.getClass().getSimpleName());
+                                 e.getClass().getSimpleName(),
+                                 e instanceof org.apache.kafka.common.errors.RetriableException ? "retriable" : "fatal");
                     });
                 Thread.sleep(intervalNs / 1_000_000, (int) (intervalNs % 1_000_000));
             }

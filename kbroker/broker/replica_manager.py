@@ -19,7 +19,9 @@ import uuid
 from typing import Any, Iterable
 
 from kbroker.broker.storage import uuid_to_str
+from kbroker.broker.stray_replicas import LocalLog, Stray, find_stray_logs
 from kbroker.kraft.image import TOPIC_RESOURCE
+from kbroker.kraft.raft_log import METADATA_TOPIC
 from kbroker.replication.delayed_produce import DelayedProduces
 from kbroker.replication.hw_checkpoint import HighWatermarkCheckpoints
 from kbroker.replication.partition import AppendResult, Partition  # noqa: F401 (re-export)
@@ -67,6 +69,11 @@ class ReplicaManager:
         self.delayed = DelayedProduces()           # acks=all produces awaiting the ISR
         self.role_listeners: list = []             # (part, RoleChange): the replica fetchers
         self.hw_checkpoints = HighWatermarkCheckpoints()
+        # Until the image has caught up with the controller (``sweep_stray_logs``), a log on
+        # disk of another topic id than the image names is left alone: the image may be the
+        # stale one. The partitions that met one wait here.
+        self.caught_up = False
+        self._deferred: set[tuple[str, int]] = set()
 
     # -- lookup ------------------------------------------------------------------------------
 
@@ -117,6 +124,15 @@ class ReplicaManager:
         if existing is not None:
             existing.leader_epoch = leader_epoch
             return existing
+        on_disk = self.log_manager.get(topic, index)
+        if on_disk is not None and on_disk.topic_id not in (None, uuid_to_str(topic_id)):
+            # the log of another incarnation of a same-named topic (deleted and re-created)
+            if not self.caught_up:
+                self._deferred.add((topic, index))
+                log.info("%s-%d: the log on disk has topic id %s, the metadata so far %s; "
+                         "opening it once caught up", topic, index, on_disk.topic_id, uuid_to_str(topic_id))
+                return None
+            self._move_aside([Stray(topic, index, f"topic id {on_disk.topic_id} is not {topic} any more")])
         cfg = self.log_config_for(topic)
         now = self.now_ms()
 
@@ -142,6 +158,11 @@ class ReplicaManager:
         # appears here when they exist. CreateTopics answers after that (server.create_topics).
         fut = None
         if self.log_manager.get(topic, index) is None:
+            if self.log_manager.opening(topic, index) is not None:
+                # Already being created (a PartitionChangeRecord came before the files): its
+                # callback installs it and syncs the role from the image as it is then. A second
+                # callback on the same future would find it installed and delete its log.
+                return None
             fut = self.log_manager.create_in_background(topic, index, cfg, now_ms=now,
                                                         topic_id=uuid_to_str(topic_id), prepare=prepare)
         if fut is None:
@@ -161,11 +182,49 @@ class ReplicaManager:
         fut.add_done_callback(created)
         return None
 
+    # -- stray logs ----------------------------------------------------------------------------
+
+    def sweep_stray_logs(self) -> list[Stray]:
+        """Run once the image has caught up with the controller's committed metadata (the
+        broker's registration is in it): move aside every log on disk this broker is not a
+        replica of (``kbroker.broker.stray_replicas``), then open the replicas still closed
+        (deferred above, or whose records were applied before this manager listened).
+        Partitions already open are never touched. Returns the strays."""
+        hosted = {(p.topic, p.index) for p in self.all_partitions()}
+        local = [LocalLog(t, i, plog.topic_id) for (t, i), plog in self.log_manager.logs().items()
+                 if (t, i) not in hosted and t != METADATA_TOPIC]
+        strays = find_stray_logs(self.node_id, self.image, local)
+        self._move_aside(strays)
+        self.caught_up = True
+        stray_keys = {(s.topic, s.partition) for s in strays}
+        pending = self._deferred | ({(lg.topic, lg.partition) for lg in local} - stray_keys)
+        self._deferred = set()
+        for topic, index in sorted(pending):
+            t = self.image.topics_by_name.get(topic)
+            st = t.partitions.get(index) if t is not None else None
+            if st is not None and self.node_id in st.replicas and self.get(topic, index) is None:
+                if self._open(t.name, t.topic_id, index, st.leader_epoch) is not None:
+                    self.sync_role(topic, index)
+        return strays
+
+    def _move_aside(self, strays: list[Stray]) -> None:
+        for s in strays:
+            log.warning("%s-%d is a stray log on broker %d (%s): moving it aside (-stray)",
+                        s.topic, s.partition, self.node_id, s.reason)
+        if strays:
+            self.log_manager.delete_many([(s.topic, s.partition) for s in strays], self.now_ms(), stray=True)
+
     def _remove_topic(self, topic: str) -> None:
         parts = self.topics.pop(topic, None)
         if not parts:
             return
         for p in parts.values():
+            # (Kafka's StopReplica with delete): acks=all produces waiting on it fail now rather
+            # than at their timeout, and the replica fetchers drop it, so a same-named topic
+            # created next is not fetched under this one's topic id.
+            p.leader_state = None
+            self._complete(self.delayed.fail(p, Errors.UNKNOWN_TOPIC_OR_PARTITION))
+            self._tell_role_listeners(p, RoleChange.REMOVED)
             self._wake(p)
         try:
             # one checkpoint for all; renames in the log manager's admin thread
@@ -200,14 +259,17 @@ class ReplicaManager:
         elif change is RoleChange.ISR_CHANGED:
             self._on_hw(part)
         if change is not RoleChange.NONE and change is not RoleChange.STALE:
-            for listener in self.role_listeners:
-                try:
-                    listener(part, change)
-                except Exception:
-                    log.exception("role listener failed for %s", part)
+            self._tell_role_listeners(part, change)
         if removed:
             self._delete_replica(part)
         return change
+
+    def _tell_role_listeners(self, part: Partition, change: RoleChange) -> None:
+        for listener in self.role_listeners:
+            try:
+                listener(part, change)
+            except Exception:
+                log.exception("role listener failed for %s", part)
 
     def _delete_replica(self, part: Partition) -> None:
         """This broker is no longer a replica (a reassignment moved the partition away):
@@ -321,9 +383,10 @@ class ReplicaManager:
         return w
 
     async def wait_for_append(self, parts: list[Partition], timeout_s: float,
-                              watch: "AppendWatch | None" = None) -> None:
+                              watch: "AppendWatch | None" = None, fut: asyncio.Future | None = None) -> None:
         """Return when any of ``parts`` is appended to (or deleted), or after ``timeout_s``;
-        at once if ``watch`` (from ``watch_appends(parts)``) saw one already.
+        at once if ``watch`` (from ``watch_appends(parts)``) saw one already. ``fut``: a
+        future others may resolve too (a fetch session's parked partitions).
 
         One future and one timer handle (``asyncio.wait_for`` would add a second future,
         callbacks and, before 3.12, a task hop to every long poll)."""
@@ -332,10 +395,10 @@ class ReplicaManager:
                 p.waiters.discard(watch)
             if watch.fired:
                 return
-        if not parts or timeout_s <= 0:
+        if (not parts and fut is None) or timeout_s <= 0:
             return
         loop = asyncio.get_running_loop()
-        fut = loop.create_future()
+        fut = fut if fut is not None else loop.create_future()
         for p in parts:
             p.waiters.add(fut)
         timer = loop.call_later(timeout_s, _resolve, fut)

@@ -140,38 +140,36 @@ def handle(ctx, req):
         incremental = True
 
     # The partitions this fetch covers, in order: the request's (full), or the session's
-    # after applying the request's changes and forgotten partitions (incremental).
-    if session is None:
-        cache = None
-    else:
-        cache = session.partitions
+    # ready ones after applying the request's changes and forgotten partitions (incremental:
+    # partitions parked with nothing new are not visited, see FetchSession).
+    if session is not None:
         if incremental:
             for t in req.forgotten_topics_data:
                 key = t.topic_id if use_ids else t.topic
                 for p in t.partitions:
-                    cache.pop((key, p), None)
+                    session.forget((key, p))
         else:
-            cache.clear()
+            session.clear()
     entries = []
     for t in req.topics:
         name, tid = resolve(t)
         key = t.topic_id if use_ids else t.topic
         for p in t.partitions:
-            e = cache.get((key, p.partition)) if incremental else None
+            e = session.partitions.get((key, p.partition)) if incremental else None
             if e is None:
                 e = CachedPartition(name, tid, p.partition, p.fetch_offset, p.partition_max_bytes,
-                                    p.log_start_offset, p.current_leader_epoch)
-                if cache is not None:
-                    cache[(key, p.partition)] = e
+                                    p.log_start_offset, p.current_leader_epoch, key=(key, p.partition))
             else:
                 e.topic = name
                 e.fetch_offset = p.fetch_offset
                 e.max_bytes = p.partition_max_bytes
                 e.log_start_offset = p.log_start_offset
                 e.current_leader_epoch = p.current_leader_epoch
+            if session is not None:
+                session.add(e)
             entries.append(e)
     if incremental:
-        entries = list(cache.values())
+        entries = list(session.ready.values())
 
     if session is not None:
         session.last_used_ms = now
@@ -184,9 +182,15 @@ def handle(ctx, req):
     closer = _closer_replica(broker, req.rack_id, now) if follower_reads and req.rack_id else None
     results, total, errors = _read(entries, replicas, budget, read_committed, follower_reads, closer)
     hints = (image, ctx.listener_name) if v >= 16 else None   # KIP-951: where the leader is
-    if total >= req.min_bytes or errors or req.max_wait_ms <= 0 or not entries:
+    if total >= req.min_bytes or errors or req.max_wait_ms <= 0 or not entries and not (
+            incremental and session.partitions):   # (parked partitions may wake: wait for them)
         return _respond(results, session, incremental, use_ids, read_committed, hints)
-    # watched from now (see ReplicaManager.watch_appends), not from when the task first runs
+    # watched from now, not from when the task first runs (an append in between must wake
+    # it): an incremental session parks its quiet partitions now (FetchSession.settle),
+    # other fetches take a ReplicaManager.watch_appends
+    if incremental:
+        session.settle(results, read_committed)
+        entries = list(session.ready.values())
     watch = replicas.watch_appends([p for e in entries if (p := replicas.get(e.topic, e.partition)) is not None])
     return _long_poll(broker, req, entries, budget, read_committed, session, incremental, use_ids,
                       follower_reads, closer, hints, watch)
@@ -207,18 +211,29 @@ def _closer_replica(broker, client_rack: str, now_ms: int):
 
 async def _long_poll(broker, req, entries, budget, read_committed, session, incremental, use_ids,
                      follower_reads=False, closer=None, hints=None, watch=None):
+    """Until ``min_bytes`` is there, an error, or ``max_wait_ms``. An incremental session
+    waits for a parked partition to wake (or one still ready to grow), then reads the ready."""
     clock = broker.clock
     replicas = broker.replicas
     deadline = clock.monotonic_ms() + req.max_wait_ms
     while True:
         left = deadline - clock.monotonic_ms()
         parts = [p for e in entries if (p := replicas.get(e.topic, e.partition)) is not None] if left > 0 else []
-        if parts:
-            await replicas.wait_for_append(parts, left / 1000, watch)
-            watch = None
+        if incremental:
+            await session.wait_for_news(replicas, parts, left / 1000, watch)
+            entries = list(session.ready.values())
+            waited = left > 0
+        else:
+            if parts:
+                await replicas.wait_for_append(parts, left / 1000, watch)
+            waited = bool(parts)
+        watch = None
         results, total, errors = _read(entries, replicas, budget, read_committed, follower_reads, closer)
-        if total >= req.min_bytes or errors or clock.monotonic_ms() >= deadline or not parts:
+        if total >= req.min_bytes or errors or clock.monotonic_ms() >= deadline or not waited:
             return _respond(results, session, incremental, use_ids, read_committed, hints)
+        if incremental:
+            session.settle(results, read_committed)
+            entries = list(session.ready.values())
 
 
 _MOVED = (Errors.NOT_LEADER_OR_FOLLOWER, Errors.FENCED_LEADER_EPOCH)
@@ -251,6 +266,8 @@ def _respond(results, session, incremental, use_ids, read_committed, hints=None)
             lid, lep = leader_hints.current_leader(hints[0], e.topic, e.partition)
             cur.partitions[-1].current_leader = _Part.LeaderIdAndEpoch(leader_id=lid, leader_epoch=lep)
             moved.append(lid)
+    if session is not None:
+        session.settle(results, read_committed)
     resp = FetchResponse(throttle_time_ms=0, error_code=0,
                          session_id=session.id if session is not None else 0, responses=topics)
     if moved:

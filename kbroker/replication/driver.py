@@ -70,9 +70,12 @@ class ReplicationDriver:
     def _on_role(self, part, change: RoleChange) -> None:
         if self._stopped:
             return
-        if change in (RoleChange.BECAME_FOLLOWER, RoleChange.BECAME_LEADER, RoleChange.ISR_CHANGED):
+        if change in (RoleChange.BECAME_FOLLOWER, RoleChange.BECAME_LEADER, RoleChange.ISR_CHANGED,
+                      RoleChange.REMOVED):
             for f in self.fetchers.values():
                 f.remove(part.topic, part.index)
+        if change is RoleChange.REMOVED:
+            return
         if part.leader_state is None and part.leader_id >= 0 and self.server.node_id in part.replicas \
                 and self._isr_task is not None:
             self._follow(part)

@@ -106,14 +106,16 @@ class ReplicaFetcher:
         return min(times) if times else None
 
     def build_request(self, now_ms: int) -> FetchRequest | None:
-        by_topic: dict[str, FetchRequest.FetchTopic] = {}
+        by_topic: dict[tuple, FetchRequest.FetchTopic] = {}
         for p in self.partitions.values():
             if p.stale or p.backoff_until_ms > now_ms:
                 continue
             r = p.replica
-            t = by_topic.get(p.topic)
+            # by id too: a partition of a same-named topic's other incarnation is never
+            # fetched under this one's id
+            t = by_topic.get((p.topic, p.topic_id))
             if t is None:
-                t = by_topic[p.topic] = FetchRequest.FetchTopic(topic=p.topic, topic_id=p.topic_id)
+                t = by_topic[(p.topic, p.topic_id)] = FetchRequest.FetchTopic(topic=p.topic, topic_id=p.topic_id)
             t.partitions.append(FetchRequest.FetchTopic.FetchPartition(
                 partition=p.partition, current_leader_epoch=p.leader_epoch,
                 fetch_offset=r.log_end_offset, last_fetched_epoch=r.latest_epoch,

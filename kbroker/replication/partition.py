@@ -17,7 +17,6 @@ partition), every append is committed at once: the high watermark follows the lo
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import uuid
@@ -75,7 +74,10 @@ class Partition:
         self.log = plog
         self.producer_state = producer_state
         self.leader_epoch = leader_epoch
-        self.waiters: set[asyncio.Future] = set()
+        # futures of waiting fetches, AppendWatch (replica manager) and parked fetch-session
+        # partitions (fetch_sessions._Watch):
+        # wake() calls done() and set_result() on each
+        self.waiters: set = set()
         self.config = config
         self.txns: PartitionTxns | None = None  # LSO, aborted-txn index, markers (kbroker.txn)
         # role, as the metadata image says (kbroker.replication.roles)
@@ -85,6 +87,7 @@ class Partition:
         self.isr: list[int] = []
         self.leader_state = None   # kbroker.replication.leader_state.LeaderState while leading
         self.hw_listeners: list = []  # called with the partition after the HW moves
+        plog.on_start_moved = self.wake   # a new log start is news for parked fetch sessions
 
     # -- reads -------------------------------------------------------------------------------
 

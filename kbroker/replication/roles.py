@@ -27,6 +27,7 @@ class RoleChange(Enum):
     BECAME_FOLLOWER = "became-follower"   # or followed a new leader / epoch
     ISR_CHANGED = "isr-changed"
     STALE = "stale"                       # an older epoch than this replica knows
+    REMOVED = "removed"                   # the topic was deleted: stop leading and fetching
 
 
 def apply_partition_state(replica, local_id: int, leader: int, leader_epoch: int,

@@ -4,7 +4,8 @@ Every node is broker + controller (``--controllers K`` makes only the first K co
 and the rest brokers), formatted with one fresh cluster id, with static
 ``controller.quorum.voters``. Ports are taken from the kernel (bound to 127.0.0.1:0 then
 released) unless ``--base-port`` is given; data goes to a new temporary directory unless
-``--data-dir`` names one (which must be empty or absent). It prints the bootstrap servers and
+``--data-dir`` names one (which must be empty or absent). ``--racks`` gives each node its own
+``broker.rack``: one value per node (``a,b,c``), or a pattern with ``{id}`` (``RACK{id}``). It prints the bootstrap servers and
 waits; Ctrl-C (or SIGTERM) stops every node it started, by PID, and removes a temporary data
 directory.
 """
@@ -30,6 +31,8 @@ def add_parser(sub) -> None:
     up.add_argument("--base-port", type=int, default=None)
     up.add_argument("--data-dir", default=None)
     up.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
+    up.add_argument("--racks", default=None, metavar="R1,R2,...|PATTERN",
+                    help="broker.rack per node: a comma list, or a pattern such as RACK{id}")
     p.set_defaults(tool_main=main)
 
 
@@ -60,13 +63,28 @@ def plan(n: int, controllers: int | None, base_port: int | None) -> list[dict]:
     return out
 
 
-def node_props(node: dict, voters: str, data_dir: str, overrides: list[str]) -> list[str]:
+def racks(spec: str | None, n: int) -> list[str | None]:
+    """broker.rack of nodes 1..n from ``--racks`` (ValueError if a list has another length)."""
+    if not spec:
+        return [None] * n
+    if "{id}" in spec:
+        return [spec.replace("{id}", str(i)) for i in range(1, n + 1)]
+    values = [v.strip() for v in spec.split(",")]
+    if len(values) != n or not all(values):
+        raise ValueError(f"--racks names {len(values)} racks for {n} nodes")
+    return values
+
+
+def node_props(node: dict, voters: str, data_dir: str, overrides: list[str],
+               rack: str | None = None) -> list[str]:
     listeners = [f"PLAINTEXT://127.0.0.1:{node['port']}"]
     if node["cport"]:
         listeners.append(f"CONTROLLER://127.0.0.1:{node['cport']}")
     props = [f"node.id={node['id']}", f"process.roles={node['roles']}", f"listeners={','.join(listeners)}",
              "controller.listener.names=CONTROLLER", f"controller.quorum.voters={voters}",
              f"log.dirs={os.path.join(data_dir, 'node%d' % node['id'])}"]
+    if rack is not None:
+        props.append(f"broker.rack={rack}")
     return props + list(overrides)
 
 
@@ -75,6 +93,11 @@ def main(args) -> int:
     n = args.nodes
     if n < 1:
         print("kbroker cluster up: N must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        node_racks = racks(args.racks, n)
+    except ValueError as e:
+        print(f"kbroker cluster up: {e}", file=sys.stderr)
         return 2
     temp = args.data_dir is None
     data_dir = tempfile.mkdtemp(prefix="kbroker-cluster-") if temp else os.path.abspath(args.data_dir)
@@ -93,7 +116,7 @@ def main(args) -> int:
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         for x in nodes:
-            props = node_props(x, voters, data_dir, args.override)
+            props = node_props(x, voters, data_dir, args.override, node_racks[x["id"] - 1])
             ov = [a for p in props for a in ("--override", p)]
             subprocess.run([sys.executable, "-m", "kbroker", "format", "-t", cid, *ov], check=True,
                            capture_output=True)

@@ -37,6 +37,30 @@ def test_create_in_background_yields_and_registers(tmp_path):
     assert sorted(os.listdir(tmp_path / "t-7")) == sorted(os.listdir(tmp_path / "t-8"))
 
 
+def test_completed_group_is_registered_a_few_per_loop_iteration(tmp_path):
+    """Each registered log's future runs its owner's install in the next iteration: a group
+    of completions is handed out a few per iteration, with other work running between."""
+    async def main():
+        lm = LogManager([str(tmp_path)], LogConfig())
+        lm.start_background_io()
+        n, per = 64, LogManager.CREATED_PER_ITERATION
+        assert per < n
+        ticks, seen = [0], []
+        stop = asyncio.Event()
+        ticker = asyncio.create_task(_ticker(stop, ticks))
+        futs = [lm.create_in_background("t", i, now_ms=0) for i in range(n)]
+        for f in futs:
+            f.add_done_callback(lambda _f: seen.append(ticks[0]))
+        await asyncio.gather(*futs)
+        stop.set()
+        await ticker
+        # no loop iteration resolved more than `per` of them: the ticker ran in between
+        assert max(seen.count(t) for t in set(seen)) <= per
+        assert len(set(seen)) >= n // per
+        lm.shutdown()
+    asyncio.run(main())
+
+
 def test_delete_while_creating_then_recreate(tmp_path):
     async def main():
         lm = LogManager([str(tmp_path)], LogConfig.from_props({"file.delete.delay.ms": "0"}))

@@ -107,19 +107,19 @@ class ClassicProtocol:
             return res
         member = group.members[mid]
         if group.is_in(S.PREPARING_REBALANCE):
-            self._update_member(member, req, token, res)
+            self._update_member(group, member, req, token, res)
             return res.add(self._maybe_complete_join(group, now_ms))
         if group.is_in(S.COMPLETING_REBALANCE):
             if member.same_protocols(req.protocols):
                 # A retry of a join whose response was lost: answer with the current generation.
                 res.reply(token, self._join_response(group, member, req.version))
                 return res
-            self._update_member(member, req, token, res)
+            self._update_member(group, member, req, token, res)
             return res.add(self._prepare_rebalance(group, now_ms, f"{mid} changed its protocols"))
         if group.is_in(S.STABLE):
             if group.is_leader(mid) or not member.same_protocols(req.protocols):
                 # The leader rejoining means it wants a new assignment (e.g. metadata changed).
-                self._update_member(member, req, token, res)
+                self._update_member(group, member, req, token, res)
                 return res.add(self._prepare_rebalance(group, now_ms, f"{mid} rejoined"))
             res.reply(token, self._join_response(group, member, req.version))
             self._reschedule_heartbeat(group, member, now_ms)
@@ -127,11 +127,12 @@ class ClassicProtocol:
         res.reply(token, JoinResponse(errors.UNKNOWN_MEMBER_ID, member_id=mid))
         return res
 
-    def _update_member(self, member: ClassicMember, req: JoinRequest, token, res: Result) -> None:
+    def _update_member(self, group: ClassicGroup, member: ClassicMember, req: JoinRequest, token,
+                       res: Result) -> None:
         if member.join_token is not None and member.join_token is not token:
             # A duplicate join: the older request gets an answer it can retry from.
             res.reply(member.join_token, JoinResponse(errors.REBALANCE_IN_PROGRESS, member_id=member.member_id))
-        member.protocols = [(n, bytes(m)) for n, m in req.protocols]
+        group.set_protocols(member, [(n, bytes(m)) for n, m in req.protocols])
         member.session_timeout_ms = req.session_timeout_ms
         member.rebalance_timeout_ms = req.rebalance_timeout_ms
         member.client_id, member.client_host = req.client_id, req.client_host
@@ -173,12 +174,12 @@ class ClassicProtocol:
             # unless its protocols would change the group's protocol. Its metadata may
             # differ (a new process owns no partitions yet): Kafka takes it and keeps the
             # current assignment (GroupMetadataManager.updateStaticMemberThenRebalanceOrCompleteJoin).
-            member.protocols = [(n, bytes(m)) for n, m in req.protocols]
+            group.set_protocols(member, [(n, bytes(m)) for n, m in req.protocols])
             if group.select_protocol() == group.protocol_name:
                 res.records.append(GroupMetadataRecord(group.group_id, group.to_record_value()))
                 res.reply(token, self._join_response(group, member, req.version, static_rejoin=True))
                 return res
-        self._update_member(member, req, token, res)
+        self._update_member(group, member, req, token, res)
         if group.is_in(S.PREPARING_REBALANCE):
             return res.add(self._maybe_complete_join(group, now_ms))
         return res.add(self._prepare_rebalance(group, now_ms, f"static member {req.group_instance_id} replaced"))
