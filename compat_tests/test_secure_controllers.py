@@ -20,7 +20,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.brokers import REPO, KBrokerCluster
@@ -145,12 +145,38 @@ def _consume(certs, bootstrap, topic, n) -> list[bytes]:
     return got
 
 
-def _create(certs, bootstrap, topic, rf=3):
+def _transaction(certs, bootstrap, topic, n, partitions) -> list[bytes]:
+    """``n`` records in one committed transaction over ``partitions`` partitions (led by
+    different brokers than the transaction's coordinator, so its markers and KIP-890
+    verification go broker to broker), then what a read_committed consumer reads back."""
+    p = Producer({**_client_conf(certs), "bootstrap.servers": bootstrap, "transactional.id": f"tx-{topic}",
+                  "transaction.timeout.ms": 60000, "message.timeout.ms": 60000})
+    p.init_transactions(60)
+    p.begin_transaction()
+    for i in range(n):
+        p.produce(topic, f"{topic}-{i}".encode(), partition=i % partitions)
+    p.commit_transaction(60)
+    cons = Consumer({**_client_conf(certs), "bootstrap.servers": bootstrap, "group.id": f"g-{topic}",
+                     "isolation.level": "read_committed", "enable.auto.commit": False})
+    cons.assign([TopicPartition(topic, i, OFFSET_BEGINNING) for i in range(partitions)])
+    got = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(got) < n and time.monotonic() < deadline:
+            m = cons.poll(1.0)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+    finally:
+        cons.close()
+    return got
+
+
+def _create(certs, bootstrap, topic, rf=3, partitions=1):
     admin = AdminClient({**_client_conf(certs), "bootstrap.servers": bootstrap})
 
     def attempt():
         try:
-            admin.create_topics([NewTopic(topic, 1, rf, config={"min.insync.replicas": "2"})])[topic].result(30)
+            admin.create_topics([NewTopic(topic, partitions, rf, config={"min.insync.replicas": "2"})])[topic].result(30)
         except Exception as e:
             if "TOPIC_ALREADY_EXISTS" not in str(e):
                 raise
@@ -190,6 +216,10 @@ def test_cluster_with_sasl_ssl_controller_listeners(tmp_path, certs):
         _create(certs, good, "sec-a")
         assert _produce(certs, good, "sec-a", 50) == [None] * 50
         assert len(_consume(certs, good, "sec-a", 50)) == 50
+        # a transaction across brokers: WriteTxnMarkers and AddPartitionsToTxn(verify_only)
+        # between brokers ride the inter-broker listener, SASL_SSL too
+        _create(certs, good, "sec-txn", partitions=3)
+        assert sorted(_transaction(certs, good, "sec-txn", 30, 3)) == sorted(f"sec-txn-{i}".encode() for i in range(30))
 
         # kafka-metadata-quorum.sh's --command-config: the tool reaches the active controller as ctl
         old = _wait(lambda: _leader(certs, c), 60)

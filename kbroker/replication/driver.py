@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from kbroker.net.peers import PeerClients
 from kbroker.replication.fetcher import ReplicaFetcher
 from kbroker.replication.roles import RoleChange
 from kbroker.wire.errors import Errors
@@ -33,7 +34,9 @@ class ReplicationDriver:
         self.replicas = server.replicas
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self.tasks: dict[int, asyncio.Task] = {}
-        self.clients: dict[int, object] = {}
+        # one connection per source broker on the inter-broker listener (its TLS/SASL)
+        self.peers = PeerClients(server, f"replica-fetcher-{server.node_id}",
+                                 request_timeout_ms=self.cfg["replica.fetch.wait.max.ms"] + 30_000)
         self.wakeups: dict[int, asyncio.Event] = {}
         self._isr_task: asyncio.Task | None = None
         self._alter_inflight: set = set()
@@ -59,11 +62,7 @@ class ReplicationDriver:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for c in self.clients.values():
-            try:
-                await c.close()
-            except Exception:
-                pass
+        await self.peers.close()
 
     # -- roles -----------------------------------------------------------------------------
 
@@ -104,32 +103,6 @@ class ReplicationDriver:
 
     # -- fetching --------------------------------------------------------------------------
 
-    def _client(self, leader: int):
-        from kbroker.net.client import KafkaClient
-        from kbroker.replication.leader_hints import endpoint
-
-        ep = endpoint(self.server.image, leader, self._listener())
-        if ep is None:
-            return None
-        c = self.clients.get(leader)
-        if c is None or (c.host, c.port) != (ep[0], ep[1]):
-            from kbroker.security.client_auth import listener_client_security
-            ssl, sasl = listener_client_security(self.cfg, self._listener())   # TLS/SASL of that listener
-            c = KafkaClient(ep[0], ep[1], client_id=f"replica-fetcher-{self.server.node_id}",
-                            request_timeout_ms=self.cfg["replica.fetch.wait.max.ms"] + 30_000, ssl=ssl, sasl=sasl)
-            self.clients[leader] = c
-        return c
-
-    def _listener(self) -> str | None:
-        name = self.cfg["inter.broker.listener.name"]
-        if name:
-            return name
-        ctrl = set(self.cfg.controller_listener_names)
-        for ep in self.cfg.listeners:
-            if ep.listener_name not in ctrl:
-                return ep.listener_name
-        return None
-
     async def _fetch_loop(self, leader: int) -> None:
         f = self.fetchers[leader]
         wake = self.wakeups[leader]
@@ -149,7 +122,7 @@ class ReplicationDriver:
                 except asyncio.TimeoutError:
                     pass
                 continue
-            client = self._client(leader)
+            client = self.peers.get(leader)
             if client is None:     # the leader is fenced or unknown: wait for metadata
                 f.backoff_all(now)
                 continue
