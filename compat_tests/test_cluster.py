@@ -207,6 +207,27 @@ def kafka_features(bootstrap: str, tmp, *commands: list) -> list:
     return out
 
 
+def test_sigterm_while_waiting_for_the_quorum_stops_the_node(tmp_path):
+    """A broker whose controllers never answer waits for them at start-up; SIGTERM ends that
+    wait and the process exits cleanly instead of ignoring the signal."""
+    from compat_tests.brokers import free_port
+    c = KBrokerCluster(tmp_path, 1, roles="broker")
+    dead = free_port()
+    c.voters = lambda: f"9@127.0.0.1:{dead}"             # nobody listens there
+    node = c.nodes[1]
+    node.format()
+    node.start(wait=False)
+    try:
+        wait_for = time.monotonic() + 30
+        while "waiting" not in node.log_path.read_text(errors="replace") and time.monotonic() < wait_for:
+            time.sleep(0.2)
+        time.sleep(1)
+        assert node.stop(timeout=20) == 0, node.log_path.read_text(errors="replace")[-2000:]
+        assert "stopping before start-up finished" in node.log_path.read_text(errors="replace")
+    finally:
+        node.kill()
+
+
 def test_node_formatted_with_another_cluster_id_is_refused(tmp_path):
     with KBrokerCluster(tmp_path / "good", 1) as c:
         stranger = KBrokerCluster(tmp_path / "other", 1, roles="broker",

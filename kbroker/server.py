@@ -441,8 +441,20 @@ async def serve(config: BrokerConfig, *, clock: Clock = SYSTEM_CLOCK) -> None:
             loop.add_signal_handler(sig, lambda s=sig: (log.info("received %s", signal.Signals(s).name), stop.set()))
         except (NotImplementedError, RuntimeError):
             pass
+    # start-up can wait for the quorum indefinitely (controllers down, or refusing this
+    # node's credentials): a signal then ends the wait instead of being ignored
+    starting = asyncio.create_task(server.start(), name="start-up")
+    stopping = asyncio.create_task(stop.wait(), name="stop-signal")
+    await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():
+        log.info("stopping before start-up finished")
+        starting.cancel()
+        await asyncio.gather(starting, return_exceptions=True)
+        await server.shutdown(timeout=1.0)
+        return
+    stopping.cancel()
     try:
-        await server.start()
+        starting.result()
     except BaseException:
         log.exception("start-up failed")
         await server.shutdown(timeout=1.0)
