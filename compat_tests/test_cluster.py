@@ -250,7 +250,8 @@ def test_format_release_version_then_upgrade_with_kafka_features(tmp_path):
     metadata.version 3.7-IV4, as Kafka's kafka-features.sh describes it, and upgrades to 3.9."""
     c = KBrokerCluster(tmp_path, 1)
     c.nodes[1].format("--release-version", "3.7")
-    with c.start(format=False):
+    c.start(format=False)
+    try:
         bs = c.bootstrap
         [(rc, out)] = kafka_features(bs, tmp_path, ["describe"])
         assert rc == 0 and "Feature: metadata.version" in out and "FinalizedVersionLevel: 3.7-IV4" in out, out
@@ -258,3 +259,33 @@ def test_format_release_version_then_upgrade_with_kafka_features(tmp_path):
         assert rc == 0 and out.endswith("metadata.version was upgraded to 21.\n"), out
         [(rc, out)] = kafka_features(bs, tmp_path, ["describe"])
         assert rc == 0 and "FinalizedVersionLevel: 3.9-IV0" in out, out
+    finally:
+        c.close()
+
+
+def test_leader_shrinks_the_isr_of_a_stalled_follower_and_expands_it_again(tmp_path):
+    """A follower that stops fetching (SIGSTOP) leaves the ISR through the leader's own check
+    after replica.lag.time.max.ms (its session is long, so the controller never fences it) and
+    rejoins once it fetches again (SIGCONT)."""
+    from confluent_kafka import Producer
+    from compat_tests.cluster_faults.workload import partitions_of
+
+    with KBrokerCluster(tmp_path, 3, overrides={"broker.session.timeout.ms": "120000",
+                                                "replica.lag.time.max.ms": "1500"}) as c:
+        a = admin(c.bootstrap)
+        a.create_topics([NewTopic("isr", 1, 3)])["isr"].result(30)
+        p0 = partitions_of(c.bootstrap, "isr", until=lambda ps: len(ps[0].isrs) == 3)[0]
+        follower = next(n for n in p0.replicas if n != p0.leader)
+        others = ",".join(c.nodes[n].bootstrap for n in c.nodes if n != follower)
+        c.stop_signal(follower)
+        try:
+            p = Producer({"bootstrap.servers": others, "acks": "1"})
+            for i in range(20):
+                p.produce("isr", value=b"%d" % i, partition=0)
+            assert p.flush(30) == 0
+            shrunk = partitions_of(others, "isr", until=lambda ps: follower not in ps[0].isrs, timeout_s=30)[0]
+            assert sorted(shrunk.isrs) == sorted(n for n in p0.replicas if n != follower)
+            assert shrunk.leader == p0.leader
+        finally:
+            c.cont(follower)
+        partitions_of(c.bootstrap, "isr", until=lambda ps: len(ps[0].isrs) == 3, timeout_s=30)
