@@ -129,10 +129,15 @@ def _produce(certs, bootstrap, topic, n) -> list:
     return acked
 
 
-def _consume(certs, bootstrap, topic, n) -> list[bytes]:
+def _consume(certs, bootstrap, topic, n, partitions=None, **conf) -> list[bytes]:
+    """Up to ``n`` values of ``topic`` within 60 s: as a group member, or with ``partitions``
+    assigned from their start."""
     cons = Consumer({**_client_conf(certs), "bootstrap.servers": bootstrap, "group.id": f"g-{topic}",
-                     "auto.offset.reset": "earliest"})
-    cons.subscribe([topic])
+                     "auto.offset.reset": "earliest", **conf})
+    if partitions is None:
+        cons.subscribe([topic])
+    else:
+        cons.assign([TopicPartition(topic, i, OFFSET_BEGINNING) for i in range(partitions)])
     got = []
     deadline = time.monotonic() + 60
     try:
@@ -156,19 +161,8 @@ def _transaction(certs, bootstrap, topic, n, partitions) -> list[bytes]:
     for i in range(n):
         p.produce(topic, f"{topic}-{i}".encode(), partition=i % partitions)
     p.commit_transaction(60)
-    cons = Consumer({**_client_conf(certs), "bootstrap.servers": bootstrap, "group.id": f"g-{topic}",
-                     "isolation.level": "read_committed", "enable.auto.commit": False})
-    cons.assign([TopicPartition(topic, i, OFFSET_BEGINNING) for i in range(partitions)])
-    got = []
-    deadline = time.monotonic() + 60
-    try:
-        while len(got) < n and time.monotonic() < deadline:
-            m = cons.poll(1.0)
-            if m is not None and m.error() is None:
-                got.append(m.value())
-    finally:
-        cons.close()
-    return got
+    return _consume(certs, bootstrap, topic, n, partitions, **{"isolation.level": "read_committed",
+                                                              "enable.auto.commit": False})
 
 
 def _create(certs, bootstrap, topic, rf=3, partitions=1):
