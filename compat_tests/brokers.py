@@ -178,6 +178,13 @@ class ClusterNode(BrokerProcess):
                        env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
 
     def start(self, timeout: float = 60.0, wait: bool = True) -> "ClusterNode":
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                self.proc.wait(5)       # just killed: let it go
+            except subprocess.TimeoutExpired:
+                # a second process would fail on the locked dirs, and this handle would lose
+                # the running one (never stopped: a leaked broker)
+                raise RuntimeError(f"node {self.node_id} is already running (pid {self.proc.pid})") from None
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
