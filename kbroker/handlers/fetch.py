@@ -191,9 +191,9 @@ def handle(ctx, req):
     if incremental:
         session.settle(results, read_committed)
         entries = list(session.ready.values())
-    watch = replicas.watch_appends([p for e in entries if (p := replicas.get(e.topic, e.partition)) is not None])
+    parts = [p for e in entries if (p := replicas.get(e.topic, e.partition)) is not None]
     return _long_poll(broker, req, entries, budget, read_committed, session, incremental, use_ids,
-                      follower_reads, closer, hints, watch)
+                      follower_reads, closer, hints, parts, replicas.watch_appends(parts))
 
 
 def _closer_replica(broker, client_rack: str, now_ms: int):
@@ -210,7 +210,7 @@ def _closer_replica(broker, client_rack: str, now_ms: int):
 
 
 async def _long_poll(broker, req, entries, budget, read_committed, session, incremental, use_ids,
-                     follower_reads=False, closer=None, hints=None, watch=None):
+                     follower_reads=False, closer=None, hints=None, parts=None, watch=None):
     """Until ``min_bytes`` is there, an error, or ``max_wait_ms``. An incremental session
     waits for a parked partition to wake (or one still ready to grow), then reads the ready."""
     clock = broker.clock
@@ -218,7 +218,8 @@ async def _long_poll(broker, req, entries, budget, read_committed, session, incr
     deadline = clock.monotonic_ms() + req.max_wait_ms
     while True:
         left = deadline - clock.monotonic_ms()
-        parts = [p for e in entries if (p := replicas.get(e.topic, e.partition)) is not None] if left > 0 else []
+        if watch is None:       # (the first round: the partitions the handler watched)
+            parts = [p for e in entries if (p := replicas.get(e.topic, e.partition)) is not None] if left > 0 else []
         if incremental:
             await session.wait_for_news(replicas, parts, left / 1000, watch)
             entries = list(session.ready.values())
