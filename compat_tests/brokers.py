@@ -294,6 +294,33 @@ class KBrokerCluster:
                 return r
         return None
 
+    def wait_brokers_known(self, timeout: float = 30.0) -> None:
+        """Wait until every broker lists every broker in its Metadata. A node answers as soon
+        as it serves, but learns its peers' registrations (and their unfencing) from the
+        metadata log a moment later, so right after start() a node may list only some."""
+        import asyncio
+
+        from kbroker.net.client import ClientError, KafkaClient
+        from kbroker.wire import registry as wire
+
+        brokers = sorted(i for i, n in self.nodes.items() if "broker" in n.roles)
+
+        async def seen(n) -> list:
+            c = KafkaClient(n.host, n.port, request_timeout_ms=5000, connect_timeout_ms=5000)
+            try:
+                r = await c.send(wire.REQUESTS[3](topics=[]))
+                return sorted(b.node_id for b in r.brokers)
+            except (ClientError, OSError, asyncio.TimeoutError):
+                return []
+            finally:
+                await c.close()
+        deadline = time.monotonic() + timeout
+        for i in brokers:
+            while (got := asyncio.run(seen(self.nodes[i]))) != brokers:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"node {i} lists brokers {got}, expected {brokers}")
+                time.sleep(0.1)
+
     def active_controller(self, timeout: float = 30.0) -> int:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

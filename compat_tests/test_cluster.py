@@ -115,6 +115,7 @@ def test_restarted_node_catches_up_from_a_snapshot_after_the_log_was_cleaned(tmp
 
 
 def test_confluent_admin_against_every_node(cluster):
+    cluster.wait_brokers_known()
     for n in cluster.nodes.values():
         a = admin(f"127.0.0.1:{n.port}")
         assert create(a, f"from{n.node_id}", partitions=2) is None
@@ -128,6 +129,7 @@ def test_confluent_admin_against_every_node(cluster):
 def test_java_admin_describe_cluster_and_metadata_quorum_against_every_node(cluster, version):
     if not java_client.available(version):
         pytest.skip(f"kafka-clients {version} jars missing (scripts/fetch-java-clients.sh installs them)")
+    cluster.wait_brokers_known()
     lead = cluster.active_controller()
     for n in cluster.nodes.values():
         drv = java_client.JavaDriver(f"127.0.0.1:{n.port}", version)
