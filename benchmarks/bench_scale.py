@@ -13,8 +13,14 @@ each broker in turn (the order rotates with P, so load noise hits all of them):
   (acks=1, linger 5 ms, confluent-kafka), MB/s until every record is acknowledged;
 * produce latency: 1,000 records paced 1 ms apart over the P partitions, acks=1, p50/p99 of
   the acknowledgement latency;
-* consume throughput: one consumer assigned all P partitions reads everything back
-  (librdkafka uses an incremental fetch session, KIP-227, for them).
+* consume throughput: one consumer assigned all P partitions reads everything back from
+  their earliest offsets (librdkafka sends full sessionless fetches naming every partition).
+  The earliest offsets are asked for in one batched ListOffsets (AdminClient.list_offsets,
+  as the Java consumer's seekToBeginning batches them) and assigned as concrete offsets,
+  inside the timed section. ``--from-beginning`` assigns OFFSET_BEGINNING instead: librdkafka
+  then sends one ListOffsets per partition and, at 10,000 partitions, now and then leaves the
+  last ~1,000 of them unsent for 10-100 s (seen against kbroker and Kafka alike: a client-side
+  stall, see benchmarks/results/scale.md), which made this row swing 0.2-25 MB/s.
 
 Then, with every topic still there: restart time after a clean stop and after kill -9
 (kbroker and Kafka; Tansu runs from memory), measured until the broker answers a Metadata
@@ -40,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from confluent_kafka import Consumer, Producer, TopicPartition, OFFSET_BEGINNING  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec  # noqa: E402
 
 from peers import NAMES, make_broker, open_fds, rss_mb, write_report  # noqa: E402
 
@@ -126,16 +132,24 @@ def latency(b, topics, n=1000):
     return lat[len(lat) // 2] * 1000, lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000
 
 
-def consume(b, topics, count):
+def consume(b, topics, count, from_beginning=False):
     c = Consumer({"bootstrap.servers": b, "group.id": "scale", "enable.auto.commit": False,
                   "fetch.queue.backoff.ms": 5})
     c.list_topics(timeout=30)
-    c.assign([TopicPartition(t, i, OFFSET_BEGINNING) for t, i in targets(topics)])
+    admin = AdminClient({"bootstrap.servers": b})
+    admin.list_topics(timeout=30)   # (connected before the clock starts, like the consumer)
     got = 0
     t0 = time.perf_counter()
+    if from_beginning:
+        c.assign([TopicPartition(t, i, OFFSET_BEGINNING) for t, i in targets(topics)])
+    else:
+        found = admin.list_offsets({TopicPartition(t, i): OffsetSpec.earliest() for t, i in targets(topics)},
+                                   request_timeout=120)
+        c.assign([TopicPartition(tp.topic, tp.partition, f.result().offset) for tp, f in found.items()])
     deadline = t0 + 300
     while got < count and time.perf_counter() < deadline:
-        got += sum(1 for m in c.consume(10000, timeout=1) if not m.error())
+        # (no more than are left: consume() waits its whole timeout for a batch it cannot fill)
+        got += sum(1 for m in c.consume(min(10000, count - got), timeout=1) if not m.error())
     dt = time.perf_counter() - t0
     c.close()
     if got < count:
@@ -184,6 +198,9 @@ def main() -> None:
     ap.add_argument("--plot", default="")
     ap.add_argument("--rows-only", action="store_true",
                     help="only the per-partition-count rows (no fsync and restart sections)")
+    ap.add_argument("--from-beginning", action="store_true",
+                    help="consume rows: assign OFFSET_BEGINNING (one ListOffsets per partition) "
+                         "instead of the earliest offsets from one batched ListOffsets")
     args = ap.parse_args()
     kinds = args.brokers.split(",")
     counts = [int(x) for x in args.partitions.split(",")]
@@ -210,7 +227,7 @@ def main() -> None:
                     r["fds"] = open_fds(b.proc.pid)
                     r["produce_mbs"] = produce(b.bootstrap, topics, args.records)
                     r["p50_ms"], r["p99_ms"] = latency(b.bootstrap, topics)
-                    r["consume_mbs"] = consume(b.bootstrap, topics, args.records + 1000)
+                    r["consume_mbs"] = consume(b.bootstrap, topics, args.records + 1000, args.from_beginning)
                 except Exception as e:
                     r["error"] = f"{type(e).__name__}: {e}"[:150]
                 rows[p][k] = r
@@ -253,7 +270,8 @@ def report(rows, extra, kinds, counts, args) -> None:
     L = [f"# Scaling with partitions ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
          f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; shared with "
          "other jobs while it ran (compare brokers within this run, not across runs). "
-         f"{args.records} x 1 KiB records per produce row, acks=1, confluent-kafka.", ""]
+         f"{args.records} x 1 KiB records per produce row, acks=1, confluent-kafka; consume from "
+         + ("OFFSET_BEGINNING." if args.from_beginning else "the earliest offsets (one batched ListOffsets)."), ""]
     metrics = [("produce_mbs", "produce MB/s", "{:.1f}"), ("consume_mbs", "consume MB/s", "{:.1f}"),
                ("p50_ms", "produce p50 ms", "{:.2f}"), ("p99_ms", "produce p99 ms", "{:.2f}"),
                ("kb_per_partition", "idle KiB / partition", "{:.0f}"), ("mem_mb", "RSS MB", "{:.0f}"),
