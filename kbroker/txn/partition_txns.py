@@ -52,6 +52,8 @@ class PartitionTxns:
         return first
 
     def last_stable_offset(self, high_watermark: int) -> int:
+        if not self._unreplicated and not self.psm.ongoing_txns:
+            return high_watermark   # nothing undecided: asked per partition of every fetch
         self.on_high_watermark(high_watermark)
         first = self.first_unstable_offset()
         return high_watermark if first is None else min(first, high_watermark)

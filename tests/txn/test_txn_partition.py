@@ -185,3 +185,37 @@ def test_recovery_rebuilds_state_and_index(tmp_path):
     assert p.lso == p.log.log_end_offset
     p.txns.close()
     p.log.close()
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_lso_matches_its_definition_over_random_histories(tmp_path, seed):
+    # LSO = min(high watermark, first offset of every transaction still open or whose marker
+    # the high watermark has not passed). The no-transaction fast path must agree at every step.
+    import random
+    rnd = random.Random(seed)
+    p = Part(tmp_path / "t-0")
+    try:
+        open_first: dict[int, int] = {}      # pid -> first offset of its open transaction
+        decided: list[tuple[int, int]] = []  # (first offset, marker offset)
+        hw = 0
+        for _ in range(60):
+            op = rnd.random()
+            if op < 0.3:
+                p.produce(n=rnd.randint(1, 3))
+            elif op < 0.6:
+                pid = rnd.randint(1, 3)
+                first = p.produce(pid=pid, txn=True, n=rnd.randint(1, 2))
+                open_first.setdefault(pid, first)
+            elif open_first:
+                pid = rnd.choice(sorted(open_first))
+                r = p.txns.append_marker(p.log, pid, 0, 0, rnd.random() < 0.5, NOW)
+                assert r.error == E.NONE
+                decided.append((open_first.pop(pid), r.offset))
+            # the high watermark trails the log end by a random amount, never moving back
+            hw = rnd.randint(hw, p.log.log_end_offset) if rnd.random() < 0.5 else hw
+            p.log.high_watermark = hw
+            pinned = list(open_first.values()) + [f for f, m in decided if m >= hw]
+            assert p.txns.last_stable_offset(hw) == min([hw] + pinned), (seed, open_first, decided, hw)
+    finally:
+        p.txns.close()
+        p.log.close()
