@@ -322,8 +322,11 @@ class LogSegment:
         or None if this segment holds no such batch."""
         if offset >= self.next_offset:
             return None
-        _o, pos = self.offset_index.lookup(offset)
-        pos = max(pos, start_position)
+        if offset <= self.base_offset:
+            pos = start_position   # (the index could only say position 0: no index read)
+        else:
+            _o, pos = self.offset_index.lookup(offset)
+            pos = max(pos, start_position)
         prev: tuple[int, int, int] | None = None
         for frame in self.iter_frames(pos):
             base = frame[1]

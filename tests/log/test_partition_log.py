@@ -679,3 +679,30 @@ def test_compacted_topic_follower_append_is_not_key_checked(tmp_path):
     data = bytearray(read_all(leader))
     follower = PartitionLog.open(str(tmp_path / "f-0"), cfg(cleanup_policy="compact"), 0)
     assert follower.append_as_follower(data, 0).last_offset == 1
+
+
+def test_translate_offset_at_or_below_a_segment_base_needs_no_index(tmp_path, monkeypatch):
+    # a read from a segment's first offset (a consumer from the beginning) skips the index:
+    # the same answer as the scan from the index's position, without reading the index file
+    log = open_log(tmp_path, cfg(segment_bytes=600, index_interval_bytes=100))
+    for _ in range(20):
+        log.append(make_batch(3), 0)
+    segs = log.segments
+    assert len(segs) > 3
+    expected = {}
+    for seg in segs:
+        first = next(seg.iter_frames(0))
+        for o in (seg.base_offset, seg.base_offset - 1, 0):
+            expected[(seg.base_offset, o)] = seg.translate_offset(o)
+            assert expected[(seg.base_offset, o)] == first
+        second = next(f for f in seg.iter_frames(0) if f[0] > 0)
+        assert seg.translate_offset(seg.base_offset, second[0]) == second   # from a later position
+        assert seg.translate_offset(second[1]) == second                    # above the base: indexed
+
+    def no_index(*_a):
+        raise AssertionError("index read for an offset at or below the segment's base")
+    for seg in segs:
+        monkeypatch.setattr(seg.offset_index, "lookup", no_index)
+        for o in (seg.base_offset, seg.base_offset - 1, 0):
+            assert seg.translate_offset(o) == expected[(seg.base_offset, o)]
+    assert offsets_of(log.read(0, 1 << 20).to_bytes()) == [(i, i + 2) for i in range(0, 60, 3)]
