@@ -1,0 +1,96 @@
+"""Cost of a full sessionless fetch (librdkafka's only kind) against its partition count, in-process.
+
+    python benchmarks/bench_full_fetch.py [--partitions 1000,10000] [--fetches 30]
+
+A broker (in this process, fake clock, no sockets) hosts P partitions (topics of 1,000), each
+holding one small batch. A consumer's fetch names every partition (session id 0, epoch -1,
+as librdkafka sends it each time) and is timed from the request bytes to the response
+chunks: decode, the handler, encode. Two shapes: "caught up" (every fetch offset at the high
+watermark: the fetches of a consumer that has read everything, nothing to return) and
+"all data" (every partition from offset 0). Reported: mean milliseconds per fetch and
+microseconds per partition. ``bench_scale.py`` is the end-to-end row against Kafka.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from kbroker.handlers.context import RequestContext  # noqa: E402
+from kbroker.wire.frame import encode_request, encode_response_chunks  # noqa: E402
+from kbroker.wire.generated.create_topics_request import CreateTopicsRequest  # noqa: E402
+from kbroker.wire.generated.fetch_request import FetchRequest  # noqa: E402
+from kbroker.wire.generated.produce_request import ProduceRequest  # noqa: E402
+from kbroker.wire.primitives import Reader  # noqa: E402
+from kbroker.wire.records import BatchBuilder  # noqa: E402
+from tests.offline_server import start_offline, stop_offline  # noqa: E402
+
+T = FetchRequest.FetchTopic
+VERSION = 16
+
+
+def run(partitions: int, fetches: int) -> dict[str, float]:
+    server = start_offline(tempfile.mkdtemp(prefix="bench-ffetch-"))
+    loop = server.loop
+
+    def call(key, version, req):
+        ctx = RequestContext(server, None, key, version, 1, "bench", server.clock.now_ms(), "PLAINTEXT")
+        out = server.api_specs[key].handle(ctx, req)
+        return loop.run_until_complete(out) if asyncio.iscoroutine(out) or asyncio.isfuture(out) else out
+
+    topics = [(f"ff{j}", min(1000, partitions - j * 1000)) for j in range((partitions + 999) // 1000)]
+    P = ProduceRequest.TopicProduceData
+    for name, n in topics:
+        C = CreateTopicsRequest.CreatableTopic
+        call(19, 7, CreateTopicsRequest(topics=[C(name=name, num_partitions=n, replication_factor=-1,
+                                                  assignments=[], configs=[])]))
+        b = BatchBuilder()
+        b.append(key=None, value=b"x" * 1024, timestamp=1_700_000_000_000)
+        records = b.build()
+        call(0, 9, ProduceRequest(acks=1, timeout_ms=1000, topic_data=[
+            P(name=name, partition_data=[P.PartitionProduceData(index=i, records=bytes(records)) for i in range(n)])]))
+    ids = {name: server.image.topics_by_name[name].topic_id for name, _ in topics}
+    gc.collect()
+    gc.freeze()   # as a serving broker does after start-up and topic creation (kbroker.server)
+    out = {}
+    for shape, offset in (("caught up", 1), ("all data", 0)):
+        req = FetchRequest(max_wait_ms=0, min_bytes=0, max_bytes=52428800, session_id=0, session_epoch=-1,
+                           topics=[T(topic_id=ids[name], partitions=[T.FetchPartition(
+                               partition=i, current_leader_epoch=0, fetch_offset=offset, partition_max_bytes=1 << 20)
+                               for i in range(n)]) for name, n in topics], forgotten_topics_data=[], rack_id="")
+        frame = memoryview(encode_request(1, "bench", req, VERSION))
+        body_at = 4 + 2 + 2 + 4 + 2 + len("bench") + 1   # size, key, version, corr, client id, tags
+        t0 = time.perf_counter()
+        for _ in range(fetches):
+            decoded = FetchRequest.read(Reader(frame, body_at), VERSION)
+            resp = call(1, VERSION, decoded)
+            encode_response_chunks(1, 1, VERSION, resp)
+        out[shape] = (time.perf_counter() - t0) / fetches * 1000
+        parts = sum(len(t.partitions) for t in resp.responses)
+        assert parts == partitions and all(p.error_code == 0 for t in resp.responses for p in t.partitions)
+    gc.unfreeze()
+    stop_offline(server)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--partitions", default="1000,10000")
+    ap.add_argument("--fetches", type=int, default=30)
+    args = ap.parse_args()
+    print("| partitions | caught up: ms / fetch | us / partition | all data: ms / fetch | us / partition |")
+    print("|---:|---:|---:|---:|---:|")
+    for p in [int(x) for x in args.partitions.split(",")]:
+        r = run(p, args.fetches)
+        print(f"| {p} | {r['caught up']:.1f} | {r['caught up'] * 1000 / p:.1f} "
+              f"| {r['all data']:.1f} | {r['all data'] * 1000 / p:.1f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
