@@ -27,6 +27,20 @@ def run_to_end(steps: Generator[None, None, T]) -> T:
         return done.value
 
 
+def batches_to_the_end(plog):
+    """Every batch of ``plog`` from its start, for a replay that pauses between them: batches
+    appended meanwhile are read too, and it stops only at the log end, so the caller's code
+    after the loop runs in the same slice as the check that nothing is left."""
+    done = None                   # next offset to read (None: the log start)
+    while done is None or done < plog.log_end_offset:
+        start = done
+        for batch in plog.batches(start, plog.log_end_offset):
+            yield batch
+            done = batch.last_offset + 1
+        if done == start:         # nothing readable below the log end
+            return
+
+
 class _Turns:
     """The jobs of one loop, each run for one slice per loop iteration, in turn."""
 
