@@ -58,7 +58,7 @@ class GroupCoordinatorRuntime:
         self._topics_cache: tuple[int, dict] = (-2, {})
         self._loading: dict[int, asyncio.Task] = {}   # partitions replayed in slices
         self._parked: dict[int, set[asyncio.Future]] = {}   # JoinGroup/SyncGroup answers owed
-        self.load_slice_s = 0.004                        # work per slice before yielding
+        self.load_slice_s = None                         # work per slice before yielding (None: slices.SLICE_S)
         self.leadership = CoordinatorPartitions(broker, OFFSETS_TOPIC, self)
         self._starting = False
 

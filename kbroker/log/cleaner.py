@@ -180,7 +180,7 @@ class LogCleaner:
         return run_to_end(self.clean_steps(plog, now_ms, c))
 
     async def clean_async(self, plog, now_ms: int, c: Cleanable | None = None,
-                          slice_s: float = 0.004) -> CleanerStats:
+                          slice_s: float | None = None) -> CleanerStats:
         """``clean`` in slices of about ``slice_s`` of work, yielding to the event loop in
         between (compacting a large log in one go held every client for seconds). Appends
         go on meanwhile (the active segment is never cleaned); if retention, a truncation

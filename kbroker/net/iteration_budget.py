@@ -27,7 +27,7 @@ import time
 import weakref
 from typing import Callable
 
-BUDGET_S = 0.004
+BUDGET_S = 0.003
 
 _per_loop: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, IterationBudget]" = weakref.WeakKeyDictionary()
 
