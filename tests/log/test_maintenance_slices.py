@@ -75,3 +75,25 @@ def test_each_calls_in_order_and_yields():
         return await _with_ticker(slices.run_in_slices(slices.each(range(10), seen.append), 0.0))
     _r, ticks = asyncio.run(main())
     assert seen == list(range(10)) and ticks >= 10
+
+
+def test_many_segments_of_one_log_are_deleted_a_few_a_step(tmp_path, monkeypatch):
+    """DeleteRecords to the end of a log of 300 segments, then retention: deleting them all in
+    one step held the loop ~10 ms; now RETENTION_STEP_SEGMENTS a step, the same end result."""
+    monkeypatch.setattr(slices, "SLICE_S", 0.0)
+    monkeypatch.setattr(LogManager, "RETENTION_STEP_SEGMENTS", 4)
+    m = LogManager([str(tmp_path)], LogConfig.from_props({"segment.bytes": "300"}))
+    m.start_background_io()
+    plog = m.get_or_create("segs", 0)
+    for _ in range(40):
+        plog.append(make_batch(2, value=b"x" * 100), 0)
+    plog.high_watermark = plog.log_end_offset
+    segs = plog.num_segments
+    assert segs >= 39
+    plog.maybe_increment_log_start_offset(plog.log_end_offset)     # DeleteRecords
+    try:
+        stats, ticks = asyncio.run(_with_ticker(m.run_retention_async(0)))
+        assert stats.segments_deleted == segs - 1 and plog.num_segments == 1
+        assert ticks >= (segs - 1) // 4
+    finally:
+        m.shutdown()
