@@ -237,7 +237,13 @@ class Connection:
 
     def _take_turn(self) -> None:
         self._queued = False
-        if self._closed or self._muted is not None:   # a mute's end takes over the frames
+        if self._closed:
+            return
+        if self._outbox_ready():
+            self._release_outbox()
+            if self._closed or self._queued:
+                return
+        if self._muted is not None:   # a mute's end takes over the frames
             return
         frames, self._deferred = self._deferred, []
         if frames:
@@ -341,6 +347,21 @@ class Connection:
             if not fut.cancelled():
                 fut.exception()  # retrieve, so asyncio does not log "never retrieved"
             return
+        if self._queued:
+            return          # its turn releases what is ready
+        if self._outbox_ready() and self._budget.spent():
+            self._wait_turn()   # hundreds of responses completing together: spread them
+            return
+        self._release_outbox()
+
+    def _outbox_ready(self) -> bool:
+        if not self._outbox:
+            return False
+        head = self._outbox[0]
+        return not isinstance(head, asyncio.Future) or head.done()
+
+    def _release_outbox(self) -> None:
+        """Send the responses at the head of the outbox that are complete, in order."""
         outbox = self._outbox
         self._hold = True   # everything released here leaves in one writev
         try:

@@ -196,3 +196,63 @@ def test_queued_connections_take_turns_in_arrival_order():
         assert turns == ["a", "b", "c", "d"]
     finally:
         loop.close()
+
+
+class RecordingConnection(Connection):
+    """Notes the loop iteration of every response it sends."""
+    __slots__ = ()
+    sent: list = []
+
+    def _send(self, chunks):
+        RecordingConnection.sent.append(self.state["counter"].n)
+        super()._send(chunks)
+
+
+def test_responses_completing_together_are_released_over_iterations():
+    """500 JoinGroups answered at once (their futures resolved in one callback): their
+    releases went out in one iteration; now within the budget (here each budget check costs
+    1 ms of the fake clock, 4 ms a turn)."""
+    async def main():
+        loop = asyncio.get_running_loop()
+        clock = FakeClock()
+
+        def ticking():
+            clock.t += 0.001
+            return clock.t
+        iteration_budget._per_loop[loop] = IterationBudget(loop, budget_s=0.004, clock=ticking)
+        counter = IterationCounter(loop)
+        pending = []
+
+        class Parked:
+            def dispatch(self, conn, fr):
+                f = loop.create_future()
+                pending.append((f, bytes(fr)))
+                return f
+        RecordingConnection.sent = []
+        conns, clients = [], []
+        for i in range(40):
+            a, b = socket.socketpair()
+            a.setblocking(False)
+            b.setblocking(False)
+            c = RecordingConnection(loop, a, f"peer{i}", Parked(), FrameDecoder(1 << 20), conn_id=f"c{i}")
+            c.state["counter"] = counter
+            c.start()
+            b.sendall(frame(b"join%d" % i))
+            conns.append(c)
+            clients.append(b)
+        while len(pending) < 40:
+            await asyncio.sleep(0.01)
+        for f, payload in pending:      # the coordinator answers everyone in one go
+            f.set_result([frame(payload)])
+        replies = await asyncio.gather(*(read_frames(b, 1) for b in clients))
+        counter.running = False
+        assert replies == [[b"join%d" % i] for i in range(40)]
+        per = {}
+        for it in RecordingConnection.sent:
+            per[it] = per.get(it, 0) + 1
+        assert max(per.values()) <= 5, per     # the old code released all 40 in one iteration
+        for c in conns:
+            c.close()
+        for b in clients:
+            b.close()
+    asyncio.run(main())
