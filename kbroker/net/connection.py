@@ -336,6 +336,8 @@ class Connection:
             else:
                 self._send(result)
             return
+        if asyncio.iscoroutine(result):   # its work runs in the next iteration: reserve it
+            result = self._budget.starting_task(result)
         fut = asyncio.ensure_future(result, loop=self.loop)
         self._outbox.append(fut)
         fut.add_done_callback(self._on_future_done)

@@ -256,3 +256,58 @@ def test_responses_completing_together_are_released_over_iterations():
         for b in clients:
             b.close()
     asyncio.run(main())
+
+
+def test_request_tasks_started_per_iteration_are_bounded_by_their_measured_cost():
+    """A coroutine handler does its work in its task's first step, which asyncio runs in the
+    next iteration: 150 JoinGroups read in one iteration ran 150 first steps (~16 ms) in the
+    next. Each started task now reserves the measured cost of a first step (1 ms here)."""
+    async def main():
+        loop = asyncio.get_running_loop()
+        clock = FakeClock()
+        iteration_budget._per_loop[loop] = IterationBudget(loop, budget_s=0.004, clock=clock)
+        counter = IterationCounter(loop)
+        steps = []
+
+        class AsyncDispatcher:
+            def dispatch(self, conn, fr):
+                payload = bytes(fr)
+
+                async def handle():
+                    clock.t += 0.001                    # the handler's work
+                    steps.append(counter.n)
+                    await asyncio.sleep(0)
+                    return [frame(payload)]
+                return handle()
+        budget = iteration_budget._per_loop[loop]
+
+        async def round_of(n, tag):
+            conns, clients = [], []
+            for i in range(n):
+                a, b = socket.socketpair()
+                a.setblocking(False)
+                b.setblocking(False)
+                b.sendall(frame(b"%s%d" % (tag, i)))
+                conns.append(Connection(loop, a, f"peer{i}", AsyncDispatcher(), FrameDecoder(1 << 20), conn_id=f"c{i}"))
+                clients.append(b)
+            await asyncio.sleep(0.05)
+            steps.clear()
+            for c in conns:
+                c.start()
+            replies = await asyncio.gather(*(read_frames(b, 1) for b in clients))
+            assert replies == [[b"%s%d" % (tag, i)] for i in range(n)]
+            for c in conns:
+                c.close()
+            for b in clients:
+                b.close()
+            per = {}
+            for it in steps:
+                per[it] = per.get(it, 0) + 1
+            return per
+
+        await round_of(60, b"warm")       # the budget learns what a first step costs
+        assert abs(budget.task_cost - 0.001) < 0.0002
+        per = await round_of(40, b"j")
+        counter.running = False
+        assert max(per.values()) <= 5, per     # the old code: 40 first steps in one iteration
+    asyncio.run(main())
