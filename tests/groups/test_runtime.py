@@ -187,3 +187,26 @@ def test_a_sliced_load_replays_what_is_appended_while_it_runs(monkeypatch):
         await rt2.shutdown()
         return rows
     assert asyncio.run(scenario())[0][1][0].offset == 200
+
+
+def test_many_parked_replies_are_released_a_few_per_loop_iteration():
+    """A rebalance answers every parked JoinGroup at once: each answer resumes a request task,
+    so all of them in one iteration held the loop. RELEASE_PER_ITERATION per iteration, all
+    answered, each with its own response."""
+    from kbroker.groups.result import Result
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        tokens = [loop.create_future() for _ in range(50)]
+        res = Result(replies=[(t, f"resp{i}") for i, t in enumerate(tokens)])
+        GroupCoordinatorRuntime._release(res, 0)
+        done_per_iteration = [sum(t.done() for t in tokens)]
+        while done_per_iteration[-1] < 50:
+            await asyncio.sleep(0)
+            done_per_iteration.append(sum(t.done() for t in tokens))
+        assert [t.result() for t in tokens] == [f"resp{i}" for i in range(50)]
+        return done_per_iteration
+    per = asyncio.run(main())
+    step = GroupCoordinatorRuntime.RELEASE_PER_ITERATION
+    assert per[0] == step                               # the old code: all 50 at once
+    assert all(b - a <= step for a, b in zip(per, per[1:]))
