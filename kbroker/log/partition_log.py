@@ -659,7 +659,8 @@ class PartitionLog:
         At most ``max_bytes`` (but the first batch whole when ``min_one_message``), never
         including a batch at or past ``max_offset`` (the high watermark or last stable
         offset; default: log end offset). A region may end inside a batch when max_bytes
-        cuts it (as Kafka does; clients drop a partial trailing batch)."""
+        cuts it (as Kafka does; clients drop a partial trailing batch), but never inside the
+        first: without ``min_one_message`` a first batch larger than max_bytes reads nothing."""
         self._check_open()
         leo = self._leo
         if offset < self._log_start_offset or offset > leo:
@@ -700,6 +701,10 @@ class PartitionLog:
                 first_batch = base
                 if min_one_message and bsize > remaining:
                     n = min(bsize, avail)  # the first batch whole, even past max_bytes (KIP-74)
+                elif not min_one_message and n < bsize:
+                    # a cut first batch alone is no progress (the Java consumer gives up on it):
+                    # nothing, as Kafka's fetch answers (ReplicaManager, firstEntryIncomplete)
+                    return ReadResult(EMPTY_REGIONS, offset)
             if n <= 0:
                 break
             regions.append(FileRegion(seg.handle, pos, n))

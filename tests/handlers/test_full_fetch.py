@@ -102,3 +102,19 @@ def test_partitions_of_topics_named_in_any_order_get_their_own_answers(broker):
         (a, 1, 0, 1, False),        # caught up
         (a, 0, 0, 3, False),        # caught up
     ]
+
+
+def test_a_partition_the_response_limit_would_cut_gets_no_records(broker):
+    # as Kafka: the response's byte limit may cut a trailing batch, never a partition's first
+    # (the Java consumer fails on a partition answered with no whole batch)
+    tid = create(broker, "cut", 2).topics[0].topic_id
+    size = len(batch(3))
+    for p in range(2):
+        produce(broker, "cut", p, batch(3))
+    req = FetchRequest(max_wait_ms=0, min_bytes=0, max_bytes=size + 10, session_id=0, session_epoch=-1,
+                       topics=[T(topic_id=tid, partitions=[T.FetchPartition(
+                           partition=p, fetch_offset=0, current_leader_epoch=-1, partition_max_bytes=1 << 20)
+                           for p in range(2)])], forgotten_topics_data=[], rack_id="")
+    p0, p1 = broker.call(1, 16, req).responses[0].partitions
+    assert p0.error_code == 0 and p0.records.size == size
+    assert p1.error_code == 0 and p1.high_watermark == 3 and getattr(p1.records, "size", 0) == 0

@@ -728,3 +728,24 @@ def test_translate_offset_at_or_below_a_segment_base_needs_no_index(tmp_path, mo
         for o in (seg.base_offset, seg.base_offset - 1, 0):
             assert seg.translate_offset(o) == expected[(seg.base_offset, o)]
     assert offsets_of(log.read(0, 1 << 20).to_bytes()) == [(i, i + 2) for i in range(0, 60, 3)]
+
+
+def test_read_never_answers_a_cut_first_batch_alone(tmp_path):
+    # Kafka's fetch drops an incomplete first batch (ReplicaManager, firstEntryIncomplete):
+    # bytes without one whole batch make the Java consumer fail ("Failed to make progress")
+    log = open_log(tmp_path)
+    sizes = []
+    for _ in range(3):
+        b = make_batch(5)
+        sizes.append(len(b))
+        log.append(b, 0)
+    r = log.read(0, sizes[0] - 1, min_one_message=False)
+    assert r.size == 0 and r.regions == []
+    r = log.read(5, 10, min_one_message=False)
+    assert r.size == 0
+    r = log.read(0, sizes[0] - 1, min_one_message=True)          # the first partition of a fetch
+    assert offsets_of(r.to_bytes()) == [(0, 4)]
+    r = log.read(0, sizes[0] + 10, min_one_message=False)        # a cut trailing batch stays
+    assert r.size == sizes[0] + 10 and offsets_of(r.to_bytes()[:sizes[0]]) == [(0, 4)]
+    r = log.read(0, sizes[0], min_one_message=False)
+    assert offsets_of(r.to_bytes()) == [(0, 4)]
