@@ -32,8 +32,11 @@ from tests.offline_server import start_offline, stop_offline  # noqa: E402
 T = FetchRequest.FetchTopic
 
 
-def run(partitions: int, fetches: int) -> float:
-    server = start_offline(tempfile.mkdtemp(prefix="bench-fsess-"))
+def offline_partitions(partitions: int, prefix: str):
+    """A broker in this process hosting ``partitions`` partitions (topics of 1,000 named
+    ``prefix0``, ``prefix1``...): (server, call(api key, version, request) -> response,
+    [(topic, partition count)])."""
+    server = start_offline(tempfile.mkdtemp(prefix=f"bench-{prefix}-"))
     loop = server.loop
 
     def call(key, version, req):
@@ -41,11 +44,16 @@ def run(partitions: int, fetches: int) -> float:
         out = server.api_specs[key].handle(ctx, req)
         return loop.run_until_complete(out) if asyncio.iscoroutine(out) or asyncio.isfuture(out) else out
 
-    topics = [(f"fs{j}", min(1000, partitions - j * 1000)) for j in range((partitions + 999) // 1000)]
+    topics = [(f"{prefix}{j}", min(1000, partitions - j * 1000)) for j in range((partitions + 999) // 1000)]
     for name, n in topics:
         C = CreateTopicsRequest.CreatableTopic
         call(19, 7, CreateTopicsRequest(topics=[C(name=name, num_partitions=n, replication_factor=-1,
                                                   assignments=[], configs=[])]))
+    return server, call, topics
+
+
+def run(partitions: int, fetches: int) -> float:
+    server, call, topics = offline_partitions(partitions, "fs")
     full = call(1, 12, FetchRequest(max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, session_id=0, session_epoch=0,
                                     topics=[T(topic=name, partitions=[T.FetchPartition(
                                         partition=i, fetch_offset=0, partition_max_bytes=1 << 20) for i in range(n)])

@@ -13,43 +13,31 @@ microseconds per partition. ``bench_scale.py`` is the end-to-end row against Kaf
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gc
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kbroker.handlers.context import RequestContext  # noqa: E402
 from kbroker.wire.frame import encode_request, encode_response_chunks  # noqa: E402
-from kbroker.wire.generated.create_topics_request import CreateTopicsRequest  # noqa: E402
 from kbroker.wire.generated.fetch_request import FetchRequest  # noqa: E402
 from kbroker.wire.generated.produce_request import ProduceRequest  # noqa: E402
 from kbroker.wire.primitives import Reader  # noqa: E402
 from kbroker.wire.records import BatchBuilder  # noqa: E402
-from tests.offline_server import start_offline, stop_offline  # noqa: E402
+from tests.offline_server import stop_offline  # noqa: E402
+
+from bench_fetch_sessions import offline_partitions  # noqa: E402
 
 T = FetchRequest.FetchTopic
 VERSION = 16
 
 
 def run(partitions: int, fetches: int) -> dict[str, float]:
-    server = start_offline(tempfile.mkdtemp(prefix="bench-ffetch-"))
-    loop = server.loop
-
-    def call(key, version, req):
-        ctx = RequestContext(server, None, key, version, 1, "bench", server.clock.now_ms(), "PLAINTEXT")
-        out = server.api_specs[key].handle(ctx, req)
-        return loop.run_until_complete(out) if asyncio.iscoroutine(out) or asyncio.isfuture(out) else out
-
-    topics = [(f"ff{j}", min(1000, partitions - j * 1000)) for j in range((partitions + 999) // 1000)]
+    server, call, topics = offline_partitions(partitions, "ff")
     P = ProduceRequest.TopicProduceData
     for name, n in topics:
-        C = CreateTopicsRequest.CreatableTopic
-        call(19, 7, CreateTopicsRequest(topics=[C(name=name, num_partitions=n, replication_factor=-1,
-                                                  assignments=[], configs=[])]))
         b = BatchBuilder()
         b.append(key=None, value=b"x" * 1024, timestamp=1_700_000_000_000)
         records = b.build()
