@@ -11,8 +11,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 RUNS = {
     "bench_fsync": ["--brokers", "kbroker", "--records", "400", "--producers", "1,2", "--trials", "1"],
-    "bench_many_clients": ["--brokers", "kbroker", "--connections", "30", "--producers", "3",
-                           "--consumers", "3", "--records", "50"],
+    "bench_many_clients": ["--brokers", "kbroker", "--connections", "30", "--crowds", "2,3", "--records", "50"],
+    "bench_offsets_load": ["--brokers", "kbroker", "--commits", "20", "--partitions", "20", "--groups", "3"],
     "bench_cores": ["--partitions", "6", "--records", "300", "--trials", "1"],
 }
 
