@@ -512,7 +512,8 @@ def report(results, kinds, mem, args) -> None:
              "Producer: one 100 B record every 2 ms, acks=1. 'stall' = longest acknowledgement latency "
              "of the records sent during the operation (ms); 'idle' = the same over the second before; "
              "'loop' = kbroker's longest event-loop lag logged by its probe in the window, with the CPU "
-             "time its loop thread used in it (a lag with little CPU is the process waiting for a core).", "",
+             "time its loop thread used in it (in a lag with little CPU the thread was not running: waiting "
+             "for a core, or for the GIL held by another thread).", "",
              "| operation | " + " | ".join(f"{NAMES[k]} stall (idle) ms" for k in kinds)
              + (" | kbroker loop ms (its CPU ms)" if "kbroker" in kinds else "")
              + (" | kbroker / Kafka stall" if "kbroker" in kinds and "kafka" in kinds else "") + " |",

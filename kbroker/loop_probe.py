@@ -10,8 +10,9 @@ the largest lag ever and in the current window, percentiles over the last ``wind
 samples, and a count of lags above ``stall_ms`` (Kafka-style ``*-max``/``*-avg`` metrics can
 be derived from it). A lag above ``log_ms`` is logged as a warning with its size, so a stall
 in the field leaves a trace in the broker log, with the CPU time the loop's thread used
-since the previous sample: a lag with little CPU is the process waiting for a core (a loaded
-machine), not work on the loop.
+since the previous sample: in a lag with little CPU the loop's thread was not running at all
+(waiting for a core on a loaded machine, or for the GIL held by another thread), which is
+not work on the loop.
 
 It reads ``loop.time()`` (the loop's own monotonic clock): it measures the runtime, it is not
 logic that schedules anything for clients.

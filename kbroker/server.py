@@ -192,6 +192,7 @@ class KafkaServer:
         raise_open_file_limit()   # ulimit -n soft = hard, as Kafka's scripts expect; sizes the descriptor cache
         config_for = lambda topic: meta_cfg if topic == METADATA_TOPIC else None  # noqa: E731
         self.log_manager = LogManager(cfg.log_dirs, self.default_log_config, now_ms=now, config_for=config_for)
+        self.log_manager.hold_gc_while_creating = self.freeze_gc   # kbroker.gc_policy
         self._log_managers = [self.log_manager]
         mdir = os.path.abspath(cfg.metadata_log_dir)
         if mdir in self.log_manager.log_dirs:
