@@ -98,10 +98,10 @@ _turns: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Turns]" = weakref
 
 
 async def run_in_slices(steps: Generator[None, None, T], slice_s: float | None = None) -> T:
-    if slice_s is None:
-        slice_s = SLICE_S
+    """Run ``steps`` in turn with the loop's other sliced work, ``slice_s`` (default
+    ``SLICE_S``) of work per turn; returns what the generator returns."""
     loop = asyncio.get_running_loop()
     turns = _turns.get(loop)
     if turns is None:
         turns = _turns[loop] = _Turns(loop)
-    return await turns.add(steps, slice_s)
+    return await turns.add(steps, SLICE_S if slice_s is None else slice_s)

@@ -108,6 +108,19 @@ def test_offset_expiry_runs_from_the_loop_and_writes_tombstones():
     asyncio.run(scenario())
 
 
+async def committed(group: str, n: int, clock: list):
+    """A fake broker whose __consumer_offsets holds ``n`` commits of ``group`` (offsets 0 to
+    n - 1 of t-0, one batch each), written by a runtime that is shut down again."""
+    broker = fake_broker()
+    rt = GroupCoordinatorRuntime(broker, GroupConfig(num_partitions=N), lambda: clock[0])
+    rt.start()
+    for i in range(n):
+        oc = OffsetCommitRequest(group, [("t", [CommitPartition(0, i, -1, "")])], -1, "", version=8)
+        await rt.run(group, lambda sh, now, oc=oc: sh.commit_offsets(oc, now))
+    await rt.shutdown()
+    return broker, rt
+
+
 def test_becoming_leader_of_a_large_partition_loads_it_in_slices(monkeypatch):
     """A partition above LOAD_IN_ONE_GO_BYTES is replayed by a task that yields between
     batches; its groups answer COORDINATOR_LOAD_IN_PROGRESS until the replay is done."""
@@ -118,14 +131,7 @@ def test_becoming_leader_of_a_large_partition_loads_it_in_slices(monkeypatch):
 
     async def scenario():
         clock = [1_000]
-        broker = fake_broker()
-        rt = GroupCoordinatorRuntime(broker, GroupConfig(num_partitions=N), lambda: clock[0])
-        rt.start()
-        commits = [OffsetCommitRequest("g", [("t", [CommitPartition(0, i, -1, "")])], -1, "", version=8)
-                   for i in range(300)]
-        for oc in commits:
-            await rt.run("g", lambda sh, now, oc=oc: sh.commit_offsets(oc, now))
-        await rt.shutdown()
+        broker, rt = await committed("g", 300, clock)
 
         broker2 = fake_broker(broker.replicas)
         p = rt.partition_for("g")
@@ -161,13 +167,7 @@ def test_a_sliced_load_replays_what_is_appended_while_it_runs(monkeypatch):
 
     async def scenario():
         clock = [1_000]
-        broker = fake_broker()
-        rt = GroupCoordinatorRuntime(broker, GroupConfig(num_partitions=N), lambda: clock[0])
-        rt.start()
-        for i in range(201):
-            oc = OffsetCommitRequest("g", [("t", [CommitPartition(0, i, -1, "")])], -1, "", version=8)
-            await rt.run("g", lambda sh, now, oc=oc: sh.commit_offsets(oc, now))
-        await rt.shutdown()
+        broker, rt = await committed("g", 201, clock)
         p = rt.partition_for("g")
         log = broker.replicas.get(OFFSETS_TOPIC, p).log
         late = log.buffers.pop()                # the commit of offset 200 arrives mid-load
