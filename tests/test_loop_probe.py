@@ -61,7 +61,8 @@ def test_a_logged_stall_says_how_much_of_it_was_cpu_on_the_loop(caplog):
         p.stop()
     with caplog.at_level(logging.WARNING, logger="kbroker.loop"):
         asyncio.run(main())
-    cpus = [float(r.getMessage().rsplit("CPU: ", 1)[1].split()[0]) for r in caplog.records
-            if "event loop held" in r.getMessage()]
-    assert len(cpus) == 2, cpus
-    assert cpus[0] >= 50 and cpus[1] < 20, cpus
+    lags = [(float(m.split("held for ")[1].split()[0]), float(m.rsplit("CPU: ", 1)[1].split()[0]))
+            for m in (r.getMessage() for r in caplog.records) if "event loop held" in m]
+    # (a loaded machine may add lags of its own: look for the two, not at a count)
+    assert any(lag >= 50 and cpu >= 50 for lag, cpu in lags), lags      # the spin
+    assert any(lag >= 50 and cpu < 20 for lag, cpu in lags), lags       # the sleep
