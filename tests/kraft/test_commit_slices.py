@@ -1,0 +1,87 @@
+"""A 1,000-partition topic is committed, published and deleted in slices (issue 15: nothing
+holds the event loop for long), and readers still see each committed batch whole.
+
+A real combined node in this process (Raft, controller and broker over loopback sockets). A
+callback rescheduled with ``call_soon`` runs once per loop iteration and looks at the broker:
+it must see the loop run while the topic's records are being published (the image has the
+topic, the publishers have not heard of all its partitions yet) and while its logs are
+being deleted, and never an image holding part of the topic. The slice is set to zero, so
+the outcome does not depend on how fast this machine is."""
+
+import asyncio
+
+import pytest
+
+from kbroker.config import BrokerConfig
+from kbroker.kraft import quorum_runtime
+from kbroker.net.client import KafkaClient
+from kbroker.server import KafkaServer
+from kbroker.wire import registry as wire
+
+pytestmark = pytest.mark.timeout(120)
+
+N = 1000
+SAMPLE = [*range(0, N, 50), N - 1]     # partitions the per-iteration check looks at
+
+
+def test_a_thousand_partition_topic_is_created_and_deleted_in_slices(tmp_path, monkeypatch):
+    monkeypatch.setattr(quorum_runtime, "APPLY_SLICE_S", 0.0)
+
+    async def main():
+        cfg = BrokerConfig.load(None, [f"log.dirs={tmp_path / 'data'}",
+                                       "listeners=PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+                                       "controller.listener.names=CONTROLLER"])
+        server = KafkaServer(cfg)
+        await server.start()
+        port = next(lst.bound_port for lst in server.listeners if lst.name == "PLAINTEXT")
+        client = KafkaClient("127.0.0.1", port)
+        loop = asyncio.get_running_loop()
+        seen = {"partial_image": 0, "installing": 0, "deleting": 0, "ticks": 0}
+        stop = [False]
+
+        published = [0]               # PartitionRecords of "big" handed to the publishers
+
+        def count(rec, change, offset) -> None:
+            if type(rec).__name__ == "PartitionRecord" and server.image.topics_by_id.get(rec.topic_id) \
+                    and server.image.topics_by_id[rec.topic_id].name == "big":
+                published[0] += 1
+        server.loader.publishers.append(count)
+
+        def tick() -> None:
+            seen["ticks"] += 1
+            t = server.image.topic("big")
+            if t is not None and len(t.partitions) != N:
+                seen["partial_image"] += 1
+            if t is not None and published[0] < N:
+                seen["installing"] += 1
+            if t is None and "big" not in server.replicas.topics and any(
+                    server.log_manager.get("big", i) is not None for i in SAMPLE):
+                seen["deleting"] += 1
+            if not stop[0]:
+                loop.call_soon(tick)
+
+        try:
+            loop.call_soon(tick)
+            Create = wire.REQUESTS[19]
+            resp = await client.send(Create(timeout_ms=60_000, topics=[Create.CreatableTopic(
+                name="big", num_partitions=N, replication_factor=1)]))
+            assert resp.topics[0].error_code == 0
+            assert len(server.image.topic("big").partitions) == N
+            assert all(server.replicas.get("big", i) is not None for i in range(N))
+            Delete = wire.REQUESTS[20]
+            resp = await client.send(Delete(timeout_ms=60_000, topic_names=["big"],
+                                            topics=[Delete.DeleteTopicState(name="big")]))
+            assert resp.responses[0].error_code == 0
+            end = loop.time() + 30
+            while any(server.log_manager.get("big", i) is not None for i in range(N)):
+                assert loop.time() < end, "the deleted topic's logs are still there"
+                await asyncio.sleep(0.01)
+            stop[0] = True
+            assert seen["partial_image"] == 0, seen          # a batch is applied whole
+            assert seen["installing"] > 10, seen              # the loop ran while they were published
+            assert seen["deleting"] > 2, seen                 # and while the logs were deleted
+        finally:
+            stop[0] = True
+            await client.close()
+            await server.shutdown(timeout=10)
+    asyncio.run(main())
