@@ -1,18 +1,20 @@
-"""Many clients at once: 1,000 open connections, 100 producers and 100 consumers, kbroker
-next to Apache Kafka 4.0 in the same run.
+"""Many clients at once: 1,000 open connections, then crowds of producers and consumers up
+to 100 + 100, kbroker next to Apache Kafka 4.0 and Tansu in the same run.
 
-    python benchmarks/bench_many_clients.py [--connections 1000] [--producers 100]
-                                            [--consumers 100] [--records 2000]
-                                            [--brokers kbroker,kafka] [--out ...md]
+    python benchmarks/bench_many_clients.py [--connections 1000] [--crowds 10,30,100]
+                                            [--records 2000] [--brokers kbroker,kafka,tansu]
+                                            [--out ...md] [--plot ...png]
 
-Per broker (one after the other): a topic of ``--producers`` partitions; ``--connections``
-extra connections opened at once (each sends ApiVersions, then stays open and idle for the
-whole run); then every producer (a confluent-kafka instance in its own thread, acks=1,
-1 KiB records) writes ``--records`` to its own partition while every consumer (each
-assigned one partition, from the beginning) reads them back, all at the same time.
-Reported: produce and consume MB/s of the whole crowd, p50/p99 acknowledgement latency, the
-time to accept and answer the connection burst, the broker's resident memory and, for
-kbroker, the longest event-loop lag its probe logged during the burst and during the run.
+All brokers run side by side. On each in turn, ``--connections`` extra connections are
+opened at once (each sends ApiVersions, then stays open and idle for the whole run). Then,
+for every crowd size N, on each broker in turn (the order rotates from one size to the
+next): N producers (confluent-kafka instances in their own threads, acks=1, 1 KiB records)
+each write ``--records`` to their own partition of a fresh N-partition topic while N
+consumers (each assigned one partition, from the beginning) read them back, all at once.
+Reported per crowd size: produce and consume MB/s of the whole crowd, p50/p99 acknowledgement
+latency, the broker's resident memory and, for kbroker, the longest event-loop lag its probe
+logged; per broker: the time to accept and answer the connection burst. ``--plot`` draws the
+crowd-size curves.
 """
 from __future__ import annotations
 
@@ -36,10 +38,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition, OFFSET_BEGINNING
 
 from bench_scale import create  # noqa: E402
 from bench_stalls import probe_lags  # noqa: E402
-from peers import NAMES, make_broker, rss_mb, write_report  # noqa: E402
+from peers import NAMES, axis_table, make_broker, plot_axis, rss_mb, write_report  # noqa: E402
 
 VALUE = os.urandom(1024)
-TOPIC = "crowd"
 
 
 class IdleConnections:
@@ -82,7 +83,7 @@ class IdleConnections:
         self.thread.join(10)
 
 
-def run_crowd(bootstrap: str, producers: int, consumers: int, records: int) -> dict:
+def run_crowd(bootstrap: str, topic: str, producers: int, consumers: int, records: int) -> dict:
     lat: list[float] = []
     lat_lock = threading.Lock()
     errors: list[str] = []
@@ -98,7 +99,7 @@ def run_crowd(bootstrap: str, producers: int, consumers: int, records: int) -> d
             sent = time.perf_counter()
             while True:
                 try:
-                    p.produce(TOPIC, VALUE, partition=i,
+                    p.produce(topic, VALUE, partition=i,
                               on_delivery=lambda e, m, s=sent: mine.append(time.perf_counter() - s) if e is None
                               else errors.append(str(e)))
                     break
@@ -112,9 +113,9 @@ def run_crowd(bootstrap: str, producers: int, consumers: int, records: int) -> d
             lat.extend(mine)
 
     def consumer(i: int) -> None:
-        c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"crowd-{i}", "enable.auto.commit": False,
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-{i}", "enable.auto.commit": False,
                       "fetch.queue.backoff.ms": 5})
-        c.assign([TopicPartition(TOPIC, i % producers, OFFSET_BEGINNING)])
+        c.assign([TopicPartition(topic, i % producers, OFFSET_BEGINNING)])
         start.wait()
         deadline = time.perf_counter() + 300
         while consumed[i] < records and time.perf_counter() < deadline:
@@ -149,76 +150,81 @@ def run_crowd(bootstrap: str, producers: int, consumers: int, records: int) -> d
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--brokers", default="kbroker,kafka")
+    ap.add_argument("--brokers", default="kbroker,kafka,tansu")
     ap.add_argument("--connections", type=int, default=1000)
-    ap.add_argument("--producers", type=int, default=100)
-    ap.add_argument("--consumers", type=int, default=100)
+    ap.add_argument("--crowds", default="10,30,100", help="producers (= consumers) per run")
     ap.add_argument("--records", type=int, default=2000)
     ap.add_argument("--out", default="")
+    ap.add_argument("--plot", default="")
     args = ap.parse_args()
     kinds = args.brokers.split(",")
+    crowds = [int(x) for x in args.crowds.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="bench-crowd-"))
     os.environ["KBROKER_LOOP_LOG_MS"] = "10"   # kbroker's probe logs every lag above 10 ms
-    rows: dict[str, dict] = {}
+    bursts: dict[str, dict] = {k: {} for k in kinds}
+    rows: dict[int, dict[str, dict]] = {n: {} for n in crowds}
+    brokers, idle = {}, {}
     try:
         for k in kinds:
-            b = make_broker(k, tmp).start(timeout=180)
-            r: dict = {}
+            brokers[k] = make_broker(k, tmp).start(timeout=180)
+        for k, b in brokers.items():
             try:
-                create(b.bootstrap, [(TOPIC, args.producers)])
-                idle = IdleConnections(b.bootstrap, args.connections)
+                idle[k] = IdleConnections(b.bootstrap, args.connections)
                 w0 = time.time()
-                r["burst_s"] = idle.open()
-                w1 = time.time()
-                r["burst_loop_ms"] = probe_lags(b.log_path, w0, w1) if k == "kbroker" else None
-                r.update(run_crowd(b.bootstrap, args.producers, args.consumers, args.records))
-                w2 = time.time()
-                r["run_loop_ms"] = probe_lags(b.log_path, w1, w2) if k == "kbroker" else None
-                r["rss_mb"] = rss_mb(b.proc.pid)
-                idle.close()
+                bursts[k]["burst_s"] = idle[k].open()
+                bursts[k]["burst_loop_ms"] = probe_lags(b.log_path, w0, time.time()) if k == "kbroker" else None
             except Exception as e:  # noqa: BLE001 - reported in the table
-                r["error"] = f"{type(e).__name__}: {e}"[:200]
-            finally:
-                b.stop(timeout=120)
-            rows[k] = r
-            print(NAMES[k], r, flush=True)
+                bursts[k]["error"] = f"{type(e).__name__}: {e}"[:200]
+            print(NAMES[k], bursts[k], flush=True)
+        for step, n in enumerate(crowds):
+            for k in kinds[step % len(kinds):] + kinds[:step % len(kinds)]:
+                b, r = brokers[k], {}
+                try:
+                    create(b.bootstrap, [(f"crowd{n}", n)])
+                    w1 = time.time()
+                    r.update(run_crowd(b.bootstrap, f"crowd{n}", n, n, args.records))
+                    r["run_loop_ms"] = probe_lags(b.log_path, w1, time.time()) if k == "kbroker" else None
+                    r["rss_mb"] = rss_mb(b.proc.pid)
+                except Exception as e:  # noqa: BLE001 - reported in the table
+                    r["error"] = f"{type(e).__name__}: {e}"[:200]
+                rows[n][k] = r
+                print(n, NAMES[k], r, flush=True)
     finally:
+        for c in idle.values():
+            c.close()
+        for b in brokers.values():
+            b.stop(timeout=120)
         shutil.rmtree(tmp, ignore_errors=True)
-    report(rows, kinds, args)
+    report(bursts, rows, kinds, crowds, args)
 
 
-def report(rows, kinds, args) -> None:
+def report(bursts, rows, kinds, crowds, args) -> None:
     L = [f"# Many clients ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
          f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; shared with "
-         f"other jobs (compare within a run). {args.connections} idle connections opened at once and kept, then "
-         f"{args.producers} producers (one partition each, {args.records} x 1 KiB, acks=1) and {args.consumers} "
-         "consumers at the same time, all confluent-kafka in one client process.", ""]
-    metrics = [("burst_s", "accept + answer the connection burst, s", "{:.2f}", False),
-               ("burst_loop_ms", "longest loop lag during the burst, ms", "{:.0f}", False),
-               ("produce_mbs", "produce MB/s (all producers)", "{:.1f}", True),
-               ("consume_mbs", "consume MB/s (all consumers)", "{:.1f}", True),
-               ("p50_ms", "produce p50 ms", "{:.1f}", False), ("p99_ms", "produce p99 ms", "{:.1f}", False),
-               ("run_loop_ms", "longest loop lag during the run, ms", "{:.0f}", False),
-               ("rss_mb", "RSS MB", "{:.0f}", False)]
-    L.append("| metric | " + " | ".join(NAMES[k] for k in kinds) + (" | kbroker / Kafka |" if len(kinds) > 1 else " |"))
-    L.append("|---|" + "---:|" * (len(kinds) + (len(kinds) > 1)))
-    for key, label, fmt, higher in metrics:
-        cells = []
-        for k in kinds:
-            v = rows.get(k, {}).get(key)
-            cells.append(fmt.format(v) if isinstance(v, (int, float)) else "n/a")
-        if len(kinds) > 1:
-            a, b = rows.get("kbroker", {}).get(key), rows.get("kafka", {}).get(key)
-            if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a and b:
-                cells.append(f"{(a / b) if higher else (b / a):.2f}x")
-            else:
-                cells.append("n/a")
-        L.append(f"| {label} | " + " | ".join(cells) + " |")
+         f"other jobs (compare within a run). {args.connections} idle connections opened at once on each broker and "
+         f"kept; then, per crowd size N, N producers (one partition each, {args.records} x 1 KiB, acks=1) and N "
+         "consumers at the same time, all confluent-kafka in one client process.", "",
+         f"The burst of {args.connections} connections:", ""]
+    L += axis_table({args.connections: bursts}, kinds, [args.connections], "connections", [
+        ("burst_s", "accept + answer every connection, s", "{:.2f}", False),
+        ("burst_loop_ms", "longest loop lag during the burst, ms", "{:.0f}", False)])
+    L += ["", f"Crowds (producers = consumers = N), with the {args.connections} idle connections open:", ""]
+    L += axis_table(rows, kinds, crowds, "N", [
+        ("produce_mbs", "produce MB/s (all producers)", "{:.1f}", True),
+        ("consume_mbs", "consume MB/s (all consumers)", "{:.1f}", True),
+        ("p50_ms", "produce p50 ms", "{:.1f}", False), ("p99_ms", "produce p99 ms", "{:.1f}", False),
+        ("run_loop_ms", "longest loop lag during the run, ms", "{:.0f}", False),
+        ("rss_mb", "RSS MB", "{:.0f}", False)])
     L += ["", "Ratios above 1.0 mean kbroker is better (throughput: ours / Kafka's; times and memory: Kafka's / ours).", ""]
-    errs = [f"- {NAMES[k]}: {r['error']}" for k, r in rows.items() if "error" in r]
+    errs = [f"- {NAMES[k]}: {r['error']}" for k, r in bursts.items() if "error" in r]
+    errs += [f"- N={n}, {NAMES[k]}: {r['error']}" for n in crowds for k, r in rows[n].items() if "error" in r]
     if errs:
         L += ["Errors:", ""] + errs + [""]
     write_report(L, args.out)
+    if args.plot:
+        plot_axis(args.plot, rows, kinds, crowds, "producers = consumers",
+                  [("produce_mbs", "produce MB/s", False), ("consume_mbs", "consume MB/s", False),
+                   ("p99_ms", "produce p99 ms", True), ("rss_mb", "RSS MB", False)])
 
 
 if __name__ == "__main__":

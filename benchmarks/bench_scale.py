@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from confluent_kafka import Consumer, Producer, TopicPartition, OFFSET_BEGINNING  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from peers import NAMES, make_broker, open_fds, rss_mb, write_report  # noqa: E402
+from peers import axis_table, plot_axis, NAMES, make_broker, open_fds, rss_mb, write_report  # noqa: E402
 
 VALUE = os.urandom(1024)
 
@@ -254,28 +254,11 @@ def report(rows, extra, kinds, counts, args) -> None:
          f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; shared with "
          "other jobs while it ran (compare brokers within this run, not across runs). "
          f"{args.records} x 1 KiB records per produce row, acks=1, confluent-kafka.", ""]
-    metrics = [("produce_mbs", "produce MB/s", "{:.1f}"), ("consume_mbs", "consume MB/s", "{:.1f}"),
-               ("p50_ms", "produce p50 ms", "{:.2f}"), ("p99_ms", "produce p99 ms", "{:.2f}"),
-               ("kb_per_partition", "idle KiB / partition", "{:.0f}"), ("mem_mb", "RSS MB", "{:.0f}"),
-               ("fds", "open fds", "{:d}")]
-    L.append("| partitions | metric | " + " | ".join(NAMES[k] for k in kinds) +
-             (" | kbroker / Kafka |" if "kafka" in kinds and "kbroker" in kinds else " |"))
-    L.append("|---:|---|" + "---:|" * (len(kinds) + ("kafka" in kinds and "kbroker" in kinds)))
-    for p in counts:
-        for key, label, fmt in metrics:
-            cells = []
-            for k in kinds:
-                r = rows[p].get(k, {})
-                cells.append(fmt.format(r[key]) if key in r else "n/a")
-            if "kafka" in kinds and "kbroker" in kinds:
-                a, b = rows[p].get("kbroker", {}).get(key), rows[p].get("kafka", {}).get(key)
-                if a is None or b is None or not b or not a:
-                    cells.append("n/a")
-                elif key in ("produce_mbs", "consume_mbs"):
-                    cells.append(f"{a / b:.2f}x")
-                else:   # lower is better: Kafka's / ours
-                    cells.append(f"{b / a:.2f}x")
-            L.append(f"| {p} | {label} | " + " | ".join(cells) + " |")
+    metrics = [("produce_mbs", "produce MB/s", "{:.1f}", True), ("consume_mbs", "consume MB/s", "{:.1f}", True),
+               ("p50_ms", "produce p50 ms", "{:.2f}", False), ("p99_ms", "produce p99 ms", "{:.2f}", False),
+               ("kb_per_partition", "idle KiB / partition", "{:.0f}", False), ("mem_mb", "RSS MB", "{:.0f}", False),
+               ("fds", "open fds", "{:d}", False)]
+    L += axis_table(rows, kinds, counts, "partitions", metrics)
     L += ["", "Ratios: above 1.0 means kbroker is better (throughput: ours / Kafka's; latency, memory, "
           "descriptors: Kafka's / ours).", ""]
     if "fsync" in extra:
@@ -299,25 +282,10 @@ def report(rows, extra, kinds, counts, args) -> None:
         L += ["Errors:", ""] + errs + [""]
     write_report(L, args.out)
     if args.plot:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        fig, axes = plt.subplots(1, 6, figsize=(24, 4))
-        for ax, (key, label) in zip(axes, [("produce_mbs", "produce MB/s"), ("consume_mbs", "consume MB/s"),
-                                           ("p50_ms", "produce p50 ms"), ("p99_ms", "produce p99 ms"),
-                                           ("mem_mb", "RSS MB"), ("fds", "open descriptors")]):
-            for k in kinds:
-                xs = [p for p in counts if key in rows[p].get(k, {})]
-                ax.plot(xs, [rows[p][k][key] for p in xs], marker="o", label=NAMES[k])
-            ax.set_xscale("log")
-            if key in ("p50_ms", "p99_ms", "fds"):
-                ax.set_yscale("log")
-            ax.set_xlabel("partitions")
-            ax.set_title(label)
-        axes[0].legend()
-        fig.tight_layout()
-        fig.savefig(args.plot, dpi=100)
-
+        plot_axis(args.plot, rows, kinds, counts, "partitions",
+                  [("produce_mbs", "produce MB/s", False), ("consume_mbs", "consume MB/s", False),
+                   ("p50_ms", "produce p50 ms", True), ("p99_ms", "produce p99 ms", True),
+                   ("mem_mb", "RSS MB", False), ("fds", "open descriptors", True)])
 
 if __name__ == "__main__":
     main()

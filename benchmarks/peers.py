@@ -169,3 +169,48 @@ def rss_mb(pid: int) -> float:
         except OSError:
             pass
     return total / 1024
+
+
+def axis_table(rows: dict, kinds: list[str], xs: list, xlabel: str, metrics: list) -> list[str]:
+    """Markdown rows of one scaling axis: a line per (x, metric), a column per broker, then
+    kbroker / Kafka when both ran. ``rows[x][kind][key]``; ``metrics``: (key, label, format,
+    higher_is_better). Ratios above 1.0 always mean kbroker is better."""
+    ratio = "kafka" in kinds and "kbroker" in kinds
+    L = [f"| {xlabel} | metric | " + " | ".join(NAMES[k] for k in kinds) + (" | kbroker / Kafka |" if ratio else " |"),
+         "|---:|---|" + "---:|" * (len(kinds) + ratio)]
+    for x in xs:
+        for key, label, fmt, higher in metrics:
+            cells = [fmt.format(rows[x][k][key]) if isinstance(rows[x].get(k, {}).get(key), (int, float)) else "n/a"
+                     for k in kinds]
+            if ratio:
+                a, b = rows[x].get("kbroker", {}).get(key), rows[x].get("kafka", {}).get(key)
+                ok = isinstance(a, (int, float)) and isinstance(b, (int, float)) and a and b
+                cells.append(f"{(a / b) if higher else (b / a):.2f}x" if ok else "n/a")
+            L.append(f"| {x} | {label} | " + " | ".join(cells) + " |")
+    return L
+
+
+def plot_axis(path: str, rows: dict, kinds: list[str], xs: list, xlabel: str, panels: list) -> None:
+    """One panel per metric, a line per broker along the scaling axis (log x).
+    ``panels``: (key, title, log_y)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 4))
+    for ax, (key, title, log_y) in zip(axes, panels):
+        plotted = False
+        for k in kinds:
+            have = [x for x in xs if isinstance(rows[x].get(k, {}).get(key), (int, float))]
+            ax.plot(have, [rows[x][k][key] for x in have], marker="o", label=NAMES[k])
+            plotted |= any(rows[x][k][key] > 0 for x in have)
+        ax.set_xscale("log")
+        ax.set_xticks(xs, [str(x) for x in xs], minor=False)   # the measured points, not 10^k
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        if log_y and plotted:   # a panel no broker reported stays linear (log of nothing fails)
+            ax.set_yscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_title(title)
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)

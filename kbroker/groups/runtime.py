@@ -37,6 +37,7 @@ log = logging.getLogger("kbroker.groups.runtime")
 # A partition smaller than this is replayed at once when this node becomes its leader (a
 # few ms); a larger one in slices (kbroker.groups.runtime._load_in_slices).
 LOAD_IN_ONE_GO_BYTES = 1 << 20
+RECORDS_PER_STEP = 32          # a sliced load may pause after this many records of a batch
 
 
 class CoordinatorError(Exception):
@@ -60,17 +61,12 @@ class GroupCoordinatorRuntime:
         self._parked: dict[int, set[asyncio.Future]] = {}   # JoinGroup/SyncGroup answers owed
         self.load_slice_s = 0.004                        # work per slice before yielding
         self.leadership = CoordinatorPartitions(broker, OFFSETS_TOPIC, self)
-        self._starting = False
 
     # ------------------------------------------------------------------------------------------
     # Lifecycle
 
     def start(self) -> None:
-        self._starting = True      # nothing is served yet: replay what this node leads now
-        try:
-            self.leadership.start()
-        finally:
-            self._starting = False
+        self.leadership.start()     # replays (or starts replaying) what this node leads now
         self._task = asyncio.get_running_loop().create_task(self._timer_loop(), name="group-coordinator-timers")
 
     async def shutdown(self) -> None:
@@ -94,13 +90,12 @@ class GroupCoordinatorRuntime:
         if part is None or self._stopped:
             return
         plog = part.log
-        if self._starting or plog.size_in_bytes < LOAD_IN_ONE_GO_BYTES:
-            # start-up (nothing is served yet) or a small partition: replay now
+        if plog.size_in_bytes < LOAD_IN_ONE_GO_BYTES:
             self._install(partition, self._load(partition, plog), coordinator_epoch)
             return
-        # Becoming the leader of a large partition while serving: replay it in slices that
-        # yield to the loop; its groups answer COORDINATOR_LOAD_IN_PROGRESS until done
-        # (Kafka's answer while it loads a partition).
+        # A large partition, at start-up too (a node that holds its loop for seconds misses
+        # its heartbeats and its fetches): replay it in slices that yield to the loop; its
+        # groups answer COORDINATOR_LOAD_IN_PROGRESS until done, as Kafka's do.
         self._loading[partition] = asyncio.get_running_loop().create_task(
             self._load_in_slices(partition, plog, coordinator_epoch), name=f"load-{OFFSETS_TOPIC}-{partition}")
 
@@ -133,11 +128,17 @@ class GroupCoordinatorRuntime:
         self._wake.set()
 
     async def _load_in_slices(self, partition: int, plog, coordinator_epoch: int) -> None:
-        try:
-            shard = await run_in_slices(self._load_steps(partition, plog), self.load_slice_s)
-            if self._loading.get(partition) is asyncio.current_task():
+        me = asyncio.current_task()
+
+        def load_then_install():
+            shard = yield from self._load_steps(partition, plog)
+            # In the slice that reached the log end: nothing can append in between. (A drop
+            # cancels this task, whose cancelled wait ends the job before it gets here.)
+            if self._loading.get(partition) is me:
                 del self._loading[partition]
                 self._install(partition, shard, coordinator_epoch)
+        try:
+            await run_in_slices(load_then_install(), self.load_slice_s)
         except Exception:   # noqa: BLE001 - the log went away (topic deleted, leadership lost)
             if self._loading.get(partition) is asyncio.current_task():
                 del self._loading[partition]
@@ -147,25 +148,36 @@ class GroupCoordinatorRuntime:
         return run_to_end(self._load_steps(partition, plog))
 
     def _load_steps(self, partition: int, plog):
-        """Generator: replays the partition, yielding after each batch; returns the shard."""
+        """Generator: replays the partition, yielding after each batch; returns the shard.
+        Records appended while it replays (transaction markers written for this partition's
+        offsets find no shard to apply to yet) are replayed too: it ends only once it has
+        reached the log end without yielding in between."""
         shard = GroupShard(partition, self.config, topics=self.topics)
         n = 0
-        for batch in plog.batches():
-            yield
-            if batch.is_control:
-                ctype = batch.control_type()
-                shard.offsets.complete_transaction(batch.producer_id, committed=int(ctype or 0) == 1)
-                continue
-            pid = batch.producer_id if batch.is_transactional else -1
-            for r in batch.records():
-                try:
-                    rec = record_codec.decode(r.key, r.value)
-                except Exception:   # noqa: BLE001 - one bad record must not stop the load
-                    log.exception("%s-%d offset %d: undecodable record skipped", OFFSETS_TOPIC, partition, r.offset)
+        done = None              # next offset to replay (None: from the log start)
+        while done is None or done < plog.log_end_offset:
+            start = done
+            for batch in plog.batches(start, plog.log_end_offset):
+                yield
+                done = batch.last_offset + 1
+                if batch.is_control:
+                    ctype = batch.control_type()
+                    shard.offsets.complete_transaction(batch.producer_id, committed=int(ctype or 0) == 1)
                     continue
-                if rec is not None:
-                    shard.replay(rec, producer_id=pid)
-                    n += 1
+                pid = batch.producer_id if batch.is_transactional else -1
+                for i, r in enumerate(batch.records()):
+                    if i % RECORDS_PER_STEP == RECORDS_PER_STEP - 1:
+                        yield            # one commit of 1,000 partitions is one batch
+                    try:
+                        rec = record_codec.decode(r.key, r.value)
+                    except Exception:   # noqa: BLE001 - one bad record must not stop the load
+                        log.exception("%s-%d offset %d: undecodable record skipped", OFFSETS_TOPIC, partition, r.offset)
+                        continue
+                    if rec is not None:
+                        shard.replay(rec, producer_id=pid)
+                        n += 1
+            if done == start:    # nothing to read up to the log end (an empty log, or only a gap)
+                break
         shard.on_loaded(self.now_ms())
         if n:
             log.info("loaded %s-%d: %d records, %d groups", OFFSETS_TOPIC, partition, n, len(shard.groups))

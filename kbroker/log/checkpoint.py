@@ -264,11 +264,14 @@ class LeaderEpochCache:
             return requested_epoch, higher.start_offset
         return floor.epoch, higher.start_offset
 
-    def truncate_from_end(self, end_offset: int) -> None:
-        """Remove entries starting at or after ``end_offset`` (log truncated to it)."""
+    def truncate_from_end(self, end_offset: int, flush: bool = True) -> None:
+        """Remove entries starting at or after ``end_offset`` (log truncated to it).
+        ``flush=False`` leaves the file as it is: for the load-time trim to the log end, which
+        every load repeats, so a stale file is harmless and the next change rewrites it."""
         if end_offset >= 0 and self._entries and self._entries[-1].start_offset >= end_offset:
             self._entries = [e for e in self._entries if e.start_offset < end_offset]
-            self._flush()
+            if flush:
+                self._flush()
 
     def truncate_from_start(self, start_offset: int) -> None:
         """Log start moved to ``start_offset``: the epoch covering it now starts there."""

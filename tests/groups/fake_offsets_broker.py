@@ -23,13 +23,18 @@ class FakeLog:
     def size_in_bytes(self):
         return sum(len(b) for b in self.buffers)
 
-    def batches(self):
+    def batches(self, start_offset=None, max_offset=None):
+        """As PartitionLog.batches: up to the log end as it was when iteration began."""
+        limit = self.log_end_offset if max_offset is None else max_offset
         offset = 0
-        for buf in self.buffers:
+        for buf in list(self.buffers):
             b = RecordBatch(bytearray(buf))
             b.base_offset = offset
             offset = b.next_offset
-            yield b
+            if b.base_offset >= limit:
+                return
+            if start_offset is None or offset > start_offset:
+                yield b
 
 
 class FakePart:

@@ -149,3 +149,41 @@ def test_becoming_leader_of_a_large_partition_loads_it_in_slices(monkeypatch):
     ticks, rows = asyncio.run(scenario())
     assert ticks > 1                      # the loop ran other work while it loaded
     assert rows[0][1][0].offset == 299
+
+
+def test_a_sliced_load_replays_what_is_appended_while_it_runs(monkeypatch):
+    """Records that reach the partition during a sliced load (a transaction marker written
+    for its offsets finds no shard to apply to yet) are replayed before the shard is
+    installed: the load ends only at the log end."""
+    from kbroker.groups import runtime as runtime_mod
+
+    monkeypatch.setattr(runtime_mod, "LOAD_IN_ONE_GO_BYTES", 1)
+
+    async def scenario():
+        clock = [1_000]
+        broker = fake_broker()
+        rt = GroupCoordinatorRuntime(broker, GroupConfig(num_partitions=N), lambda: clock[0])
+        rt.start()
+        for i in range(201):
+            oc = OffsetCommitRequest("g", [("t", [CommitPartition(0, i, -1, "")])], -1, "", version=8)
+            await rt.run("g", lambda sh, now, oc=oc: sh.commit_offsets(oc, now))
+        await rt.shutdown()
+        p = rt.partition_for("g")
+        log = broker.replicas.get(OFFSETS_TOPIC, p).log
+        late = log.buffers.pop()                # the commit of offset 200 arrives mid-load
+
+        broker2 = fake_broker(broker.replicas)
+        rt2 = GroupCoordinatorRuntime(broker2, GroupConfig(num_partitions=N), lambda: clock[0])
+        rt2.load_slice_s = 0                    # yield after every batch
+        rt2.start()                             # start-up loads large partitions in slices too
+        assert p in rt2._loading
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert p in rt2._loading
+        log.buffers.append(late)
+        while p in rt2._loading:
+            await asyncio.sleep(0)
+        err, rows = rt2.shard_for("g").fetch_offsets("g", [("t", [0])])
+        await rt2.shutdown()
+        return rows
+    assert asyncio.run(scenario())[0][1][0].offset == 200

@@ -352,6 +352,28 @@ def test_truncate_epoch_cache(tmp_path):
     assert text == "0\n2\n1 0\n2 2\n"
 
 
+def test_open_trims_an_epoch_at_the_log_end_without_rewriting_the_file(tmp_path):
+    """A leader epoch begun at the log end with nothing written under it is dropped on every
+    open (Kafka's trim to the log end), in memory only: rewriting and fsyncing the file per
+    partition made start-up with thousands of idle partitions slow."""
+    log = open_log(tmp_path)
+    log.append(make_batch(2), 0, leader_epoch=1)
+    log.leader_epoch_cache.assign(4, log.log_end_offset)      # a new leader, no records yet
+    log.close()
+    path = tmp_path / "topic-0" / "leader-epoch-checkpoint"
+    before = path.read_text()
+    assert before == "0\n2\n1 0\n4 2\n"
+    for _ in range(2):                                        # every open trims it again
+        log = open_log(tmp_path, had_clean_shutdown=True, recovery_point=2)
+        assert log.leader_epoch_cache.entries == [(1, 0)]
+        assert path.read_text() == before
+        log.close()
+    log = open_log(tmp_path, had_clean_shutdown=True, recovery_point=2)
+    log.append(make_batch(1), 0, leader_epoch=5)              # the next change rewrites it
+    assert log.leader_epoch_cache.entries == [(1, 0), (5, 2)]
+    assert path.read_text() == "0\n2\n1 0\n5 2\n"
+
+
 # ---------------------------------------------------------------------------- retention
 
 

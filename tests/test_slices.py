@@ -1,0 +1,66 @@
+"""Sliced work takes turns: whatever number of jobs run at once, the loop runs one slice
+per iteration (fifty offsets partitions loading as fifty tasks held it for 300 ms each
+iteration), round robin, and each caller gets its own result, error or cancellation."""
+import asyncio
+
+import pytest
+
+from kbroker.slices import run_in_slices, run_to_end
+
+
+def job(name, n, seen, tick, fail_at=None):
+    for i in range(n):
+        yield
+        if i == fail_at:
+            raise ValueError(name)
+        seen.append((name, tick[0]))
+    return f"{name} done"
+
+
+async def ticking():
+    """A counter the loop bumps once per iteration."""
+    loop, tick = asyncio.get_running_loop(), [0]
+
+    def bump():
+        tick[0] += 1
+        loop.call_soon(bump)
+    loop.call_soon(bump)
+    return tick
+
+
+def test_jobs_take_turns_one_slice_per_iteration():
+    async def scenario():
+        tick, seen = await ticking(), []
+        results = await asyncio.gather(*(run_in_slices(job(n, 20, seen, tick), slice_s=0) for n in "abc"))
+        return results, seen
+    results, seen = asyncio.run(scenario())
+    assert results == ["a done", "b done", "c done"]
+    assert len(seen) == 60
+    iterations = [t for _, t in seen]
+    assert len(set(iterations)) == len(iterations)            # never two slices in one iteration
+    assert [n for n, _ in seen[:6]] == ["a", "b", "c", "a", "b", "c"]   # round robin
+
+
+def test_an_error_reaches_its_caller_only_and_a_cancelled_job_stops():
+    async def scenario():
+        tick, seen = await ticking(), []
+        bad = asyncio.ensure_future(run_in_slices(job("bad", 10, seen, tick, fail_at=3), slice_s=0))
+        gone = asyncio.ensure_future(run_in_slices(job("gone", 1000, seen, tick), slice_s=0))
+        good = await run_in_slices(job("good", 10, seen, tick), slice_s=0)
+        with pytest.raises(ValueError):
+            await bad
+        gone.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+        before = sum(1 for n, _ in seen if n == "gone")
+        for _ in range(20):
+            await asyncio.sleep(0)
+        return good, before, sum(1 for n, _ in seen if n == "gone")
+    good, before, after = asyncio.run(scenario())
+    assert good == "good done"
+    assert before == after < 1000                              # no step after the cancel
+
+
+def test_run_to_end_runs_in_one_go():
+    tick, seen = [7], []
+    assert run_to_end(job("x", 5, seen, tick)) == "x done" and len(seen) == 5
