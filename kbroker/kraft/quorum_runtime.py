@@ -118,11 +118,11 @@ class RaftControllerRuntime:
     async def _apply_queued(self) -> None:
         try:
             while self._queue:
-                await run_in_slices(self._queue[0], APPLY_SLICE_S)
+                try:
+                    await run_in_slices(self._queue[0], APPLY_SLICE_S)
+                except Exception:      # as the driver does for a listener that fails
+                    log.exception("applying committed metadata failed")
                 self._queue.popleft()
-        except Exception:
-            log.exception("applying committed metadata failed")
-            raise
         finally:
             self._worker = None
 
