@@ -46,6 +46,7 @@ from kbroker.slices import run_for, run_in_slices
 
 INLINE_RECORDS = 64        # operations up to this many records are encoded at once
 APPLY_SLICE_S = 0.004      # metadata work holds the loop about this long at a time
+INLINE_SLICE_S = 0.001     # in the driver's own step (it already polled, flushed, read the batch)
 
 
 def _encode_steps(records: list) -> Generator[None, None, list[bytes]]:
@@ -104,11 +105,11 @@ class RaftControllerRuntime:
     # -- committed records in ----------------------------------------------------------------
 
     def _on_committed(self, item) -> None:
-        """The driver's listener. A batch is applied here if that takes one slice; the rest
+        """The driver's listener. A batch is applied here if that takes under 1 ms; the rest
         of a large one (a 1,000-partition topic: ~50 ms of decoding, applying and publishing)
         goes on in a task, in slices, and every batch after it queues behind it (log order)."""
         steps = self._apply_steps(item)
-        if not self._queue and run_for(steps, APPLY_SLICE_S):
+        if not self._queue and run_for(steps, INLINE_SLICE_S):
             return
         self._queue.append(steps)
         if self._worker is None:

@@ -26,6 +26,7 @@ SAMPLE = [*range(0, N, 50), N - 1]     # partitions the per-iteration check look
 
 def test_a_thousand_partition_topic_is_created_and_deleted_in_slices(tmp_path, monkeypatch):
     monkeypatch.setattr(quorum_runtime, "APPLY_SLICE_S", 0.0)
+    monkeypatch.setattr(quorum_runtime, "INLINE_SLICE_S", 0.0)
 
     async def main():
         cfg = BrokerConfig.load(None, [f"log.dirs={tmp_path / 'data'}",
