@@ -99,8 +99,8 @@ class RaftControllerRuntime:
         return self.node.leader_id
 
     def caught_up(self) -> bool:
-        """Leader known and everything committed so far applied."""
-        return self.node.leader_id >= 0 and self.applied >= self.node.high_watermark
+        """Leader known and everything committed so far applied and published."""
+        return self.node.leader_id >= 0 and self.published >= self.node.high_watermark
 
     # -- committed records in ----------------------------------------------------------------
 
