@@ -1,7 +1,9 @@
-"""Producer/consumer throughput and produce->consume latency with confluent-kafka, for kbroker
-and the Tansu peer (a Rust broker) in the same run, printed as a table of ratios.
+"""Producer/consumer throughput and produce->consume latency with confluent-kafka, for kbroker,
+Apache Kafka 4.0 (../shared/reference-kafka) and the Tansu peer (a Rust broker) in the same
+run, printed as a table of ratios.
 
-    python benchmarks/bench_clients.py [--quick] [--repeat 3] [--out benchmarks/results/clients.md]
+    python benchmarks/bench_clients.py [--quick] [--repeat 3] [--brokers kbroker,kafka,tansu]
+                                       [--out benchmarks/results/clients.md]
                                        [--plot benchmarks/results/clients.png] [--only SUBSTRING]
 
 Rows (issue 4): 200k x 1 KiB and 1M x 100 B, acks 1 and all, compression none and lz4,
@@ -10,9 +12,9 @@ linger 5 ms; consumer throughput reading the same data back; latency at 2,000 ms
 
 How it measures, so that the numbers are about the brokers and not about Python:
 
-* Both brokers run for the whole benchmark and every measurement alternates between them
-  (kbroker, Tansu, then Tansu, kbroker on the next repeat...), so a noisy neighbour on a
-  shared machine hits both sides alike. Throughput rows report the median of ``--repeat``
+* All brokers run for the whole benchmark and every measurement alternates between them
+  (kbroker, Kafka, Tansu, then Kafka, Tansu, kbroker on the next repeat...), so a noisy
+  neighbour on a shared machine hits every side alike. Throughput rows report the median of ``--repeat``
   runs; latency pools the samples of every repeat.
 * Client start-up is not timed: producer and consumer fetch the topic's metadata first
   (librdkafka would otherwise wait for its 500 ms offset-query timer before the first fetch).
@@ -28,7 +30,8 @@ How it measures, so that the numbers are about the brokers and not about Python:
   CPU that the brokers need; 200 warm-up messages make the round trip before the measured
   ones are sent (connections, fetch session, group coordinator, first appends).
 * "broker CPU" is the broker process's user+system CPU time during the measurement
-  (all threads), from /proc: the cost of the work, independent of the wall clock.
+  (all threads, and children: Kafka runs under a shell wrapper), from /proc: the cost of
+  the work, independent of the wall clock.
 """
 from __future__ import annotations
 
@@ -48,19 +51,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from confluent_kafka import Consumer, Producer, TopicPartition, OFFSET_BEGINNING  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from compat_tests.brokers import TANSU, BrokerProcess  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peers import NAMES, make_broker  # noqa: E402
 
 PARTITIONS = 3
-KINDS = ("kbroker", "tansu")
-NAMES = {"kbroker": "kbroker", "tansu": "Tansu"}
+KINDS = ("kbroker", "kafka", "tansu")
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (all its threads), in seconds."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK
+    """User + system CPU time of a process (all its threads) and its children, in seconds."""
+    total = 0.0
+    try:
+        kids = [int(k) for k in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        kids = []
+    for p in [pid, *kids]:
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / _TICK
+        except OSError:
+            pass
+    return total
 
 
 def create(bootstrap, topic):
@@ -198,7 +211,7 @@ def pct(samples, f):
 
 
 class Run:
-    """Both brokers, started once; measurements alternate between them."""
+    """Every broker, started once; measurements alternate between them."""
 
     def __init__(self, kinds, quick, repeat):
         self.kinds = kinds
@@ -214,7 +227,7 @@ class Run:
 
     def __enter__(self):
         for k in self.kinds:
-            self.brokers[k] = BrokerProcess(Path(self.tmp.name) / k, kind=k).start()
+            self.brokers[k] = make_broker(k, Path(self.tmp.name)).start(timeout=180)
         return self
 
     def __exit__(self, *exc):
@@ -223,7 +236,8 @@ class Run:
         self.tmp.cleanup()
 
     def order(self, r):
-        return self.kinds if r % 2 == 0 else tuple(reversed(self.kinds))
+        n = r % len(self.kinds)
+        return self.kinds[n:] + self.kinds[:n]
 
     def record(self, row, unit, kind, value, cpu):
         self.units[row] = unit
@@ -286,24 +300,25 @@ class Run:
                 print(f"  {row}: {vals}", file=sys.stderr, flush=True)
 
     def table(self) -> str:
-        other = [k for k in self.kinds if k != "kbroker"]
-        peer = other[0] if other else None
-        lines = ["| benchmark (confluent-kafka) | unit | kbroker | Tansu | kbroker / Tansu "
-                 "| broker CPU s, kbroker / Tansu |",
-                 "|---|---|---:|---:|---:|---:|"]
+        peers = [k for k in self.kinds if k != "kbroker"]
+        lines = ["| benchmark (confluent-kafka) | unit | " + " | ".join(NAMES[k] for k in self.kinds) + " | "
+                 + "".join(f"kbroker / {NAMES[k]} | " for k in peers)
+                 + "broker CPU s, " + " / ".join(NAMES[k] for k in self.kinds) + " |",
+                 "|---|---|" + "---:|" * (len(self.kinds) + len(peers) + 1)]
+        nan = float("nan")
         for row, per in self.values.items():
             unit = self.units[row]
-            v = statistics.median(per.get("kbroker", [float("nan")]))
-            pv = statistics.median(per[peer]) if peer in per else float("nan")
+            digits = 2 if unit == "ms" else 1
+            med = {k: statistics.median(per[k]) if k in per else nan for k in self.kinds}
             # Higher is better for MB/s; for latency the ratio is peer/ours so >1 still means better.
-            ratio = v / pv if unit == "MB/s" else pv / v
-            kc = statistics.median(self.cpu[row].get("kbroker", [float("nan")]))
-            pc = statistics.median(self.cpu[row][peer]) if peer in per else float("nan")
-            cpu = f"{kc:.2f} / {pc:.2f}"
+            ratios = [(med["kbroker"] / med[k] if unit == "MB/s" else med[k] / med["kbroker"])
+                      if med.get("kbroker") and med[k] else nan for k in peers]
+            cpu = " / ".join(f"{statistics.median(self.cpu[row][k]):.2f}" if k in self.cpu[row] else "n/a"
+                             for k in self.kinds)
             if row.startswith("latency") and not row.startswith("latency p50"):
                 cpu = "(as p50)"
-            lines.append(f"| {row} | {unit} | {v:.{2 if unit == 'ms' else 1}f} | "
-                         f"{pv:.{2 if unit == 'ms' else 1}f} | {ratio:.2f}x | {cpu} |")
+            lines.append(f"| {row} | {unit} | " + " | ".join(f"{med[k]:.{digits}f}" for k in self.kinds) + " | "
+                         + "".join(f"{r:.2f}x | " for r in ratios) + f"{cpu} |")
         return "\n".join(lines)
 
     def plot(self, path):
@@ -314,21 +329,22 @@ class Run:
         lat = [r for r in self.values if self.units[r] == "ms"]
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(14, 6), gridspec_kw={"width_ratios": [3, 1]})
         y = range(len(rows))
+        w = 0.8 / len(self.kinds)
         for i, k in enumerate(self.kinds):
-            a1.barh([j + 0.4 * i for j in y], [statistics.median(self.values[r][k]) for r in rows],
-                    height=0.4, label=NAMES[k])
-        a1.set_yticks([j + 0.2 for j in y], rows, fontsize=8)
+            a1.barh([j + w * i for j in y], [statistics.median(self.values[r].get(k, [0])) for r in rows],
+                    height=w, label=NAMES[k])
+        a1.set_yticks([j + w * (len(self.kinds) - 1) / 2 for j in y], rows, fontsize=8)
         a1.invert_yaxis()
         a1.set_xlabel("MB/s (higher is better)")
         a1.legend()
         x = range(len(lat))
         for i, k in enumerate(self.kinds):
-            a2.bar([j + 0.4 * i for j in x], [statistics.median(self.values[r][k]) for r in lat],
-                   width=0.4, label=NAMES[k])
-        a2.set_xticks([j + 0.2 for j in x], [r.split()[1] for r in lat])
+            a2.bar([j + w * i for j in x], [statistics.median(self.values[r].get(k, [0])) for r in lat],
+                   width=w, label=NAMES[k])
+        a2.set_xticks([j + w * (len(self.kinds) - 1) / 2 for j in x], [r.split()[1] for r in lat])
         a2.set_yscale("log")
         a2.set_ylabel("produce->consume latency at 2k msg/s, ms (lower is better)")
-        fig.suptitle("kbroker vs Tansu, confluent-kafka clients, same run")
+        fig.suptitle(" vs ".join(NAMES[k] for k in self.kinds) + ", confluent-kafka clients, same run")
         fig.tight_layout()
         fig.savefig(path, dpi=110)
 
@@ -338,13 +354,14 @@ def main():
     ap.add_argument("--quick", action="store_true", help="a tenth of the records, 2 s of latency")
     ap.add_argument("--repeat", type=int, default=3, help="runs per row and broker (median reported)")
     ap.add_argument("--only", default=None, help="only rows whose name contains this")
-    ap.add_argument("--kbroker-only", action="store_true", help="skip the peer (development)")
+    ap.add_argument("--brokers", default=",".join(KINDS), help="which brokers, kbroker first")
+    ap.add_argument("--kbroker-only", action="store_true", help="skip the peers (development)")
     ap.add_argument("--out", default=None, help="also write the markdown table here")
     ap.add_argument("--plot", default=None, help="also draw the numbers into this PNG (matplotlib)")
     args = ap.parse_args()
-    kinds = ("kbroker",) if args.kbroker_only else KINDS
-    if "tansu" in kinds and not TANSU.exists():
-        sys.exit("Tansu peer missing: run scripts/fetch-peer.sh")
+    kinds = ("kbroker",) if args.kbroker_only else tuple(args.brokers.split(","))
+    if kinds[0] != "kbroker":
+        sys.exit("--brokers: kbroker comes first (the ratios are against it)")
     started = datetime.datetime.now()
     with Run(kinds, args.quick, args.repeat) as run:
         run.throughput_rows(args.only)
@@ -360,7 +377,7 @@ def main():
                 f"(librdkafka {confluent_kafka.libversion()[0]}), median of {args.repeat} runs per row"
                 f"{' (quick: a tenth of the records)' if args.quick else ''}.\n\n")
         Path(args.out).write_text(head + table + "\n\nRatios above 1.0 mean kbroker is better "
-                                  "(for latency: Tansu's latency / kbroker's).\n")
+                                  "(for latency: the peer's latency / kbroker's).\n")
 
 
 if __name__ == "__main__":

@@ -437,6 +437,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="64 MB compaction")
     ap.add_argument("--out", default="")
     ap.add_argument("--plot", default="")
+    ap.add_argument("--keep", action="store_true", help="keep the brokers' data and logs (path printed)")
     args = ap.parse_args()
     kinds = args.brokers.split(",")
     st_base = {"compact_mb": 64 if args.quick else args.compact_mb}
@@ -493,7 +494,10 @@ def main() -> None:
                 pass
         for b in brokers.values():
             b.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
+        if args.keep:
+            print(f"data and logs kept in {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
     report(results, kinds, mem, args)
 
 

@@ -42,6 +42,7 @@ from kbroker.kraft.image import MetadataImage
 from kbroker.kraft.runtime import METADATA_TOPIC, ControllerRuntime, MetadataLog, QuorumState
 from kbroker.log.config import LogConfig
 from kbroker.net.listener import Listener
+from kbroker.slices import each, run_in_slices
 
 log = logging.getLogger("kbroker.server")
 
@@ -351,12 +352,15 @@ class KafkaServer:
                 for lm in self._log_managers:
                     await lm.run_flush_async(now)
                 if due("retention"):
+                    # every walk over all partitions in slices that yield to the loop
                     for lm in self._log_managers:
-                        lm.run_retention(now)
+                        await lm.run_retention_async(now)
                     unlink = _unlinker(self.log_manager.io)
-                    for p in self.replicas.all_partitions():
+
+                    def prune_producers(p) -> None:
                         p.producer_state.delete_snapshots_before(p.log.log_start_offset, unlink)
                         p.producer_state.remove_expired(now)
+                    await run_in_slices(each(list(self.replicas.all_partitions()), prune_producers))
                 if due("cleaner"):
                     # One log per pass, the dirtiest first, in slices of a few ms that
                     # yield to the event loop (LogCleaner.clean_async).

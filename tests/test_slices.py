@@ -64,3 +64,21 @@ def test_an_error_reaches_its_caller_only_and_a_cancelled_job_stops():
 def test_run_to_end_runs_in_one_go():
     tick, seen = [7], []
     assert run_to_end(job("x", 5, seen, tick)) == "x done" and len(seen) == 5
+
+
+def test_batches_to_the_end_reads_what_is_appended_while_it_pauses(tmp_path):
+    from kbroker.log.partition_log import PartitionLog
+    from kbroker.slices import batches_to_the_end
+    from tests.log.helpers import make_batch
+
+    plog = PartitionLog.open(str(tmp_path / "t-0"), None, 0)
+    for _ in range(3):
+        plog.append(make_batch(2), 0)
+    seen = []
+    for b in batches_to_the_end(plog):
+        seen.append((b.base_offset, b.last_offset))
+        if len(seen) == 2:                       # appended while the reader pauses
+            plog.append(make_batch(1), 0)
+            plog.append(make_batch(1), 0)
+    assert seen == [(0, 1), (2, 3), (4, 5), (6, 6), (7, 7)]
+    assert list(batches_to_the_end(PartitionLog.open(str(tmp_path / "e-0"), None, 0))) == []

@@ -28,7 +28,7 @@ from kbroker.groups.partitioning import OFFSETS_TOPIC, offsets_partition_for
 from kbroker.groups.result import Result
 from kbroker.groups.shard import GroupShard, OffsetCommitRequest
 from kbroker.replication.delayed_produce import check_before_append
-from kbroker.slices import run_in_slices, run_to_end
+from kbroker.slices import batches_to_the_end, run_in_slices, run_to_end
 from kbroker.wire.records import BatchBuilder
 
 log = logging.getLogger("kbroker.groups.runtime")
@@ -59,7 +59,7 @@ class GroupCoordinatorRuntime:
         self._topics_cache: tuple[int, dict] = (-2, {})
         self._loading: dict[int, asyncio.Task] = {}   # partitions replayed in slices
         self._parked: dict[int, set[asyncio.Future]] = {}   # JoinGroup/SyncGroup answers owed
-        self.load_slice_s = 0.004                        # work per slice before yielding
+        self.load_slice_s = None                         # work per slice before yielding (None: slices.SLICE_S)
         self.leadership = CoordinatorPartitions(broker, OFFSETS_TOPIC, self)
 
     # ------------------------------------------------------------------------------------------
@@ -154,30 +154,24 @@ class GroupCoordinatorRuntime:
         reached the log end without yielding in between."""
         shard = GroupShard(partition, self.config, topics=self.topics)
         n = 0
-        done = None              # next offset to replay (None: from the log start)
-        while done is None or done < plog.log_end_offset:
-            start = done
-            for batch in plog.batches(start, plog.log_end_offset):
-                yield
-                done = batch.last_offset + 1
-                if batch.is_control:
-                    ctype = batch.control_type()
-                    shard.offsets.complete_transaction(batch.producer_id, committed=int(ctype or 0) == 1)
+        for batch in batches_to_the_end(plog):
+            yield
+            if batch.is_control:
+                ctype = batch.control_type()
+                shard.offsets.complete_transaction(batch.producer_id, committed=int(ctype or 0) == 1)
+                continue
+            pid = batch.producer_id if batch.is_transactional else -1
+            for i, r in enumerate(batch.records()):
+                if i % RECORDS_PER_STEP == RECORDS_PER_STEP - 1:
+                    yield            # one commit of 1,000 partitions is one batch
+                try:
+                    rec = record_codec.decode(r.key, r.value)
+                except Exception:   # noqa: BLE001 - one bad record must not stop the load
+                    log.exception("%s-%d offset %d: undecodable record skipped", OFFSETS_TOPIC, partition, r.offset)
                     continue
-                pid = batch.producer_id if batch.is_transactional else -1
-                for i, r in enumerate(batch.records()):
-                    if i % RECORDS_PER_STEP == RECORDS_PER_STEP - 1:
-                        yield            # one commit of 1,000 partitions is one batch
-                    try:
-                        rec = record_codec.decode(r.key, r.value)
-                    except Exception:   # noqa: BLE001 - one bad record must not stop the load
-                        log.exception("%s-%d offset %d: undecodable record skipped", OFFSETS_TOPIC, partition, r.offset)
-                        continue
-                    if rec is not None:
-                        shard.replay(rec, producer_id=pid)
-                        n += 1
-            if done == start:    # nothing to read up to the log end (an empty log, or only a gap)
-                break
+                if rec is not None:
+                    shard.replay(rec, producer_id=pid)
+                    n += 1
         shard.on_loaded(self.now_ms())
         if n:
             log.info("loaded %s-%d: %d records, %d groups", OFFSETS_TOPIC, partition, n, len(shard.groups))
@@ -360,14 +354,23 @@ class GroupCoordinatorRuntime:
         if epoch is not None:
             self.load(p, epoch)
 
-    @staticmethod
-    def _release(res: Result, code: int) -> None:
-        for token, response in res.replies:
+    # Replies released per loop iteration: a rebalance of 500 members answers 500 parked
+    # JoinGroups at once, and each answer resumes a request task (~0.1-0.2 ms to finish and
+    # encode): all in one iteration held the loop for tens of milliseconds.
+    RELEASE_PER_ITERATION = 16
+
+    @classmethod
+    def _release(cls, res: Result, code: int, start: int = 0) -> None:
+        replies = res.replies
+        end = start + cls.RELEASE_PER_ITERATION
+        for token, response in replies[start:end]:
             if isinstance(token, asyncio.Future) and not token.done():
                 if code:
                     token.set_exception(CoordinatorError(code))
                 else:
                     token.set_result(response)
+        if end < len(replies):
+            asyncio.get_running_loop().call_soon(cls._release, res, code, end)
 
     async def _timer_loop(self) -> None:
         while not self._stopped:

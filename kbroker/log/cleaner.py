@@ -141,9 +141,10 @@ class LogCleaner:
         return total
 
     async def clean_logs_async(self, logs, now_ms: int, max_logs: int | None = None) -> CleanerStats:
-        """``clean_logs`` in slices (``clean_async``); a log deleted meanwhile is skipped."""
+        """``clean_logs`` in slices (``clean_async``); a log deleted meanwhile is skipped.
+        The choice of the logs due is sliced too (it looks at every log)."""
         total = CleanerStats()
-        for c in self._due(logs, now_ms, max_logs):
+        for c in await run_in_slices(self._due_steps(logs, now_ms, max_logs)):
             try:
                 total.add(await self.clean_async(c.log, now_ms, c))
             except Exception:
@@ -152,8 +153,13 @@ class LogCleaner:
         return total
 
     def _due(self, logs, now_ms: int, max_logs: int | None) -> list:
+        return run_to_end(self._due_steps(logs, now_ms, max_logs))
+
+    def _due_steps(self, logs, now_ms: int, max_logs: int | None):
+        """Generator: the logs due for cleaning, dirtiest first, one log looked at per step."""
         cands = []
         for plog in logs:
+            yield
             if getattr(plog, "closed", False):
                 continue
             c = self.cleanable(plog, now_ms)
@@ -174,7 +180,7 @@ class LogCleaner:
         return run_to_end(self.clean_steps(plog, now_ms, c))
 
     async def clean_async(self, plog, now_ms: int, c: Cleanable | None = None,
-                          slice_s: float = 0.004) -> CleanerStats:
+                          slice_s: float | None = None) -> CleanerStats:
         """``clean`` in slices of about ``slice_s`` of work, yielding to the event loop in
         between (compacting a large log in one go held every client for seconds). Appends
         go on meanwhile (the active segment is never cleaned); if retention, a truncation

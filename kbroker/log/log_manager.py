@@ -38,6 +38,7 @@ from .checkpoint import (
     write_atomic,
 )
 from .config import LONG_MAX, LogConfig
+from kbroker.slices import each, run_in_slices, run_to_end
 from .errors import KafkaStorageError
 from .partition_log import PartitionLog, RecoveryReport, parse_topic_partition
 
@@ -455,13 +456,35 @@ class LogManager:
     def run_retention(self, now_ms: int, *, retention: bool = True) -> RetentionStats:
         """One retention pass over every log (Kafka's log.retention.check.interval.ms
         task) plus removal of ``.deleted`` files and ``-delete`` dirs that are due."""
+        return run_to_end(self.retention_steps(now_ms, retention=retention))
+
+    async def run_retention_async(self, now_ms: int) -> RetentionStats:
+        """``run_retention`` in slices that yield to the event loop (with 10,000 partitions
+        the pass held the loop for tens of milliseconds every check interval)."""
+        return await run_in_slices(self.retention_steps(now_ms))
+
+    RETENTION_STEP_SEGMENTS = 32
+
+    def retention_steps(self, now_ms: int, *, retention: bool = True):
+        """Generator: the retention pass, a log (or RETENTION_STEP_SEGMENTS of its segments)
+        per step; returns the RetentionStats."""
         stats = RetentionStats()
         for plog in list(self._logs.values()):
+            yield
+            if plog.closed:      # deleted or closed while the pass was paused
+                continue
             if retention:
                 try:
-                    stats.segments_deleted += plog.delete_old_segments(now_ms)
+                    # a few segments a step: 300 at once held the loop ~10 ms
+                    while (n := plog.delete_old_segments(now_ms, self.RETENTION_STEP_SEGMENTS)) > 0:
+                        stats.segments_deleted += n
+                        yield
+                        if plog.closed:
+                            break
                 except OSError as e:  # pragma: no cover - disk trouble: keep going
                     log.error("retention of %r failed: %s", plog, e)
+                if plog.closed:
+                    continue
             stats.files_removed += plog.delete_pending(now_ms)
         stats.dirs_removed = self._remove_deleted_dirs(now_ms)
         return stats
@@ -497,7 +520,7 @@ class LogManager:
         stats = await self._log_cleaner().clean_logs_async(list(self._logs.values()), now_ms,
                                                            max_logs=max_logs)
         if not self.closed:
-            self._write_cleaner_checkpoints()
+            self._write_cleaner_checkpoints(await run_in_slices(self._cleaner_offsets_steps()))
         return stats
 
     def run_flush(self, now_ms: int) -> int:
@@ -521,16 +544,18 @@ class LogManager:
         # Every tick walks every log: with 10,000 partitions the calls alone held the loop
         # for tens of milliseconds, so only logs with rolled segments waiting are called.
         started = []
-        for plog in list(self._logs.values()):
-            if not plog._roll_flush_pending:
-                continue
+
+        def start(plog: PartitionLog) -> None:
+            if not plog._roll_flush_pending or plog.closed:
+                return
             try:
                 job = plog.start_flush_rolled()
             except OSError as e:  # pragma: no cover - disk trouble
                 log.error("flushing %r failed: %s", plog, e)
-                continue
+                return
             if job is not None:
                 started.append((plog, job))
+        await run_in_slices(each(list(self._logs.values()), start))
         n = 0
         for plog, (segs, fut) in started:
             ok = True
@@ -543,10 +568,14 @@ class LogManager:
             n += ok
         if self.closed:
             return n
-        for plog in list(self._logs.values()):
+        flushed = []
+
+        def maybe_flush(plog: PartitionLog) -> None:
             cfg = plog.config
-            if cfg.flush_ms != LONG_MAX or cfg.flush_messages != LONG_MAX:
-                n += plog.maybe_flush(now_ms)  # flush.ms / flush.messages (off by default)
+            if (cfg.flush_ms != LONG_MAX or cfg.flush_messages != LONG_MAX) and not plog.closed:
+                flushed.append(plog.maybe_flush(now_ms))  # flush.ms / flush.messages (off by default)
+        await run_in_slices(each(list(self._logs.values()), maybe_flush))
+        n += sum(flushed)
         if n:
             self.checkpoint_recovery_points()
         return n
@@ -576,10 +605,20 @@ class LogManager:
             self._write_offsets(d, LOG_START_OFFSET_CHECKPOINT,
                                 {k: p.log_start_offset for k, p in logs.items()}, sync)
 
-    def _write_cleaner_checkpoints(self) -> None:
-        for d, logs in self._by_dir().items():
-            offs = {k: p.first_dirty_offset for k, p in logs.items()
-                    if p.first_dirty_offset is not None}
+    def _cleaner_offsets_steps(self):
+        """Generator: every dir's cleaner offsets (first dirty offset per compacted log),
+        one log per step."""
+        out: dict[str, dict] = {d: {} for d in self.log_dirs}
+        for key, plog in list(self._logs.items()):
+            yield
+            if plog.first_dirty_offset is not None and not plog.closed:
+                out[self._dir_of[key]][key] = plog.first_dirty_offset
+        return out
+
+    def _write_cleaner_checkpoints(self, by_dir: dict[str, dict] | None = None) -> None:
+        if by_dir is None:
+            by_dir = run_to_end(self._cleaner_offsets_steps())
+        for d, offs in by_dir.items():
             path = os.path.join(d, CLEANER_OFFSET_CHECKPOINT)
             if offs or os.path.exists(path):
                 self._write_offsets(d, CLEANER_OFFSET_CHECKPOINT, offs, True)

@@ -857,11 +857,12 @@ class PartitionLog:
             self.on_start_moved()
         return True
 
-    def delete_old_segments(self, now_ms: int) -> int:
+    def delete_old_segments(self, now_ms: int, max_segments: int | None = None) -> int:
         """One retention pass (Kafka's deleteOldSegments): retention.ms and
         retention.bytes when cleanup.policy has delete, log-start-offset breach always.
         Segments are renamed ``.deleted`` and removed after file.delete.delay.ms (see
-        ``delete_pending``). Returns the number of segments deleted."""
+        ``delete_pending``). Returns the number of segments deleted. ``max_segments``
+        bounds each rule's deletions (the sliced pass calls again while it returns that many)."""
         self._check_open()
         cfg = self.config
         n = 0
@@ -869,7 +870,7 @@ class PartitionLog:
             if cfg.retention_ms >= 0:
                 n += self._delete_while(
                     lambda s, nxt: now_ms - s.largest_timestamp() > cfg.retention_ms,
-                    now_ms, "retention.ms")
+                    now_ms, "retention.ms", max_segments)
             if cfg.retention_bytes >= 0:
                 diff = [self.size_in_bytes - cfg.retention_bytes]
 
@@ -879,13 +880,13 @@ class PartitionLog:
                         return True
                     return False
 
-                n += self._delete_while(size_pred, now_ms, "retention.bytes")
+                n += self._delete_while(size_pred, now_ms, "retention.bytes", max_segments)
         n += self._delete_while(
             lambda s, nxt: nxt is not None and nxt.base_offset <= self._log_start_offset,
-            now_ms, "log start offset")
+            now_ms, "log start offset", max_segments)
         return n
 
-    def _delete_while(self, pred, now_ms: int, why: str) -> int:
+    def _delete_while(self, pred, now_ms: int, why: str, max_segments: int | None = None) -> int:
         segs = self._segments
         hw = self._high_watermark
         doomed = []
@@ -896,6 +897,8 @@ class PartitionLog:
                 break
             if hw >= upper and pred(s, nxt):
                 doomed.append(s)
+                if len(doomed) == max_segments:
+                    break
             else:
                 break
         if not doomed:
@@ -907,7 +910,8 @@ class PartitionLog:
         del self._bases[:k]
         self._delete_segments(doomed, now_ms, why)
         self.maybe_increment_log_start_offset(self._segments[0].base_offset)
-        self._roll_flush_pending = [s for s in self._roll_flush_pending if s not in doomed]
+        gone = set(map(id, doomed))
+        self._roll_flush_pending = [s for s in self._roll_flush_pending if id(s) not in gone]
         return k
 
     def _delete_segments(self, segs: Iterable[LogSegment], now_ms: int, why: str) -> None:
@@ -956,7 +960,8 @@ class PartitionLog:
         due = [s for s in self._pending_deletes if now_ms - (s.deleted_at_ms or 0) >= delay]
         if not due:
             return 0
-        self._pending_deletes = [s for s in self._pending_deletes if s not in due]
+        gone = set(map(id, due))
+        self._pending_deletes = [s for s in self._pending_deletes if id(s) not in gone]
         paths: list = []
         defer = paths.extend if self.io is not None else None
         for s in due:

@@ -25,6 +25,9 @@ Per connection:
 * Handlers may overlap; the outbox releases responses strictly in request order.
 * Backpressure: reading pauses while more than ``write_high_water`` bytes are queued for the
   socket or ``max_in_flight`` responses are outstanding, and resumes below the low marks.
+* Fairness: connections share a per-iteration budget of work (``iteration_budget.py``); past
+  it a connection keeps its decoded frames, stops reading and waits its turn in a later
+  iteration, so hundreds of clients arriving together do not hold the event loop.
 
 Data path (DESIGN.md: never touch the records twice):
 
@@ -49,6 +52,8 @@ import logging
 import os
 import socket
 from typing import Any, Callable
+
+from kbroker.net.iteration_budget import IterationBudget
 
 log = logging.getLogger("kbroker.net")
 
@@ -95,6 +100,7 @@ class Connection:
         "loop", "sock", "fd", "peer", "listener_name", "dispatcher", "_decoder", "_on_closed",
         "_outbox", "_wq", "_wq_bytes", "_writing", "_reading", "_closed", "_closing",
         "_drained", "conn_id", "state", "_hold", "_recv_into", "_muted", "_deferred", "last_active",
+        "_budget", "_queued",
     )
 
     def __init__(
@@ -130,7 +136,9 @@ class Connection:
         self._hold = False        # batching responses: _send queues, the batch end flushes
         self._recv_into = hasattr(decoder, "get_buffer")
         self._muted = None        # KIP-219 quota throttling: the timer that unmutes
-        self._deferred: list = []  # frames read before a mute, handled when it ends
+        self._deferred: list = []  # frames read before a mute or a turn, handled in order after it
+        self._budget = IterationBudget.of(loop)
+        self._queued = False      # waiting its turn in the budget's queue (reading paused)
         self.last_active = loop.time()   # connections.max.idle.ms
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -204,11 +212,12 @@ class Connection:
         frames, self._deferred = self._deferred, []
         if frames:
             self._handle_frames(frames)
-        if not self._closed and self._muted is None:
+        if not self._closed and self._muted is None and not self._queued:
             self._after_progress()
 
     def _resume_reading(self) -> None:
-        if not self._reading and not self._closed and not self._closing and self._muted is None:
+        if (not self._reading and not self._closed and not self._closing and self._muted is None
+                and not self._queued):
             self._reading = True
             self.loop.add_reader(self.fd, self._on_readable)
 
@@ -217,7 +226,39 @@ class Connection:
             self._reading = False
             self.loop.remove_reader(self.fd)
 
+    # -- the iteration budget (iteration_budget.py) --------------------------------------------
+
+    def _wait_turn(self) -> None:
+        """Stop reading until a later iteration gives this connection its turn."""
+        self._pause_reading()
+        if not self._queued:
+            self._queued = True
+            self._budget.wait_turn(self)
+
+    def _take_turn(self) -> None:
+        self._queued = False
+        if self._closed:
+            return
+        if self._outbox_ready():
+            self._release_outbox()
+            if self._closed or self._queued:
+                return
+        if self._muted is not None:   # a mute's end takes over the frames
+            return
+        frames, self._deferred = self._deferred, []
+        if frames:
+            self._handle_frames(frames)
+        if not self._closed and not self._queued:
+            self._after_progress()
+            if not frames and self._reading:
+                # queued before it read: the read is its turn (else it would queue again
+                # behind the others when the socket reports readable, and never get one)
+                self._on_readable()
+
     def _on_readable(self) -> None:
+        if not self._budget.may_start():
+            self._wait_turn()
+            return
         dec = self._decoder
         try:
             if self._recv_into:
@@ -263,6 +304,10 @@ class Connection:
                 if self._muted is not None:   # throttled: the rest waits for the unmute
                     self._deferred.extend(frames[i:])
                     break
+                if i and self._budget.spent():   # the rest waits for this connection's turn
+                    self._deferred.extend(frames[i:])
+                    self._wait_turn()
+                    break
                 self._handle_frame(frame)
                 if self._closed:
                     return
@@ -291,6 +336,8 @@ class Connection:
             else:
                 self._send(result)
             return
+        if asyncio.iscoroutine(result):   # its work runs in the next iteration: reserve it
+            result = self._budget.starting_task(result)
         fut = asyncio.ensure_future(result, loop=self.loop)
         self._outbox.append(fut)
         fut.add_done_callback(self._on_future_done)
@@ -302,6 +349,21 @@ class Connection:
             if not fut.cancelled():
                 fut.exception()  # retrieve, so asyncio does not log "never retrieved"
             return
+        if self._queued:
+            return          # its turn releases what is ready
+        if self._outbox_ready() and self._budget.spent():
+            self._wait_turn()   # hundreds of responses completing together: spread them
+            return
+        self._release_outbox()
+
+    def _outbox_ready(self) -> bool:
+        if not self._outbox:
+            return False
+        head = self._outbox[0]
+        return not isinstance(head, asyncio.Future) or head.done()
+
+    def _release_outbox(self) -> None:
+        """Send the responses at the head of the outbox that are complete, in order."""
         outbox = self._outbox
         self._hold = True   # everything released here leaves in one writev
         try:

@@ -13,6 +13,7 @@ import socket
 from typing import Any, Callable
 
 from kbroker.net.connection import Connection
+from kbroker.net.iteration_budget import IterationBudget
 
 log = logging.getLogger("kbroker.net")
 
@@ -183,7 +184,10 @@ class Listener:
     def _on_accept(self, lsock: socket.socket) -> None:
         # a few per wake-up (the listening socket stays readable, so the loop comes back):
         # a burst of 1,000 connections is then set up between other clients' requests
-        for _ in range(ACCEPTS_PER_WAKEUP):
+        budget = IterationBudget.of(self._loop)
+        for i in range(ACCEPTS_PER_WAKEUP):
+            if i and budget.spent():
+                return      # the connections' share of this iteration is used: next one
             if self.limits is not None and self.limits.at_capacity(self.name):
                 self._accept_off()              # max.connections: wait in the backlog for a slot
                 self.limits.blocked.add(self)

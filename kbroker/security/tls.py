@@ -105,6 +105,9 @@ class TlsConnection(Connection):
     # -- reading -----------------------------------------------------------------------------
 
     def _on_readable(self) -> None:
+        if not self._budget.may_start():   # the iteration budget (kbroker/net/iteration_budget.py)
+            self._wait_turn()
+            return
         try:
             data = self.sock.recv(_RECV)
         except (BlockingIOError, InterruptedError):

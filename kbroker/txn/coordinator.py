@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable, Iterable
 
+from kbroker.slices import run_to_end
 from kbroker.txn.errors import TxnErrors
 from kbroker.txn.txn_log import (
     DEFAULT_NUM_PARTITIONS,
@@ -184,10 +185,19 @@ class TransactionCoordinator:
                        ) -> list[MarkerJob]:
         """Become coordinator for a partition by replaying its records (key, value) in offset
         order. Returns marker jobs for transactions left in PrepareCommit/PrepareAbort."""
+        return run_to_end(self.load_partition_steps(txn_partition, coordinator_epoch, records, now_ms))
+
+    def load_partition_steps(self, txn_partition: int, coordinator_epoch: int,
+                             records: Iterable[tuple[bytes, bytes | None]], now_ms: int):
+        """``load_partition`` as a generator that may pause between records (kbroker.slices);
+        a load superseded or unloaded while it paused installs nothing."""
         if self._loading.get(txn_partition, coordinator_epoch) != coordinator_epoch:
             return []  # a newer election superseded this load
+        begun = txn_partition in self._loading
         loaded: dict[str, TxnMetadata] = {}
-        for key, value in records:
+        for i, (key, value) in enumerate(records):
+            if i % 32 == 31:
+                yield
             if key is None:
                 raise TxnLogDecodeError("transaction log record without a key")
             txn_id = decode_key(key)
@@ -200,6 +210,8 @@ class TransactionCoordinator:
                 loaded.pop(txn_id, None)
             else:
                 loaded[txn_id] = TxnMetadata.from_transit(txn_id, decoded.transit)
+        if begun and self._loading.get(txn_partition) != coordinator_epoch:
+            return []  # unloaded, or a newer election began, while this load paused
         self._loading.pop(txn_partition, None)
         self._partitions[txn_partition] = _PartitionCache(coordinator_epoch, loaded)
         jobs = []

@@ -26,6 +26,7 @@ import logging
 from typing import Any
 
 from kbroker.replication.leader_hints import current_leader
+from kbroker.slices import batches_to_the_end, run_in_slices
 from kbroker.txn.coordinator import (
     MarkerJob,
     ProducerIdAllocationError,
@@ -167,9 +168,10 @@ class TxnRuntime:
                 return
             if part.leader_state is None or part.leader_epoch != epoch:
                 return   # resigned meanwhile, or a newer load is on its way
-            records = ((r.key, r.value) for b in part.log.batches() if not b.is_control
+            # In slices (a large __transaction_state held the loop), to the log end
+            records = ((r.key, r.value) for b in batches_to_the_end(part.log) if not b.is_control
                        for r in b.records())
-            jobs = self.coordinator.load_partition(index, epoch, records, self._now())
+            jobs = await run_in_slices(self.coordinator.load_partition_steps(index, epoch, records, self._now()))
             if index in self.coordinator.owned_partitions():
                 log.info("loaded %s-%d at coordinator epoch %d; completing %d transactions",
                          TRANSACTION_STATE_TOPIC, index, epoch, len(jobs))

@@ -108,6 +108,19 @@ def test_offset_expiry_runs_from_the_loop_and_writes_tombstones():
     asyncio.run(scenario())
 
 
+async def committed(group: str, n: int, clock: list):
+    """A fake broker whose __consumer_offsets holds ``n`` commits of ``group`` (offsets 0 to
+    n - 1 of t-0, one batch each), written by a runtime that is shut down again."""
+    broker = fake_broker()
+    rt = GroupCoordinatorRuntime(broker, GroupConfig(num_partitions=N), lambda: clock[0])
+    rt.start()
+    for i in range(n):
+        oc = OffsetCommitRequest(group, [("t", [CommitPartition(0, i, -1, "")])], -1, "", version=8)
+        await rt.run(group, lambda sh, now, oc=oc: sh.commit_offsets(oc, now))
+    await rt.shutdown()
+    return broker, rt
+
+
 def test_becoming_leader_of_a_large_partition_loads_it_in_slices(monkeypatch):
     """A partition above LOAD_IN_ONE_GO_BYTES is replayed by a task that yields between
     batches; its groups answer COORDINATOR_LOAD_IN_PROGRESS until the replay is done."""
@@ -118,14 +131,7 @@ def test_becoming_leader_of_a_large_partition_loads_it_in_slices(monkeypatch):
 
     async def scenario():
         clock = [1_000]
-        broker = fake_broker()
-        rt = GroupCoordinatorRuntime(broker, GroupConfig(num_partitions=N), lambda: clock[0])
-        rt.start()
-        commits = [OffsetCommitRequest("g", [("t", [CommitPartition(0, i, -1, "")])], -1, "", version=8)
-                   for i in range(300)]
-        for oc in commits:
-            await rt.run("g", lambda sh, now, oc=oc: sh.commit_offsets(oc, now))
-        await rt.shutdown()
+        broker, rt = await committed("g", 300, clock)
 
         broker2 = fake_broker(broker.replicas)
         p = rt.partition_for("g")
@@ -161,13 +167,7 @@ def test_a_sliced_load_replays_what_is_appended_while_it_runs(monkeypatch):
 
     async def scenario():
         clock = [1_000]
-        broker = fake_broker()
-        rt = GroupCoordinatorRuntime(broker, GroupConfig(num_partitions=N), lambda: clock[0])
-        rt.start()
-        for i in range(201):
-            oc = OffsetCommitRequest("g", [("t", [CommitPartition(0, i, -1, "")])], -1, "", version=8)
-            await rt.run("g", lambda sh, now, oc=oc: sh.commit_offsets(oc, now))
-        await rt.shutdown()
+        broker, rt = await committed("g", 201, clock)
         p = rt.partition_for("g")
         log = broker.replicas.get(OFFSETS_TOPIC, p).log
         late = log.buffers.pop()                # the commit of offset 200 arrives mid-load
@@ -187,3 +187,26 @@ def test_a_sliced_load_replays_what_is_appended_while_it_runs(monkeypatch):
         await rt2.shutdown()
         return rows
     assert asyncio.run(scenario())[0][1][0].offset == 200
+
+
+def test_many_parked_replies_are_released_a_few_per_loop_iteration():
+    """A rebalance answers every parked JoinGroup at once: each answer resumes a request task,
+    so all of them in one iteration held the loop. RELEASE_PER_ITERATION per iteration, all
+    answered, each with its own response."""
+    from kbroker.groups.result import Result
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        tokens = [loop.create_future() for _ in range(50)]
+        res = Result(replies=[(t, f"resp{i}") for i, t in enumerate(tokens)])
+        GroupCoordinatorRuntime._release(res, 0)
+        done_per_iteration = [sum(t.done() for t in tokens)]
+        while done_per_iteration[-1] < 50:
+            await asyncio.sleep(0)
+            done_per_iteration.append(sum(t.done() for t in tokens))
+        assert [t.result() for t in tokens] == [f"resp{i}" for i in range(50)]
+        return done_per_iteration
+    per = asyncio.run(main())
+    step = GroupCoordinatorRuntime.RELEASE_PER_ITERATION
+    assert per[0] == step                               # the old code: all 50 at once
+    assert all(b - a <= step for a, b in zip(per, per[1:]))

@@ -69,3 +69,27 @@ def test_large_all_topics_metadata_yields_to_other_work(broker, monkeypatch):
     assert sum(len(t.partitions) for t in resp.topics if t.name.startswith("big")) == 24
     # now cached: answered at once
     assert spec.handle(ctx(), MetadataRequest(topics=None)) is resp
+
+
+def test_a_large_topic_is_built_and_encoded_a_few_partitions_a_step(broker, monkeypatch):
+    """One topic of 1,000 partitions was one step to build and one to encode (~3 ms of loop):
+    now each step covers at most STEP_PARTITIONS partitions, and the bytes do not change."""
+    assert create(broker, "wide", 10).topics[0].error_code == 0
+    monkeypatch.setattr(metadata, "STEP_PARTITIONS", 3)
+    server = broker.server
+    image = server.image
+    for v in range(0, 13):
+        for include_ops, cluster_ops in ((False, False), (v >= 8, 8 <= v <= 10)):
+            steps = metadata._build_steps(server, image, "PLAINTEXT", v, cluster_ops, include_ops)
+            n = 0
+            try:
+                while True:
+                    next(steps)
+                    n += 1
+            except StopIteration as done:
+                sliced = done.value
+            whole = metadata._response(metadata.MetadataResponse, server, image, "PLAINTEXT", v, cluster_ops,
+                                       [metadata.topic_response(t, v, include_ops)
+                                        for t in image.topics_by_name.values()])
+            assert _encode(sliced, v) == _encode(whole, v), v
+            assert n >= 2 * 4, (v, n)      # 10 partitions, 3 a step: 4 to build, 4 to encode

@@ -371,3 +371,26 @@ def test_illegal_transition_is_a_bug_not_an_error(h):
     md = h.state("tx")
     with pytest.raises(IllegalTransitionError):
         md.prepare_abort_or_commit(TxnState.PREPARE_COMMIT, 0)  # Empty -> PrepareCommit
+
+
+def test_a_sliced_load_that_was_unloaded_or_superseded_meanwhile_installs_nothing(h):
+    """load_partition_steps pauses between records; if the partition is unloaded, or a newer
+    election begins loading it, while it pauses, it must not install its (stale) state."""
+    pid, epoch = begin(h)
+    p = h.coord.partition_for("tx")
+    records = list(h.txn_log[p]) * 40                  # enough records to pause in between
+    for interrupt in ("unload", "newer"):
+        h.coord.unload_partition(p)
+        h.coord.begin_loading(p, 10)
+        steps = h.coord.load_partition_steps(p, 10, iter(records), h.clock.now_ms)
+        next(steps)                                      # paused mid-replay
+        h.coord.unload_partition(p)
+        if interrupt == "newer":
+            h.coord.begin_loading(p, 11)
+        with pytest.raises(StopIteration) as done:
+            while True:
+                next(steps)
+        assert done.value.value == []
+        assert p not in h.coord.owned_partitions()
+    h.coord.load_partition(p, 11, h.txn_log[p], h.clock.now_ms)    # the newer load completes
+    assert h.coord.owned_partitions()[p] == 11 and h.state("tx").producer_id == pid
