@@ -86,3 +86,65 @@ def test_a_thousand_partition_topic_is_created_and_deleted_in_slices(tmp_path, m
             await client.close()
             await server.shutdown(timeout=10)
     asyncio.run(main())
+
+
+@pytest.mark.timeout(60)
+def test_every_node_applies_a_large_batch_whole_and_in_log_order(monkeypatch):
+    """Three in-memory Raft nodes: a 1,000-partition topic and small operations committed
+    around it. On every loop iteration, every node's broker image and controller image hold
+    either none or all of the big topic; every node publishes all records in log order; an
+    operation is answered only once its records are published on the node that ran it."""
+    from tests.kraft.test_quorum_runtime import create, run_quorum, start
+    from kbroker.kraft.controller import NewTopic
+
+    monkeypatch.setattr(quorum_runtime, "APPLY_SLICE_S", 0.0)
+    monkeypatch.setattr(quorum_runtime, "INLINE_SLICE_S", 0.0)
+
+    async def body(net, runtimes):
+        lead = await start(runtimes)
+        loop = asyncio.get_running_loop()
+        seen = {"partial": 0, "publishing": 0}
+        offsets = {i: [] for i in runtimes}          # offsets each node published, in order
+        big_parts = {i: 0 for i in runtimes}         # PartitionRecords of "big" published
+
+        def publisher(i):
+            def pub(rec, change, off):
+                offsets[i].append(off)
+                t = runtimes[i].image.topics_by_id.get(getattr(rec, "topic_id", None))
+                if type(rec).__name__ == "PartitionRecord" and t is not None and t.name == "big":
+                    big_parts[i] += 1
+            return pub
+        for i, r in runtimes.items():
+            r.publishers.append(publisher(i))
+        stop = [False]
+
+        def tick() -> None:
+            for r in runtimes.values():
+                for image in (r.image, r.controller.image):
+                    t = image.topic("big")
+                    if t is not None and len(t.partitions) != N:
+                        seen["partial"] += 1
+                seen["publishing"] += r.loader.publishing
+            if not stop[0]:
+                loop.call_soon(tick)
+        loop.call_soon(tick)
+        big = asyncio.ensure_future(lead.submit(
+            lambda c, now: c.create_topics([NewTopic("big", N)], False, now)))
+        small = [asyncio.ensure_future(lead.submit(create(f"s{k}"))) for k in range(5)]
+        assert (await big)[0].error == 0
+        assert big_parts[lead.node.node_id] == N         # answered once published here
+        assert all(r[0].error == 0 for r in await asyncio.gather(*small))
+        last = lead.applied
+        for r in runtimes.values():
+            end = loop.time() + 20
+            while r.published < last:
+                assert loop.time() < end, "a node did not publish everything"
+                await asyncio.sleep(0.005)
+        stop[0] = True
+        for i, r in runtimes.items():
+            assert sorted(r.image.topics_by_name) == sorted(["big"] + [f"s{k}" for k in range(5)])
+            assert offsets[i] == sorted(set(offsets[i])), f"node {i} published out of order"
+            assert big_parts[i] == N
+        assert seen["partial"] == 0, seen
+        assert seen["publishing"] > 10, seen          # the loop ran while nodes published
+    run_quorum(2, body)
