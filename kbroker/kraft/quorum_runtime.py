@@ -141,7 +141,7 @@ class RaftControllerRuntime:
             self.applied = end
             log.info("loaded metadata snapshot at offset %d (%d records)", end, len(recs))
         elif isinstance(item, CommittedBatch):
-            changes = []
+            changes = None
             if not item.is_control and item.records:
                 recs = []
                 for v in item.records:
@@ -156,7 +156,7 @@ class RaftControllerRuntime:
             self.applied = item.last_offset + 1
             if self.controller is not None:
                 self.controller.next_offset = max(self.controller.next_offset, self.applied)
-            if changes:
+            if changes is not None:       # (empty: a batch applied before; waiters still wake)
                 yield from self.loader.publish_steps(changes)
         self.published = self.applied
         self._wake_applied()

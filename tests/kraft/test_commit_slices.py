@@ -148,3 +148,34 @@ def test_every_node_applies_a_large_batch_whole_and_in_log_order(monkeypatch):
         assert seen["partial"] == 0, seen
         assert seen["publishing"] > 10, seen          # the loop ran while nodes published
     run_quorum(2, body)
+
+
+
+def test_a_batch_applied_before_is_not_left_publishing():
+    """A committed batch the image already holds (delivered again) publishes nothing, and the
+    loader is not left 'publishing' (a forwarded CreateTopics would wait on it until its
+    timeout). An observer's runtime: no controller, a stand-in for the driver's node."""
+    import types
+    import uuid
+
+    from kbroker.kraft.image import MetadataImage
+    from kbroker.kraft.raft import CommittedBatch
+    from kbroker.kraft.records import encode_record
+    from kbroker.wire.generated.topic_record import TopicRecord
+
+    class Driver:
+        node = types.SimpleNamespace(node_id=1, role="follower", epoch=1, leader_id=2,
+                                     high_watermark=1, epoch_start_offset=0)
+
+        def add_listener(self, fn):
+            self.listener = fn
+
+    driver = Driver()
+    rt = quorum_runtime.RaftControllerRuntime(None, MetadataImage(), driver, now_ms=lambda: 0)
+    heard = []
+    rt.publishers.append(lambda rec, change, off: heard.append(off))
+    batch = CommittedBatch(0, 0, 1, 0, [encode_record(TopicRecord(name="t", topic_id=uuid.UUID(int=5)))], False)
+    driver.listener(batch)
+    driver.listener(batch)
+    assert heard == [0] and rt.published == 1 and rt.caught_up()
+    assert rt.loader.publishing == 0
