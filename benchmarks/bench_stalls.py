@@ -121,11 +121,13 @@ class Heartbeat:
 
 # ----------------------------------------------------------------------------- kbroker probe
 _LAG = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})\].*event loop held for (\d+) ms")
+_CPU = re.compile(r"loop thread CPU: (\d+) ms")
 
 
-def probe_lags(log_path: Path, wall0: float, wall1: float) -> float:
-    """Largest loop lag kbroker logged between two wall-clock times (0 if none)."""
-    worst = 0.0
+def probe_lags(log_path: Path, wall0: float, wall1: float, with_cpu: bool = False):
+    """Largest loop lag kbroker logged between two wall-clock times (0 if none); with_cpu:
+    (lag, CPU ms the loop's thread used in it, or None if not logged)."""
+    worst, cpu = 0.0, None
     try:
         text = log_path.read_text(errors="replace")
     except OSError:
@@ -136,9 +138,11 @@ def probe_lags(log_path: Path, wall0: float, wall1: float) -> float:
             continue
         ts = datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").timestamp() + int(m.group(2)) / 1000
         # the line is logged when the lag ends: it covers [ts - lag, ts]
-        if wall0 <= ts <= wall1 + 1:
-            worst = max(worst, float(m.group(3)))
-    return worst
+        if wall0 <= ts <= wall1 + 1 and float(m.group(3)) > worst:
+            worst = float(m.group(3))
+            c = _CPU.search(line)
+            cpu = float(c.group(1)) if c else None
+    return (worst, cpu) if with_cpu else worst
 
 
 # ----------------------------------------------------------------------------- operations
@@ -478,7 +482,7 @@ def main() -> None:
                     row = {"stall_ms": hb.worst(t0, t1 + SETTLE_S), "idle_ms": idle, "op_s": t1 - t0,
                            **{k2: v for k2, v in st.items() if k2 in ("rebalance_s", "generation")}}
                     if k == "kbroker":
-                        row["probe_ms"] = probe_lags(b.log_path, w0, w1 + SETTLE_S)
+                        row["probe_ms"], row["probe_cpu_ms"] = probe_lags(b.log_path, w0, w1 + SETTLE_S, with_cpu=True)
                     if teardown:
                         teardown(b.bootstrap, st)
                 except Exception as e:   # a peer may not support an operation (Tansu)
@@ -507,9 +511,11 @@ def report(results, kinds, mem, args) -> None:
              "shared with other jobs while it ran (load noise: compare columns, not runs).",
              "Producer: one 100 B record every 2 ms, acks=1. 'stall' = longest acknowledgement latency "
              "of the records sent during the operation (ms); 'idle' = the same over the second before; "
-             "'loop' = kbroker's longest event-loop lag logged by its probe in the window.", "",
+             "'loop' = kbroker's longest event-loop lag logged by its probe in the window, with the CPU "
+             "time its loop thread used in it (in a lag with little CPU the thread was not running: waiting "
+             "for a core, or for the GIL held by another thread).", "",
              "| operation | " + " | ".join(f"{NAMES[k]} stall (idle) ms" for k in kinds)
-             + (" | kbroker loop ms" if "kbroker" in kinds else "")
+             + (" | kbroker loop ms (its CPU ms)" if "kbroker" in kinds else "")
              + (" | kbroker / Kafka stall" if "kbroker" in kinds and "kafka" in kinds else "") + " |",
              "|---|" + "---:|" * (len(kinds) + ("kbroker" in kinds) + ("kbroker" in kinds and "kafka" in kinds))]
     for name, row in results.items():
@@ -519,7 +525,9 @@ def report(results, kinds, mem, args) -> None:
             cells.append(f"{r['stall_ms']:.0f} ({r['idle_ms']:.0f})" if "stall_ms" in r else "n/a")
         if "kbroker" in kinds:
             r = row.get("kbroker", {})
-            cells.append(f"{r.get('probe_ms', 0):.0f}" if "stall_ms" in r else "n/a")
+            cpu = r.get("probe_cpu_ms")
+            cells.append((f"{r.get('probe_ms', 0):.0f}" + (f" ({cpu:.0f})" if cpu is not None else ""))
+                         if "stall_ms" in r else "n/a")
         if "kbroker" in kinds and "kafka" in kinds:
             a, b = row.get("kbroker", {}), row.get("kafka", {})
             cells.append(f"{a['stall_ms'] / max(b['stall_ms'], 1):.2f}" if "stall_ms" in a and "stall_ms" in b else "n/a")

@@ -9,7 +9,10 @@ Readings are a plain object (``snapshot()``) for the metrics endpoint and benchm
 the largest lag ever and in the current window, percentiles over the last ``window``
 samples, and a count of lags above ``stall_ms`` (Kafka-style ``*-max``/``*-avg`` metrics can
 be derived from it). A lag above ``log_ms`` is logged as a warning with its size, so a stall
-in the field leaves a trace in the broker log.
+in the field leaves a trace in the broker log, with the CPU time the loop's thread used
+since the previous sample: in a lag with little CPU the loop's thread was not running at all
+(waiting for a core on a loaded machine, or for the GIL held by another thread), which is
+not work on the loop.
 
 It reads ``loop.time()`` (the loop's own monotonic clock): it measures the runtime, it is not
 logic that schedules anything for clients.
@@ -67,11 +70,13 @@ class LoopLagProbe:
         self._gc_since_tick = 0.0   # collector time inside the current interval (ms)
         self.gc_max_ms = 0.0
         self.gc_ms_total = 0.0
+        self._cpu = 0.0             # the loop thread's CPU time at the previous sample
 
     # -- lifecycle --------------------------------------------------------------------------
 
     def start(self, loop: asyncio.AbstractEventLoop | None = None) -> "LoopLagProbe":
         self._loop = loop or asyncio.get_running_loop()
+        self._cpu = time.thread_time()
         self._schedule()
         if self._on_gc not in gc.callbacks:
             gc.callbacks.append(self._on_gc)
@@ -106,12 +111,14 @@ class LoopLagProbe:
 
     def _tick(self) -> None:
         gc_ms, self._gc_since_tick = self._gc_since_tick, 0.0
-        self.record((self._loop.time() - self._due) * 1000.0, gc_ms)
+        cpu = time.thread_time()
+        cpu_ms, self._cpu = (cpu - self._cpu) * 1000.0, cpu
+        self.record((self._loop.time() - self._due) * 1000.0, gc_ms, cpu_ms)
         self._schedule()
 
     # -- readings ---------------------------------------------------------------------------
 
-    def record(self, lag_ms: float, gc_ms: float = 0.0) -> None:
+    def record(self, lag_ms: float, gc_ms: float = 0.0, cpu_ms: float | None = None) -> None:
         """One sample (public so tests can feed it without a loop)."""
         lag_ms = max(0.0, lag_ms)
         self.samples += 1
@@ -121,7 +128,8 @@ class LoopLagProbe:
         if lag_ms > self.stall_ms:
             self.stalls += 1
             if lag_ms > self.log_ms:
-                log.warning("event loop held for %.0f ms (garbage collector: %.0f ms)", lag_ms, gc_ms)
+                log.warning("event loop held for %.0f ms (garbage collector: %.0f ms, loop thread CPU: %s ms)",
+                            lag_ms, gc_ms, "?" if cpu_ms is None else f"{cpu_ms:.0f}")
 
     def reset_max(self) -> float:
         """Return the largest lag so far and start over (per-operation measurements)."""

@@ -39,3 +39,30 @@ def test_probe_times_the_garbage_collector():
         return p
     p = asyncio.run(main())
     assert p.snapshot().gc_max_ms > 0 and p._on_gc not in gc.callbacks
+
+
+def test_a_logged_stall_says_how_much_of_it_was_cpu_on_the_loop(caplog):
+    """A lag the loop's thread spent computing reports its CPU time; a lag it spent waiting
+    (here a sleep, on a loaded machine a wait for a core) reports little."""
+    import logging
+
+    def spin(s):
+        t = time.thread_time()
+        while time.thread_time() - t < s:
+            pass
+
+    async def main():
+        p = LoopLagProbe(interval_s=0.001, log_ms=30).start()
+        await asyncio.sleep(0.01)
+        spin(0.06)                # work on the loop
+        await asyncio.sleep(0.01)
+        time.sleep(0.06)          # no work: waiting
+        await asyncio.sleep(0.01)
+        p.stop()
+    with caplog.at_level(logging.WARNING, logger="kbroker.loop"):
+        asyncio.run(main())
+    lags = [(float(m.split("held for ")[1].split()[0]), float(m.rsplit("CPU: ", 1)[1].split()[0]))
+            for m in (r.getMessage() for r in caplog.records) if "event loop held" in m]
+    # (a loaded machine may add lags of its own: look for the two, not at a count)
+    assert any(lag >= 50 and cpu >= 50 for lag, cpu in lags), lags      # the spin
+    assert any(lag >= 50 and cpu < 20 for lag, cpu in lags), lags       # the sleep

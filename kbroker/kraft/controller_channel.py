@@ -133,7 +133,8 @@ async def wait_for_image(server, request, api_key: int, resp, timeout_s: float =
         return
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout_s
-    while not done() and loop.time() < end:
+    # publishing: the image shows a large batch whose replicas are still being opened (in slices)
+    while (not done() or getattr(server.loader, "publishing", 0)) and loop.time() < end:
         await server.loader.changed(end - loop.time())
     if api_key != DELETE_TOPICS and done() and loop.time() < end:
         # This broker's replicas of new partitions are created off the event loop; answer

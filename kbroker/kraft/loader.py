@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, Generator
 
 from kbroker.kraft.image import MetadataImage
 from kbroker.kraft.image_snapshot import image_of
+from kbroker.slices import run_to_end
 
 log = logging.getLogger("kbroker.kraft.loader")
 
@@ -33,6 +34,7 @@ class MetadataLoader:
         self.publishers: list[Publisher] = []
         self.reloaders: list[Callable[[MetadataImage], None]] = []
         self._waiters: list[asyncio.Future] = []
+        self.publishing = 0     # batches applied to the image whose publication is not done
 
     @property
     def offset(self) -> int:
@@ -40,13 +42,37 @@ class MetadataLoader:
         return self.image.offset
 
     def apply_batch(self, first_offset: int, records: list) -> None:
+        self.publish(self.apply(first_offset, records))
+
+    def apply(self, first_offset: int, records: list) -> list[tuple[Any, Any, int]]:
+        """Apply a whole committed batch to the image in one step (a reader never sees part
+        of a batch, as Kafka publishes a whole new image); returns what ``publish`` hands
+        the publishers: (record, change, offset) per record applied."""
+        changes = []
         for i, rec in enumerate(records):
             off = first_offset + i
             if off <= self.image.offset:
                 continue                          # already applied (a replayed batch)
-            change = self.image.apply(rec, off)
-            for pub in self.publishers:
-                pub(rec, change, off)
+            changes.append((rec, self.image.apply(rec, off), off))
+        self.publishing += 1
+        return changes
+
+    def publish(self, changes: list) -> None:
+        run_to_end(self.publish_steps(changes))
+
+    def publish_steps(self, changes: list) -> Generator[None, None, None]:
+        """Hand each applied record to every publisher, in log order, pausing after each
+        (``kbroker.slices``): a 1,000-partition topic's records install their replicas in
+        slices that let the loop serve clients. ``changed`` waiters wake once all are out."""
+        try:
+            for rec, change, off in changes:
+                for pub in self.publishers:
+                    more = pub(rec, change, off)
+                    if more is not None:      # a publisher's own work in slices (a generator)
+                        yield from more
+                yield
+        finally:
+            self.publishing -= 1
         self._wake()
 
     def load_snapshot(self, records: list, end_offset: int) -> None:

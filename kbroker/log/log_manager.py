@@ -38,6 +38,7 @@ from .checkpoint import (
     write_atomic,
 )
 from .config import LONG_MAX, LogConfig
+from kbroker import gc_policy
 from kbroker.slices import each, run_in_slices, run_to_end
 from .errors import KafkaStorageError
 from .partition_log import PartitionLog, RecoveryReport, parse_topic_partition
@@ -98,6 +99,10 @@ class LogManager:
         # a delete's rename always runs after the create it undoes, and a re-create after it).
         self._admin: concurrent.futures.ThreadPoolExecutor | None = None
         self._opening: dict[tuple[str, int], asyncio.Future] = {}
+        # kbroker.gc_policy: no full garbage collection while partitions are being created
+        # (the broker process sets it; test processes keep the collector as it is)
+        self.hold_gc_while_creating = False
+        self._gc_held = False
         self._opening_paths: dict[tuple[str, int], str] = {}
         self._doomed: set[int] = set()   # id() of opening futures whose partition was deleted
         self._create_batch: list = []
@@ -298,6 +303,7 @@ class LogManager:
         fut = loop.create_future()
         self._opening[key] = fut
         self._opening_paths[key] = path
+        self._update_gc_hold()
         # Requests made in one loop iteration (the records of one CreateTopics) go to the
         # thread as one job: one submit, and completions come back in groups, not one
         # cross-thread wake-up per partition.
@@ -305,6 +311,16 @@ class LogManager:
             loop.call_soon(self._submit_create_batch, loop)
         self._create_batch.append((key, d, path, self._effective_config(topic), now_ms, topic_id, prepare, fut))
         return fut
+
+    def _update_gc_hold(self) -> None:
+        """Hold full collections while creations are in flight (``kbroker.gc_policy``)."""
+        want = self.hold_gc_while_creating and bool(self._opening) and not self.closed
+        if want and not self._gc_held:
+            gc_policy.hold_full_collections()
+            self._gc_held = True
+        elif not want and self._gc_held:
+            self._gc_held = False
+            gc_policy.release_full_collections()
 
     def _submit_create_batch(self, loop) -> None:
         batch, self._create_batch = self._create_batch, []
@@ -372,6 +388,7 @@ class LogManager:
         if self._opening.get(key) is fut:
             del self._opening[key]
             self._opening_paths.pop(key, None)
+            self._update_gc_hold()
         if exc is None and (doomed or self.closed):
             result[0].close()
             exc = KafkaStorageError(f"{key[0]}-{key[1]} was deleted while being created")
@@ -409,6 +426,7 @@ class LogManager:
             new_name = f"{topic}-{partition}.{uuid.uuid4().hex}{suffix}"
             fut = self._opening.pop(key, None)
             if fut is not None:   # still being created: its creation runs first (FIFO)
+                self._update_gc_hold()
                 self._doomed.add(id(fut))
                 path = self._opening_paths.pop(key)
                 d = os.path.dirname(path)
@@ -633,6 +651,9 @@ class LogManager:
         """Clean shutdown: flush every log, checkpoint, close, write .kafka_cleanshutdown."""
         if self.closed:
             return
+        if self._gc_held:
+            self._gc_held = False
+            gc_policy.release_full_collections(freeze=False)
         self._stop_background_io()  # run what is queued; the rest is synchronous
         failed = False
         for plog in list(self._logs.values()):

@@ -177,6 +177,7 @@ class PartitionLog:
         self._sync_task: asyncio.Task | None = None
         self.sync_rounds = 0  # fsync batches run by sync() (group commit)
         self._durable_offset = 0  # below it, the log data is fsynced (group commit)
+        self._sync_floor: int | None = None   # an fsync round in flight covers at most this
         self._sync_requested = 0  # the highest offset an append asked to be fsynced (sync_soon)
         self.closed = False
         self.recovery: RecoveryReport = RecoveryReport(clean_shutdown=True)
@@ -1145,6 +1146,7 @@ class PartitionLog:
             # log data of every segment; indexes of the closed ones (the active segment's
             # are rebuilt by recovery, so the recovery point stops at its base)
             # (duplicated descriptors: the cache may close the originals meanwhile)
+            self._sync_floor = upto
             try:
                 jobs = []
                 for s in segs:
@@ -1157,9 +1159,13 @@ class PartitionLog:
                     if not f.done():
                         f.set_exception(KafkaStorageError(f"fsync failed: {e}"))
                 return
+            finally:
+                # a truncation during the fsync lowered the floor: what was appended after it
+                # (below ``upto`` again) may have missed this round
+                covered, self._sync_floor = min(self._sync_floor, upto), None
             self.sync_rounds += 1
-            self._durable_offset = max(self._durable_offset, min(upto, self._leo))
-            self._mark_flushed(min(upto, active.base_offset, self._leo), None)
+            self._durable_offset = max(self._durable_offset, min(covered, self._leo))
+            self._mark_flushed(min(covered, active.base_offset, self._leo), None)
             if upto >= self._leo:
                 self._unflushed_messages = 0
             rp = max(self._durable_offset, self._recovery_point)
@@ -1174,6 +1180,10 @@ class PartitionLog:
             self._sync_waiters = still
 
     def _fail_sync_waiters(self, new_end: int) -> None:
+        """The log was truncated to ``new_end``: waiters above it fail, and an fsync round
+        in flight counts for nothing above it."""
+        if self._sync_floor is not None:
+            self._sync_floor = min(self._sync_floor, new_end)
         still = []
         for t, f in self._sync_waiters:
             if t > new_end and not f.done():

@@ -618,6 +618,44 @@ def test_flush_and_group_commit(tmp_path, monkeypatch):
     assert 1 <= log.sync_rounds <= 3 and len(syncs) == log.sync_rounds
 
 
+def test_a_truncation_during_an_fsync_round_keeps_later_appends_waiting(tmp_path, monkeypatch):
+    """An fsync round covers what was written when it started. If the log is truncated and
+    appended to again while it runs, the new records below its old end were not covered:
+    their waiters wait for the next round (the old code called them durable)."""
+    import threading
+
+    from kbroker.log import partition_log as pl
+
+    log = open_log(tmp_path, cfg(flush_messages=1))
+    for _ in range(5):
+        log.append(make_batch(2), 0)             # offsets 0..9, batches of two
+    release, started, rounds = threading.Event(), threading.Event(), []
+    real = pl._fsync_jobs
+
+    def slow_first(jobs):
+        rounds.append(len(jobs))
+        if len(rounds) == 1:
+            started.set()
+            release.wait(10)
+        real(jobs)
+    monkeypatch.setattr(pl, "_fsync_jobs", slow_first)
+
+    async def main():
+        first = asyncio.ensure_future(log.sync(10))
+        while not started.is_set():
+            await asyncio.sleep(0.001)
+        log.truncate_to(4)                       # a follower's truncation, mid-fsync
+        info = log.append(make_batch(4), 0)      # offsets 4..7, below the round's old end 10
+        assert info.last_offset == 7
+        second = asyncio.ensure_future(log.sync(8))
+        release.set()
+        with pytest.raises(errors.KafkaStorageError):
+            await first                          # its records were truncated away
+        await second
+    asyncio.run(main())
+    assert len(rounds) == 2 and log.sync_rounds == 2     # the old code answered it after one
+
+
 def test_flush_policy(tmp_path):
     log = open_log(tmp_path, cfg(flush_ms=1000, segment_bytes=600))
     log.append(make_batch(2), 0)

@@ -68,19 +68,31 @@ async def read_frames(sock, count, timeout=10.0):
     return out
 
 
+def connections(loop, n, dispatcher, cls=Connection):
+    """``n`` connections on socket pairs: (broker sides, client sides)."""
+    conns, clients = [], []
+    for i in range(n):
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        b.setblocking(False)
+        conns.append(cls(loop, a, f"peer{i}", dispatcher, FrameDecoder(1 << 20), conn_id=f"c{i}"))
+        clients.append(b)
+    return conns, clients
+
+
+def close_all(conns, clients):
+    for c in conns:
+        c.close()
+    for b in clients:
+        b.close()
+
+
 def setup(loop, n_conns):
     clock = FakeClock()
     iteration_budget._per_loop[loop] = IterationBudget(loop, budget_s=0.004, clock=clock)
     counter = IterationCounter(loop)
     disp = CostlyDispatcher(clock, counter)
-    conns, clients = [], []
-    for i in range(n_conns):
-        a, b = socket.socketpair()
-        a.setblocking(False)
-        b.setblocking(False)
-        c = Connection(loop, a, f"peer{i}", disp, FrameDecoder(1 << 20), conn_id=f"c{i}")
-        conns.append(c)
-        clients.append(b)
+    conns, clients = connections(loop, n_conns, disp)
     return clock, counter, disp, conns, clients
 
 
@@ -107,10 +119,7 @@ def test_many_readable_connections_are_spread_over_iterations():
         # 4 ms of budget, 1 ms per request: the old code handled all 60 in one iteration
         assert max(counts.values()) <= 5, counts
         assert len(counts) >= 12
-        for c in conns:
-            c.close()
-        for b in clients:
-            b.close()
+        close_all(conns, clients)
     asyncio.run(main())
 
 
@@ -133,10 +142,7 @@ def test_pipelined_frames_keep_their_order_and_others_get_turns():
         # the other client was served before the busy one's backlog was through
         order = [p for _it, _c, p in disp.handled]
         assert order.index(b"other") < order.index(b"p039")
-        for c in conns:
-            c.close()
-        for b in clients:
-            b.close()
+        close_all(conns, clients)
     asyncio.run(main())
 
 
@@ -229,17 +235,11 @@ def test_responses_completing_together_are_released_over_iterations():
                 pending.append((f, bytes(fr)))
                 return f
         RecordingConnection.sent = []
-        conns, clients = [], []
-        for i in range(40):
-            a, b = socket.socketpair()
-            a.setblocking(False)
-            b.setblocking(False)
-            c = RecordingConnection(loop, a, f"peer{i}", Parked(), FrameDecoder(1 << 20), conn_id=f"c{i}")
+        conns, clients = connections(loop, 40, Parked(), RecordingConnection)
+        for i, (c, b) in enumerate(zip(conns, clients)):
             c.state["counter"] = counter
             c.start()
             b.sendall(frame(b"join%d" % i))
-            conns.append(c)
-            clients.append(b)
         while len(pending) < 40:
             await asyncio.sleep(0.01)
         for f, payload in pending:      # the coordinator answers everyone in one go
@@ -251,10 +251,7 @@ def test_responses_completing_together_are_released_over_iterations():
         for it in RecordingConnection.sent:
             per[it] = per.get(it, 0) + 1
         assert max(per.values()) <= 5, per     # the old code released all 40 in one iteration
-        for c in conns:
-            c.close()
-        for b in clients:
-            b.close()
+        close_all(conns, clients)
     asyncio.run(main())
 
 
@@ -282,24 +279,16 @@ def test_request_tasks_started_per_iteration_are_bounded_by_their_measured_cost(
         budget = iteration_budget._per_loop[loop]
 
         async def round_of(n, tag):
-            conns, clients = [], []
-            for i in range(n):
-                a, b = socket.socketpair()
-                a.setblocking(False)
-                b.setblocking(False)
+            conns, clients = connections(loop, n, AsyncDispatcher())
+            for i, b in enumerate(clients):
                 b.sendall(frame(b"%s%d" % (tag, i)))
-                conns.append(Connection(loop, a, f"peer{i}", AsyncDispatcher(), FrameDecoder(1 << 20), conn_id=f"c{i}"))
-                clients.append(b)
             await asyncio.sleep(0.05)
             steps.clear()
             for c in conns:
                 c.start()
             replies = await asyncio.gather(*(read_frames(b, 1) for b in clients))
             assert replies == [[b"%s%d" % (tag, i)] for i in range(n)]
-            for c in conns:
-                c.close()
-            for b in clients:
-                b.close()
+            close_all(conns, clients)
             per = {}
             for it in steps:
                 per[it] = per.get(it, 0) + 1

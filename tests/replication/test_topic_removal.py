@@ -17,11 +17,14 @@ from kbroker.wire.generated.partition_record import PartitionRecord
 from kbroker.wire.generated.remove_topic_record import RemoveTopicRecord
 from kbroker.wire.generated.topic_record import TopicRecord
 from kbroker.wire.records import BatchBuilder
+from kbroker.slices import run_to_end
 
 
 def _apply(image, rm, rec):
     change = image.apply(rec)
-    rm.on_metadata_record(rec, change, 0)
+    more = rm.on_metadata_record(rec, change, 0)
+    if more is not None:              # a publisher may hand back steps (the loader runs them)
+        run_to_end(more)
 
 
 def test_delete_fails_waiting_produces_and_tells_the_role_listeners(tmp_path):

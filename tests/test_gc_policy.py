@@ -1,0 +1,73 @@
+"""kbroker.gc_policy: no automatic full collection while partitions are being created; the
+young generations are still collected; the thresholds come back and survivors are frozen."""
+
+import asyncio
+import gc
+
+import pytest
+
+from kbroker import gc_policy
+from kbroker.log.log_manager import LogManager
+
+
+@pytest.fixture
+def collector():
+    """Records the generation of every collection; leaves the collector as it found it."""
+    gens = []
+
+    def cb(phase, info):
+        if phase == "start":
+            gens.append(info["generation"])
+    before = gc.get_threshold()
+    gc.callbacks.append(cb)
+    yield gens
+    gc.callbacks.remove(cb)
+    while gc_policy.held():
+        gc_policy.release_full_collections(freeze=False)
+    gc.set_threshold(*before)
+    gc.unfreeze()
+
+
+def _churn(n=300_000):
+    keep = []
+    for i in range(n):   # cyclic objects that survive: gen0 and gen1 collections run
+        a = [i]
+        a.append(a)
+        keep.append(a)
+    return keep
+
+
+def test_full_collections_wait_while_held(collector):
+    gc.set_threshold(700, 10, 10)
+    gc_policy.hold_full_collections()
+    gc_policy.hold_full_collections()          # holds nest
+    kept = _churn()
+    assert 0 in collector and 1 in collector and 2 not in collector
+    gc_policy.release_full_collections()
+    assert gc_policy.held() and gc.get_threshold()[2] == gc_policy.HELD_THRESHOLD2
+    frozen = gc.get_freeze_count()
+    gc_policy.release_full_collections()
+    assert not gc_policy.held() and gc.get_threshold() == (700, 10, 10)
+    assert gc.get_freeze_count() > frozen      # the survivors (kept) are frozen
+    collector.clear()
+    more = _churn()
+    assert 2 in collector                      # without a hold full collections run again
+    del kept, more
+
+
+def test_log_manager_holds_while_partitions_are_created(tmp_path, collector):
+    gc.set_threshold(700, 10, 10)
+
+    async def main():
+        lm = LogManager([str(tmp_path)])
+        lm.hold_gc_while_creating = True
+        lm.start_background_io()
+        try:
+            futs = [lm.create_in_background("t", i) for i in range(20)]
+            assert gc_policy.held()
+            await asyncio.gather(*futs)
+            assert not gc_policy.held() and gc.get_threshold() == (700, 10, 10)
+            assert len([k for k in lm._logs if k[0] == "t"]) == 20
+        finally:
+            lm.shutdown()
+    asyncio.run(main())
