@@ -11,6 +11,7 @@ from kbroker.wire.generated.metadata_request import MetadataRequest
 from kbroker.wire.primitives import Writer
 
 from test_handlers import create
+from tests.loop_ticks import with_ticker
 
 
 def _encode(resp, version):
@@ -45,22 +46,10 @@ def test_large_all_topics_metadata_yields_to_other_work(broker, monkeypatch):
         return RequestContext(server, None, 3, 12, 1, "test", server.clock.now_ms(), "PLAINTEXT")
 
     async def main():
-        ticks = 0
-        done = False
-
-        async def other():
-            nonlocal ticks
-            while not done:
-                ticks += 1
-                await asyncio.sleep(0)
-
-        t = asyncio.ensure_future(other())
         out = spec.handle(ctx(), MetadataRequest(topics=None))
         second = spec.handle(ctx(), MetadataRequest(topics=None))   # shares the build
         assert asyncio.iscoroutine(out)
-        resp, resp2 = await out, await second
-        done = True
-        await t
+        (resp, resp2), ticks = await with_ticker(asyncio.gather(out, second))
         return ticks, resp, resp2
 
     ticks, resp, resp2 = broker.loop.run_until_complete(main())

@@ -12,6 +12,7 @@ from kbroker.log.config import LogConfig
 from kbroker.log.log_manager import LogManager
 
 from .helpers import make_batch
+from tests.loop_ticks import with_ticker
 
 N = 30
 
@@ -31,37 +32,16 @@ def lm(tmp_path, monkeypatch):
     m.shutdown()
 
 
-async def _with_ticker(coro):
-    """Run ``coro``; count how often another task ran meanwhile."""
-    ticks = 0
-    done = False
-
-    async def ticker():
-        nonlocal ticks
-        while not done:
-            ticks += 1
-            await asyncio.sleep(0)
-    t = asyncio.ensure_future(ticker())
-    await asyncio.sleep(0)
-    start = ticks
-    try:
-        result = await coro
-    finally:
-        done = True
-        await t
-    return result, ticks - start
-
-
 def test_retention_pass_yields_between_logs(lm):
-    stats, ticks = asyncio.run(_with_ticker(lm.run_retention_async(10**13)))
+    stats, ticks = asyncio.run(with_ticker(lm.run_retention_async(10**13)))
     assert stats.segments_deleted >= N and all(lm.get("t", i).log_start_offset > 0 for i in range(N))
     assert ticks >= N      # the old pass was one synchronous call: no other task ran in it
 
 
 def test_flush_and_cleaner_walks_yield_between_logs(lm):
     async def both():
-        n, t1 = await _with_ticker(lm.run_flush_async(0))
-        _stats, t2 = await _with_ticker(lm.run_cleaner_async(0, max_logs=1))
+        n, t1 = await with_ticker(lm.run_flush_async(0))
+        _stats, t2 = await with_ticker(lm.run_cleaner_async(0, max_logs=1))
         return n, t1, t2
     n, t_flush, t_clean = asyncio.run(both())
     assert n == N          # every log had rolled segments to fsync
@@ -72,7 +52,7 @@ def test_each_calls_in_order_and_yields():
     seen = []
 
     async def main():
-        return await _with_ticker(slices.run_in_slices(slices.each(range(10), seen.append), 0.0))
+        return await with_ticker(slices.run_in_slices(slices.each(range(10), seen.append), 0.0))
     _r, ticks = asyncio.run(main())
     assert seen == list(range(10)) and ticks >= 10
 
@@ -92,7 +72,7 @@ def test_many_segments_of_one_log_are_deleted_a_few_a_step(tmp_path, monkeypatch
     assert segs >= 39
     plog.maybe_increment_log_start_offset(plog.log_end_offset)     # DeleteRecords
     try:
-        stats, ticks = asyncio.run(_with_ticker(m.run_retention_async(0)))
+        stats, ticks = asyncio.run(with_ticker(m.run_retention_async(0)))
         assert stats.segments_deleted == segs - 1 and plog.num_segments == 1
         assert ticks >= (segs - 1) // 4
     finally:
