@@ -34,6 +34,13 @@ def hold_full_collections() -> None:
     _holds += 1
 
 
+def freeze_survivors() -> None:
+    """Collect the young generations and freeze what survives: long-lived objects (new
+    partitions, everything start-up built) leave the full collection's walk."""
+    gc.collect(1)
+    gc.freeze()
+
+
 def release_full_collections(freeze: bool = True) -> None:
     """End one hold; the last one restores the thresholds and (``freeze``) collects the young
     generations and freezes what survives."""
@@ -45,8 +52,7 @@ def release_full_collections(freeze: bool = True) -> None:
         gc.set_threshold(*_saved)
         _saved = None
         if freeze:
-            gc.collect(1)
-            gc.freeze()
+            freeze_survivors()
 
 
 def held() -> bool:

@@ -25,7 +25,6 @@ partitions with ``replicas.append(part, buf, now_ms, origin="coordinator")`` and
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import signal
@@ -42,6 +41,7 @@ from kbroker.kraft.image import MetadataImage
 from kbroker.kraft.runtime import METADATA_TOPIC, ControllerRuntime, MetadataLog, QuorumState
 from kbroker.log.config import LogConfig
 from kbroker.net.listener import Listener
+from kbroker import gc_policy
 from kbroker.slices import each, run_in_slices
 
 log = logging.getLogger("kbroker.server")
@@ -146,8 +146,7 @@ class KafkaServer:
         if self.freeze_gc:
             # The new partitions' objects live as long as the topic: out of the collector's
             # reach, or every full collection walks them (0.2-0.5 s at 10,000 partitions).
-            gc.collect(1)
-            gc.freeze()
+            gc_policy.freeze_survivors()
 
     async def delete_topics(self, targets):
         return await self.controller.submit(lambda c, now: c.delete_topics(targets, now))
@@ -470,7 +469,6 @@ async def serve(config: BrokerConfig, *, clock: Clock = SYSTEM_CLOCK) -> None:
     # generations are collected first: the listeners already serve, and a full collection
     # here walked everything start-up built (24-82 ms with a small log; more with thousands
     # of partitions); start-up's few cyclic leftovers in the old generation stay frozen.
-    gc.collect(1)
-    gc.freeze()
+    gc_policy.freeze_survivors()
     await stop.wait()
     await server.shutdown()

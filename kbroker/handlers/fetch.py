@@ -202,9 +202,14 @@ def handle(ctx, req):
     if incremental:
         session.settle(results, read_committed)
         entries = list(session.ready.values())
-    parts = [p for e in entries if (p := replicas.get(e.topic, e.partition)) is not None]
+    parts = _partitions_of(replicas, entries)
     return _long_poll(broker, req, entries, budget, read_committed, session, incremental, use_ids,
                       follower_reads, closer, hints, parts, replicas.watch_appends(parts))
+
+
+def _partitions_of(replicas, entries) -> list:
+    """The local partitions the fetch entries name (the ones a long poll watches)."""
+    return [p for e in entries if (p := replicas.get(e.topic, e.partition)) is not None]
 
 
 def _closer_replica(broker, client_rack: str, now_ms: int):
@@ -230,7 +235,7 @@ async def _long_poll(broker, req, entries, budget, read_committed, session, incr
     while True:
         left = deadline - clock.monotonic_ms()
         if watch is None:       # (the first round: the partitions the handler watched)
-            parts = [p for e in entries if (p := replicas.get(e.topic, e.partition)) is not None] if left > 0 else []
+            parts = _partitions_of(replicas, entries) if left > 0 else []
         if incremental:
             await session.wait_for_news(replicas, parts, left / 1000, watch)
             entries = list(session.ready.values())

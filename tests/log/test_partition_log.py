@@ -158,13 +158,19 @@ def test_error_codes_resolve():
 # ---------------------------------------------------------------------------- read
 
 
-def test_read_semantics(tmp_path):
-    log = open_log(tmp_path)
+def append_batches(log, n: int, records: int = 5) -> list[int]:
+    """Append ``n`` batches of ``records`` records; their sizes in bytes."""
     sizes = []
-    for i in range(10):
-        b = make_batch(5)
+    for _ in range(n):
+        b = make_batch(records)
         sizes.append(len(b))
         log.append(b, 0)
+    return sizes
+
+
+def test_read_semantics(tmp_path):
+    log = open_log(tmp_path)
+    sizes = append_batches(log, 10)
     # mid-batch offset: the whole batch containing it
     r = log.read(7, 10_000)
     assert offsets_of(r.to_bytes())[0] == (5, 9)
@@ -772,11 +778,7 @@ def test_read_never_answers_a_cut_first_batch_alone(tmp_path):
     # Kafka's fetch drops an incomplete first batch (ReplicaManager, firstEntryIncomplete):
     # bytes without one whole batch make the Java consumer fail ("Failed to make progress")
     log = open_log(tmp_path)
-    sizes = []
-    for _ in range(3):
-        b = make_batch(5)
-        sizes.append(len(b))
-        log.append(b, 0)
+    sizes = append_batches(log, 3)
     r = log.read(0, sizes[0] - 1, min_one_message=False)
     assert r.size == 0 and r.regions == []
     r = log.read(5, 10, min_one_message=False)
