@@ -54,10 +54,14 @@ def each(items, fn: Callable[[Any], object]) -> Generator[None, None, None]:
         yield
 
 
-def batches_to_the_end(plog):
+def batches_to_the_end(plog, caught_up=None):
     """Every batch of ``plog`` from its start, for a replay that pauses between them: batches
     appended meanwhile are read too, and it stops only at the log end, so the caller's code
-    after the loop runs in the same slice as the check that nothing is left."""
+    after the loop runs in the same slice as the check that nothing is left.
+
+    With ``caught_up``, that object is yielded each time the reader reaches the log end, for
+    a caller that defers work to finish it there (and may pause while it does): the reader
+    then reads what was appended meanwhile, or stops."""
     done = None                   # next offset to read (None: the log start)
     while done is None or done < plog.log_end_offset:
         start = done
@@ -66,6 +70,8 @@ def batches_to_the_end(plog):
             done = batch.last_offset + 1
         if done == start:         # nothing readable below the log end
             return
+        if caught_up is not None:
+            yield caught_up
 
 
 class _Turns:

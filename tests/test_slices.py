@@ -82,3 +82,20 @@ def test_batches_to_the_end_reads_what_is_appended_while_it_pauses(tmp_path):
             plog.append(make_batch(1), 0)
     assert seen == [(0, 1), (2, 3), (4, 5), (6, 6), (7, 7)]
     assert list(batches_to_the_end(PartitionLog.open(str(tmp_path / "e-0"), None, 0))) == []
+
+
+def test_batches_to_the_end_says_when_it_caught_up_and_reads_on(tmp_path):
+    from kbroker.log.partition_log import PartitionLog
+    from kbroker.slices import batches_to_the_end
+    from tests.log.helpers import make_batch
+
+    plog = PartitionLog.open(str(tmp_path / "t-0"), None, 0)
+    plog.append(make_batch(2), 0)
+    end = object()
+    seen = []
+    for b in batches_to_the_end(plog, caught_up=end):
+        seen.append("end" if b is end else b.base_offset)
+        if seen == [0, "end"]:                    # appended while the caller finishes its work
+            plog.append(make_batch(1), 0)
+    assert seen == [0, "end", 2, "end"]
+    assert list(batches_to_the_end(PartitionLog.open(str(tmp_path / "e-0"), None, 0), caught_up=end)) == []

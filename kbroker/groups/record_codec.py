@@ -107,9 +107,99 @@ def encode(record) -> tuple[bytes, bytes | None]:
     raise TypeError(f"not a group coordinator record: {record!r}")
 
 
+def is_offset_commit_key(key: bytes | memoryview | None) -> bool:
+    """Whether ``key`` is an OffsetCommitKey (version 0 or 1), without decoding it."""
+    return key is not None and len(key) >= 2 and key[0] == 0 and key[1] <= 1
+
+
 def decode(key: bytes | memoryview | None, value: bytes | memoryview | None):
     """The record for a __consumer_offsets entry, or None for key types we do not keep
     (share groups, future versions)."""
+    if is_offset_commit_key(key):
+        rec = decode_offset_commit_fast(key, value)
+        if rec is not None:
+            return rec
+    return decode_generated(key, value)
+
+
+# OffsetCommit records are nearly all of a large __consumer_offsets, and the generated codec
+# (~5 us a record) was most of the time a start-up load took. Their layouts are fixed, so
+# they are read here with a few struct calls; anything unusual goes to the generated codec.
+_KEY_LEN = struct.Struct(">2xh")                 # key version, group length
+_I16 = struct.Struct(">h").unpack_from
+_I32 = struct.Struct(">i").unpack_from
+_I64 = struct.Struct(">q").unpack_from
+_I64_I64 = struct.Struct(">qq").unpack_from
+_V0_HEAD = struct.Struct(">2xqh").unpack_from     # v0-v2: offset, metadata length
+_V3_HEAD = struct.Struct(">2xqih").unpack_from    # v3: offset, leader epoch, metadata length
+_V4_HEAD = struct.Struct(">2xqi").unpack_from     # v4: offset, leader epoch (then a compact string)
+
+
+def decode_offset_commit_fast(key, value) -> R.OffsetCommitRecord | None:
+    """The OffsetCommit record of a version 0/1 key and a version 0-4 value (or a tombstone),
+    or None when the bytes are anything but the plain layout (bad lengths, trailing bytes,
+    tagged fields, other versions, invalid UTF-8): the generated codec then decides, with
+    its errors. tests/groups/test_offset_commit_fast_decode.py holds it to that codec."""
+    try:
+        glen = _KEY_LEN.unpack_from(key)[0]
+        g_end = 4 + glen
+        tlen = _I16(key, g_end)[0]
+        t_end = g_end + 2 + tlen
+        if glen < 0 or tlen < 0 or t_end + 4 != len(key):
+            return None
+        group = str(key[4:g_end], "utf-8")
+        topic = str(key[g_end + 2:t_end], "utf-8")
+        partition = _I32(key, t_end)[0]
+        if value is None:
+            return R.OffsetCommitRecord(group, topic, partition, None)
+        version = _I16(value)[0]
+        expire = -1
+        if version == 4:
+            offset, epoch = _V4_HEAD(value)
+            n = value[14]
+            pos = 15
+            if n >= 0x80:                        # metadata of 127 bytes or more
+                b = value[15]
+                if b >= 0x80:
+                    return None
+                n = (n & 0x7F) | (b << 7)
+                pos = 16
+            if n == 0:                           # null: the generated codec says why not
+                return None
+            m_end = pos + n - 1
+            commit = _I64(value, m_end)[0]
+            if value[m_end + 8] != 0:            # tagged fields: kept by the generated codec
+                return None
+            end = m_end + 9
+        elif 0 <= version <= 3:
+            if version == 3:
+                offset, epoch, mlen = _V3_HEAD(value)
+                pos = 16
+            else:
+                offset, mlen = _V0_HEAD(value)
+                epoch = -1
+                pos = 12
+            if mlen < 0:
+                return None
+            m_end = pos + mlen
+            if version == 1:
+                commit, expire = _I64_I64(value, m_end)
+                end = m_end + 16
+            else:
+                commit = _I64(value, m_end)[0]
+                end = m_end + 8
+        else:
+            return None
+        if end != len(value):
+            return None
+        metadata = str(value[pos:m_end], "utf-8")
+    except (struct.error, IndexError, UnicodeDecodeError):
+        return None
+    return R.OffsetCommitRecord(group, topic, partition, R.OffsetValue(offset, epoch, metadata, commit, expire))
+
+
+def decode_generated(key: bytes | memoryview | None, value: bytes | memoryview | None):
+    """``decode`` by the generated codecs only."""
     if key is None or len(key) < 2:
         return None
     kv = _H.unpack_from(key)[0]

@@ -24,6 +24,7 @@ from typing import Any, Callable
 from kbroker.broker.coordinator_partitions import CoordinatorPartitions, coordinator_write_error
 from kbroker.groups import errors, record_codec
 from kbroker.groups.config import GroupConfig
+from kbroker.groups.latest_commits import LatestCommits
 from kbroker.groups.partitioning import OFFSETS_TOPIC, offsets_partition_for
 from kbroker.groups.result import Result
 from kbroker.groups.shard import GroupShard, OffsetCommitRequest
@@ -38,6 +39,7 @@ log = logging.getLogger("kbroker.groups.runtime")
 # few ms); a larger one in slices (kbroker.groups.runtime._load_in_slices).
 LOAD_IN_ONE_GO_BYTES = 1 << 20
 RECORDS_PER_STEP = 32          # a sliced load may pause after this many records of a batch
+_CAUGHT_UP = object()          # a sliced load reached the log end (kbroker.slices.batches_to_the_end)
 
 
 class CoordinatorError(Exception):
@@ -151,10 +153,17 @@ class GroupCoordinatorRuntime:
         """Generator: replays the partition, yielding after each batch; returns the shard.
         Records appended while it replays (transaction markers written for this partition's
         offsets find no shard to apply to yet) are replayed too: it ends only once it has
-        reached the log end without yielding in between."""
+        reached the log end without yielding in between. Plain offset commits are replayed
+        latest-wins (kbroker.groups.latest_commits)."""
         shard = GroupShard(partition, self.config, topics=self.topics)
+        latest = LatestCommits(shard, partition)
+        is_offset_commit = record_codec.is_offset_commit_key
         n = 0
-        for batch in batches_to_the_end(plog):
+        for batch in batches_to_the_end(plog, caught_up=_CAUGHT_UP):
+            if batch is _CAUGHT_UP or batch.is_transactional:     # (markers are transactional)
+                yield from latest.replay_steps()
+                if batch is _CAUGHT_UP:
+                    continue
             yield
             if batch.is_control:
                 ctype = batch.control_type()
@@ -164,6 +173,11 @@ class GroupCoordinatorRuntime:
             for i, r in enumerate(batch.records()):
                 if i % RECORDS_PER_STEP == RECORDS_PER_STEP - 1:
                     yield            # one commit of 1,000 partitions is one batch
+                n += 1
+                if pid < 0 and is_offset_commit(r.key):
+                    latest.hold(r.key, r.value)
+                    continue
+                yield from latest.replay_steps()
                 try:
                     rec = record_codec.decode(r.key, r.value)
                 except Exception:   # noqa: BLE001 - one bad record must not stop the load
@@ -171,10 +185,10 @@ class GroupCoordinatorRuntime:
                     continue
                 if rec is not None:
                     shard.replay(rec, producer_id=pid)
-                    n += 1
         shard.on_loaded(self.now_ms())
         if n:
-            log.info("loaded %s-%d: %d records, %d groups", OFFSETS_TOPIC, partition, n, len(shard.groups))
+            log.info("loaded %s-%d: %d records (%d offset commits latest-wins), %d groups",
+                     OFFSETS_TOPIC, partition, n, latest.replayed, len(shard.groups))
         return shard
 
     # ------------------------------------------------------------------------------------------
