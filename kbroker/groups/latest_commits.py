@@ -23,24 +23,24 @@ REPLAYS_PER_STEP = 32     # held-back commits replayed between two pauses of a s
 
 
 class LatestCommits:
+    """The held-back commits of one load. The load's loop (runtime._load_steps, a million
+    records in a large load) holds a record itself, with no call: ``held.pop(key, None);
+    held[key] = value``, which keeps the keys in the order of their last writes."""
+
     def __init__(self, shard, partition: int) -> None:
         self.shard = shard
         self.partition = partition
         self.held: dict = {}          # key bytes -> value bytes (None: tombstone), last write last
         self.replayed = 0
 
-    def hold(self, key: bytes, value: bytes | None) -> None:
-        held = self.held
-        held.pop(key, None)           # moves the key to the end: the order of last writes
-        held[key] = value
-
     def replay_steps(self):
         """Generator: replays what is held, pausing every REPLAYS_PER_STEP records (it does
         not pause when nothing is held)."""
-        held, self.held = self.held, {}
+        held = list(self.held.items())
+        self.held.clear()          # in place: the load's loop holds records into it directly
         replay = self.shard.replay
         decode = record_codec.decode
-        for i, (key, value) in enumerate(held.items()):
+        for i, (key, value) in enumerate(held):
             if i % REPLAYS_PER_STEP == REPLAYS_PER_STEP - 1:
                 yield
             try:

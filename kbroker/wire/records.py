@@ -347,6 +347,16 @@ class RecordBatch:
             data, self.records_count, self.base_offset, base_ts, lat, self._off
         )
 
+    def keys_and_values(self, max_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE) -> Iterator[tuple]:
+        """(key, value) of each record, for a replay that needs nothing else (the group
+        coordinator's load): about half the cost of ``records`` a record."""
+        if self.records_count == 0 and self.attributes & _CODEC_MASK:
+            return iter(())
+        data = self.records_bytes(max_size)
+        if type(data) is not bytes:
+            data = bytes(data)
+        return _keys_and_values(data, self.records_count, self._off)
+
     def __iter__(self) -> Iterator[Record]:
         return self.records()
 
@@ -592,6 +602,55 @@ def _decode_records(data: bytes, count, base_offset, base_ts, log_append_ts, pos
                     headers,
                 ),
             )
+    except IndexError:
+        raise CorruptRecordError("record data ends inside a record", position) from None
+    if pos != end:
+        raise CorruptRecordError(f"{end - pos} bytes left after the batch's {count} records", position)
+
+
+def _keys_and_values(data: bytes, count, position):
+    """Generator over the (key, value) of ``count`` records in ``data``: ``_decode_records``
+    without the offsets, timestamps and headers, which it steps over (the record length says
+    where the next record starts). A key or value running past its record is an error."""
+    end = len(data)
+    pos = 0
+    try:
+        for _ in range(count):
+            v, pos = _read_uvarint(data, pos)
+            rec_end = pos + ((v >> 1) ^ -(v & 1))
+            if rec_end <= pos or rec_end > end:
+                raise CorruptRecordError("record length overruns the batch", position)
+            pos += 1                                  # attributes
+            while data[pos] >= 0x80:                  # timestamp delta
+                pos += 1
+            pos += 1
+            while data[pos] >= 0x80:                  # offset delta
+                pos += 1
+            pos += 1
+            v = data[pos]
+            if v < 0x80:
+                pos += 1
+            else:
+                v, pos = _read_uvarint(data, pos)
+            if v & 1:
+                key = None
+            else:
+                key = data[pos : pos + (v >> 1)]
+                pos += v >> 1
+            v = data[pos]
+            if v < 0x80:
+                pos += 1
+            else:
+                v, pos = _read_uvarint(data, pos)
+            if v & 1:
+                value = None
+            else:
+                value = data[pos : pos + (v >> 1)]
+                pos += v >> 1
+            if pos >= rec_end:                        # (the header count is at least a byte)
+                raise CorruptRecordError("record key or value overruns the record", position)
+            yield key, value
+            pos = rec_end
     except IndexError:
         raise CorruptRecordError("record data ends inside a record", position) from None
     if pos != end:
