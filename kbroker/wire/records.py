@@ -608,6 +608,9 @@ def _decode_records(data: bytes, count, base_offset, base_ts, log_append_ts, pos
         raise CorruptRecordError(f"{end - pos} bytes left after the batch's {count} records", position)
 
 
+_KEY_VALUE = (0, 1)   # the two length-prefixed fields _keys_and_values reads
+
+
 def _keys_and_values(data: bytes, count, position):
     """Generator over the (key, value) of ``count`` records in ``data``: ``_decode_records``
     without the offsets, timestamps and headers, which it steps over (the record length says
@@ -627,29 +630,21 @@ def _keys_and_values(data: bytes, count, position):
             while data[pos] >= 0x80:                  # offset delta
                 pos += 1
             pos += 1
-            v = data[pos]
-            if v < 0x80:
-                pos += 1
-            else:
-                v, pos = _read_uvarint(data, pos)
-            if v & 1:
-                key = None
-            else:
-                key = data[pos : pos + (v >> 1)]
-                pos += v >> 1
-            v = data[pos]
-            if v < 0x80:
-                pos += 1
-            else:
-                v, pos = _read_uvarint(data, pos)
-            if v & 1:
-                value = None
-            else:
-                value = data[pos : pos + (v >> 1)]
-                pos += v >> 1
+            kv = []                                   # [key, value]
+            for _field in _KEY_VALUE:
+                v = data[pos]
+                if v < 0x80:
+                    pos += 1
+                else:
+                    v, pos = _read_uvarint(data, pos)
+                if v & 1:
+                    kv.append(None)
+                else:
+                    kv.append(data[pos : pos + (v >> 1)])
+                    pos += v >> 1
             if pos >= rec_end:                        # (the header count is at least a byte)
                 raise CorruptRecordError("record key or value overruns the record", position)
-            yield key, value
+            yield tuple(kv)
             pos = rec_end
     except IndexError:
         raise CorruptRecordError("record data ends inside a record", position) from None
