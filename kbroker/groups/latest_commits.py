@@ -20,6 +20,9 @@ from kbroker.groups.partitioning import OFFSETS_TOPIC
 log = logging.getLogger("kbroker.groups.latest_commits")
 
 REPLAYS_PER_STEP = 32     # held-back commits replayed between two pauses of a sliced load
+# Held keys are replayed early past this many (checked after each batch), so a partition
+# of millions of distinct keys does not hold all their bytes besides the loaded offsets.
+MAX_HELD = 100_000
 
 
 class LatestCommits:

@@ -22,9 +22,8 @@ import logging
 from typing import Any, Callable
 
 from kbroker.broker.coordinator_partitions import CoordinatorPartitions, coordinator_write_error
-from kbroker.groups import errors, record_codec
+from kbroker.groups import errors, latest_commits, record_codec
 from kbroker.groups.config import GroupConfig
-from kbroker.groups.latest_commits import LatestCommits
 from kbroker.groups.partitioning import OFFSETS_TOPIC, offsets_partition_for
 from kbroker.groups.result import Result
 from kbroker.groups.shard import GroupShard, OffsetCommitRequest
@@ -156,11 +155,12 @@ class GroupCoordinatorRuntime:
         reached the log end without yielding in between. Plain offset commits are replayed
         latest-wins (kbroker.groups.latest_commits)."""
         shard = GroupShard(partition, self.config, topics=self.topics)
-        latest = LatestCommits(shard, partition)
+        latest = latest_commits.LatestCommits(shard, partition)
         held = latest.held
         n = 0
         for batch in batches_to_the_end(plog, caught_up=_CAUGHT_UP):
-            if batch is _CAUGHT_UP or batch.is_transactional:     # (markers are transactional)
+            if batch is _CAUGHT_UP or batch.is_transactional or len(held) > latest_commits.MAX_HELD:
+                # (transaction markers are transactional batches too)
                 yield from latest.replay_steps()
                 if batch is _CAUGHT_UP:
                     continue
