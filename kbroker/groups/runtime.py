@@ -190,7 +190,7 @@ class GroupCoordinatorRuntime:
                     shard.replay(rec, producer_id=pid)
         shard.on_loaded(self.now_ms())
         if n:
-            log.info("loaded %s-%d: %d records (%d offset commits latest-wins), %d groups",
+            log.info("loaded %s-%d: %d records (%d offset commits left after latest-wins), %d groups",
                      OFFSETS_TOPIC, partition, n, latest.replayed, len(shard.groups))
         return shard
 
