@@ -12,7 +12,8 @@ sending together (librdkafka's defaults but a large local queue; ``--idempotence
 it on, which keeps at most 5 requests in flight); the brokers and the with/without topics
 alternate, median of ``--trials``. A run must last long enough to be more than start-up:
 one producer sends 1 GB in about a second here. The machine may be shared: compare within
-a run; each trial's with/without pair ran back to back, so their ratios are listed too.
+a run; each trial's with/without pair ran back to back, so their ratios are listed too, and
+the broker's CPU time per GB (what a loaded 2-core machine turns into throughput).
 """
 from __future__ import annotations
 
@@ -32,6 +33,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_scale import create, produce  # noqa: E402
 from peers import NAMES, make_broker, write_report  # noqa: E402
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (all its threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def produce_parallel(bootstrap: str, topic: str, records: int, producers: int, extra: dict) -> float:
@@ -71,6 +79,7 @@ def main() -> None:
     brokers = {}
     res: dict[tuple[str, int, str], list[float]] = {}
     pairs: dict[tuple[str, int, int], dict[str, float]] = {}   # one trial's back-to-back runs
+    cpu: dict[tuple[str, int, str], list[float]] = {}   # broker CPU seconds per GB produced
     errors: list[str] = []
     try:
         for k in kinds:
@@ -85,7 +94,10 @@ def main() -> None:
                     for mode in ("with", "without") if trial % 2 == 0 else ("without", "with"):
                         topic = f"{'fs' if mode == 'with' else 'nofs'}-{n}"
                         try:
+                            c0 = cpu_seconds(brokers[k].proc.pid)
                             r = produce_parallel(brokers[k].bootstrap, topic, args.records, n, extra)
+                            gb = args.records * 1024 / 1e9
+                            cpu.setdefault((k, n, mode), []).append((cpu_seconds(brokers[k].proc.pid) - c0) / gb)
                         except Exception as e:  # noqa: BLE001 - reported in the table
                             errors.append(f"{NAMES[k]}, {n} producers, {mode}: {type(e).__name__}: {e}"[:200])
                             continue
@@ -96,28 +108,31 @@ def main() -> None:
         for b in brokers.values():
             b.stop()
         shutil.rmtree(tmp, ignore_errors=True)
-    report(res, pairs, errors, kinds, counts, args)
+    report(res, pairs, cpu, errors, kinds, counts, args)
 
 
-def report(res, pairs, errors, kinds, counts, args) -> None:
+def report(res, pairs, cpu, errors, kinds, counts, args) -> None:
     L = [f"# fsync durability: flush.messages=1 against no fsync "
          f"({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
          f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; shared "
          f"with other jobs. One partition, acks=all, {args.records} x 1 KiB records per run"
          f"{', enable.idempotence=true' if args.idempotence else ''}, median of "
-         f"{args.trials} alternating trials (MB/s); the last column has each trial's ratio.", "",
-         "| producers | broker | flush.messages=1 | no fsync | with / without | per trial |",
-         "|---:|---|---:|---:|---:|---|"]
+         f"{args.trials} alternating trials (MB/s); each trial's ratio; the broker process's CPU "
+         f"seconds per GB produced (median; less sensitive to the machine's load than MB/s).", "",
+         "| producers | broker | flush.messages=1 | no fsync | with / without | per trial "
+         "| CPU s/GB with | CPU s/GB without |",
+         "|---:|---|---:|---:|---:|---|---:|---:|"]
     for n in counts:
         for k in kinds:
             w, wo = res.get((k, n, "with")), res.get((k, n, "without"))
             if not w or not wo:
-                L.append(f"| {n} | {NAMES[k]} | n/a | n/a | n/a | |")
+                L.append(f"| {n} | {NAMES[k]} | n/a | n/a | n/a | | | |")
                 continue
             mw, mwo = statistics.median(w), statistics.median(wo)
             trials = [pairs.get((k, n, t), {}) for t in range(args.trials)]
             per = " ".join(f"{p['with'] / p['without']:.2f}" for p in trials if len(p) == 2)
-            L.append(f"| {n} | {NAMES[k]} | {mw:.1f} | {mwo:.1f} | {mw / mwo:.2f} | {per} |")
+            cw, cwo = statistics.median(cpu[(k, n, "with")]), statistics.median(cpu[(k, n, "without")])
+            L.append(f"| {n} | {NAMES[k]} | {mw:.1f} | {mwo:.1f} | {mw / mwo:.2f} | {per} | {cw:.2f} | {cwo:.2f} |")
     L.append("")
     if errors:
         L += ["Errors:", ""] + [f"- {e}" for e in errors] + [""]
