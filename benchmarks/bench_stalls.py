@@ -122,16 +122,17 @@ class Heartbeat:
 # ----------------------------------------------------------------------------- kbroker probe
 _LAG = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})\].*event loop held for (\d+) ms")
 _CPU = re.compile(r"loop thread CPU: (\d+) ms")
+_WAIT = re.compile(r"waiting for a core: (\d+) ms")
 
 
 def probe_lags(log_path: Path, wall0: float, wall1: float, with_cpu: bool = False):
     """Largest loop lag kbroker logged between two wall-clock times (0 if none); with_cpu:
-    (lag, CPU ms the loop's thread used in it, or None if not logged)."""
-    worst, cpu = 0.0, None
+    (lag, CPU ms the loop's thread used in it, ms it waited for a core; None if not logged)."""
+    worst, cpu, wait = 0.0, None, None
     try:
         text = log_path.read_text(errors="replace")
     except OSError:
-        return 0.0
+        return (0.0, None, None) if with_cpu else 0.0
     for line in text.splitlines():
         m = _LAG.match(line)
         if not m:
@@ -142,7 +143,9 @@ def probe_lags(log_path: Path, wall0: float, wall1: float, with_cpu: bool = Fals
             worst = float(m.group(3))
             c = _CPU.search(line)
             cpu = float(c.group(1)) if c else None
-    return (worst, cpu) if with_cpu else worst
+            w = _WAIT.search(line)
+            wait = float(w.group(1)) if w else None
+    return (worst, cpu, wait) if with_cpu else worst
 
 
 # ----------------------------------------------------------------------------- operations
@@ -482,7 +485,7 @@ def main() -> None:
                     row = {"stall_ms": hb.worst(t0, t1 + SETTLE_S), "idle_ms": idle, "op_s": t1 - t0,
                            **{k2: v for k2, v in st.items() if k2 in ("rebalance_s", "generation")}}
                     if k == "kbroker":
-                        row["probe_ms"], row["probe_cpu_ms"] = probe_lags(b.log_path, w0, w1 + SETTLE_S, with_cpu=True)
+                        row["probe_ms"], row["probe_cpu_ms"], row["probe_wait_ms"] = probe_lags(b.log_path, w0, w1 + SETTLE_S, with_cpu=True)
                     if teardown:
                         teardown(b.bootstrap, st)
                 except Exception as e:   # a peer may not support an operation (Tansu)
@@ -512,10 +515,12 @@ def report(results, kinds, mem, args) -> None:
              "Producer: one 100 B record every 2 ms, acks=1. 'stall' = longest acknowledgement latency "
              "of the records sent during the operation (ms); 'idle' = the same over the second before; "
              "'loop' = kbroker's longest event-loop lag logged by its probe in the window, with the CPU "
-             "time its loop thread used in it (in a lag with little CPU the thread was not running: waiting "
-             "for a core, or for the GIL held by another thread).", "",
+             "time its loop thread used in it and the time the thread was runnable but waited for a core "
+             "(the scheduler's run-queue delay): a lag that is mostly waiting for a core is the machine's "
+             "load, not work held on the loop; what is neither CPU nor core-wait is the GIL or a "
+             "blocking call.", "",
              "| operation | " + " | ".join(f"{NAMES[k]} stall (idle) ms" for k in kinds)
-             + (" | kbroker loop ms (its CPU ms)" if "kbroker" in kinds else "")
+             + (" | kbroker loop ms (CPU ms, core-wait ms)" if "kbroker" in kinds else "")
              + (" | kbroker / Kafka stall" if "kbroker" in kinds and "kafka" in kinds else "") + " |",
              "|---|" + "---:|" * (len(kinds) + ("kbroker" in kinds) + ("kbroker" in kinds and "kafka" in kinds))]
     for name, row in results.items():
@@ -525,8 +530,9 @@ def report(results, kinds, mem, args) -> None:
             cells.append(f"{r['stall_ms']:.0f} ({r['idle_ms']:.0f})" if "stall_ms" in r else "n/a")
         if "kbroker" in kinds:
             r = row.get("kbroker", {})
-            cpu = r.get("probe_cpu_ms")
-            cells.append((f"{r.get('probe_ms', 0):.0f}" + (f" ({cpu:.0f})" if cpu is not None else ""))
+            cpu, wait = r.get("probe_cpu_ms"), r.get("probe_wait_ms")
+            detail = ", ".join(f"{v:.0f}" if v is not None else "?" for v in (cpu, wait))
+            cells.append((f"{r.get('probe_ms', 0):.0f}" + (f" ({detail})" if cpu is not None else ""))
                          if "stall_ms" in r else "n/a")
         if "kbroker" in kinds and "kafka" in kinds:
             a, b = row.get("kbroker", {}), row.get("kafka", {})

@@ -12,7 +12,9 @@ be derived from it). A lag above ``log_ms`` is logged as a warning with its size
 in the field leaves a trace in the broker log, with the CPU time the loop's thread used
 since the previous sample: in a lag with little CPU the loop's thread was not running at all
 (waiting for a core on a loaded machine, or for the GIL held by another thread), which is
-not work on the loop.
+not work on the loop. On Linux the log also gives the part of the lag the thread spent
+runnable but without a core (the scheduler's run-queue delay, from
+``/proc/thread-self/schedstat``): what is left after CPU and that is the GIL or a blocking call.
 
 It reads ``loop.time()`` (the loop's own monotonic clock): it measures the runtime, it is not
 logic that schedules anything for clients.
@@ -71,12 +73,19 @@ class LoopLagProbe:
         self.gc_max_ms = 0.0
         self.gc_ms_total = 0.0
         self._cpu = 0.0             # the loop thread's CPU time at the previous sample
+        self._sched_fd: int | None = None   # the loop thread's schedstat (Linux), read with pread
+        self._run_delay = 0         # its run-queue delay (ns) at the previous sample
 
     # -- lifecycle --------------------------------------------------------------------------
 
     def start(self, loop: asyncio.AbstractEventLoop | None = None) -> "LoopLagProbe":
         self._loop = loop or asyncio.get_running_loop()
         self._cpu = time.thread_time()
+        try:
+            self._sched_fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+            self._run_delay = self._read_run_delay()
+        except OSError:
+            self._sched_fd = None
         self._schedule()
         if self._on_gc not in gc.callbacks:
             gc.callbacks.append(self._on_gc)
@@ -88,6 +97,13 @@ class LoopLagProbe:
             self._handle = None
         if self._on_gc in gc.callbacks:
             gc.callbacks.remove(self._on_gc)
+        if self._sched_fd is not None:
+            os.close(self._sched_fd)
+            self._sched_fd = None
+
+    def _read_run_delay(self) -> int:
+        # "<run time ns> <run-queue delay ns> <timeslices>"
+        return int(os.pread(self._sched_fd, 96, 0).split()[1])
 
     def _on_gc(self, phase: str, info: dict) -> None:
         # the collector runs on whichever thread allocates: a pause of every thread
@@ -113,12 +129,17 @@ class LoopLagProbe:
         gc_ms, self._gc_since_tick = self._gc_since_tick, 0.0
         cpu = time.thread_time()
         cpu_ms, self._cpu = (cpu - self._cpu) * 1000.0, cpu
-        self.record((self._loop.time() - self._due) * 1000.0, gc_ms, cpu_ms)
+        wait_ms = None
+        if self._sched_fd is not None:
+            delay = self._read_run_delay()
+            wait_ms, self._run_delay = (delay - self._run_delay) / 1e6, delay
+        self.record((self._loop.time() - self._due) * 1000.0, gc_ms, cpu_ms, wait_ms)
         self._schedule()
 
     # -- readings ---------------------------------------------------------------------------
 
-    def record(self, lag_ms: float, gc_ms: float = 0.0, cpu_ms: float | None = None) -> None:
+    def record(self, lag_ms: float, gc_ms: float = 0.0, cpu_ms: float | None = None,
+               wait_ms: float | None = None) -> None:
         """One sample (public so tests can feed it without a loop)."""
         lag_ms = max(0.0, lag_ms)
         self.samples += 1
@@ -128,8 +149,9 @@ class LoopLagProbe:
         if lag_ms > self.stall_ms:
             self.stalls += 1
             if lag_ms > self.log_ms:
-                log.warning("event loop held for %.0f ms (garbage collector: %.0f ms, loop thread CPU: %s ms)",
-                            lag_ms, gc_ms, "?" if cpu_ms is None else f"{cpu_ms:.0f}")
+                log.warning("event loop held for %.0f ms (garbage collector: %.0f ms, loop thread CPU: %s ms, "
+                            "waiting for a core: %s ms)", lag_ms, gc_ms,
+                            "?" if cpu_ms is None else f"{cpu_ms:.0f}", "?" if wait_ms is None else f"{wait_ms:.0f}")
 
     def reset_max(self) -> float:
         """Return the largest lag so far and start over (per-operation measurements)."""

@@ -400,19 +400,6 @@ class KafkaServer:
         log.info("shutdown complete: logs flushed and closed, clean-shutdown markers written")
 
 
-def _raise_open_files_limit() -> None:
-    """Soft RLIMIT_NOFILE up to the hard limit: every partition holds descriptors for its
-    active segment (log + two indexes) and a shell's default soft limit (1024) runs out
-    at a few hundred partitions."""
-    try:
-        import resource
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if hard == resource.RLIM_INFINITY or hard > soft:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
-    except (ImportError, ValueError, OSError) as e:  # pragma: no cover
-        log.warning("could not raise the open files limit: %s", e)
-
-
 def _unlinker(io):
     """``unlink(paths)`` in the log IO thread (hundreds of files after a big retention pass
     held the event loop for half a second), or None: here."""
@@ -437,7 +424,8 @@ async def serve(config: BrokerConfig, *, clock: Clock = SYSTEM_CLOCK) -> None:
     # wants it back. 1 ms keeps a busy worker from adding loop lag.
     import sys
     sys.setswitchinterval(0.001)
-    _raise_open_files_limit()
+    from kbroker.log.fd_cache import raise_open_file_limit
+    raise_open_file_limit()   # before the worker threads start: the table then grows without a wait
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -66,3 +66,48 @@ def test_a_logged_stall_says_how_much_of_it_was_cpu_on_the_loop(caplog):
     # (a loaded machine may add lags of its own: look for the two, not at a count)
     assert any(lag >= 50 and cpu >= 50 for lag, cpu in lags), lags      # the spin
     assert any(lag >= 50 and cpu < 20 for lag, cpu in lags), lags       # the sleep
+
+
+def test_a_logged_stall_says_how_long_the_loop_waited_for_a_core(caplog):
+    """A lag in which the loop's thread was runnable but another process held its only core
+    is reported as core-wait, not as work on the loop."""
+    import logging
+    import multiprocessing
+    import os
+
+    if not os.path.exists("/proc/thread-self/schedstat"):
+        import pytest
+        pytest.skip("no /proc/thread-self/schedstat (not Linux): the run-queue delay is unknown")
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    ctx = multiprocessing.get_context("fork")
+    hog = ctx.Process(target=_hog_one_core, args=(cpu, 1.0), daemon=True)
+    before = os.sched_getaffinity(0)
+
+    async def main():
+        p = LoopLagProbe(interval_s=0.001, log_ms=30).start()
+        await asyncio.sleep(0.2)          # the hog is spinning by now
+        t = time.perf_counter()
+        while time.perf_counter() - t < 0.15:   # runnable all along, sharing one core
+            pass
+        await asyncio.sleep(0.01)
+        p.stop()
+    hog.start()
+    try:
+        os.sched_setaffinity(0, {cpu})    # this (the loop's) thread only
+        with caplog.at_level(logging.WARNING, logger="kbroker.loop"):
+            asyncio.run(main())
+    finally:
+        os.sched_setaffinity(0, before)
+        hog.terminate()
+        hog.join()
+    waits = [float(m.rsplit("waiting for a core: ", 1)[1].split()[0])
+             for m in (r.getMessage() for r in caplog.records) if "event loop held" in m]
+    assert any(w >= 30 for w in waits), waits
+
+
+def _hog_one_core(cpu: int, seconds: float) -> None:
+    import os
+    os.sched_setaffinity(0, {cpu})
+    t = time.perf_counter()
+    while time.perf_counter() - t < seconds:
+        pass

@@ -116,3 +116,18 @@ def test_raise_open_file_limit_sets_soft_to_hard(monkeypatch):
     assert raise_open_file_limit() == (65536, 65536)
     assert calls == [(65536, 65536)]
     assert DESCRIPTORS.capacity == 65536 // 4
+
+
+def test_the_descriptor_table_is_reserved_in_one_step():
+    """A new process's table holds 64 descriptors; after the reservation it holds what was
+    asked, so later opens (a burst of accepts) never wait for it to grow."""
+    import subprocess
+    import sys
+    code = ("from kbroker.log.fd_cache import reserve_descriptor_table\n"
+            "def size():\n"
+            "    return int(next(l for l in open('/proc/self/status') if l.startswith('FDSize:')).split()[1])\n"
+            "before = size(); reserve_descriptor_table(4096); print(before, size())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    before, after = map(int, out.stdout.split())
+    assert before < 4096 <= after
