@@ -1,15 +1,19 @@
 """fsync durability: produce throughput with ``flush.messages=1`` (every append fsynced before
 its acknowledgement) as a ratio of the same without it, kbroker next to Apache Kafka 4.0.
 
-    python benchmarks/bench_fsync.py [--records 40000] [--producers 1,4] [--trials 3]
-                                     [--brokers kbroker,kafka] [--out ...md]
+    python benchmarks/bench_fsync.py [--records 1000000] [--producers 1,4] [--trials 3]
+                                     [--idempotence] [--brokers kbroker,kafka] [--out ...md]
 
 kbroker groups the fsyncs (group commit): the append starts an fsync in a thread, produces
 that arrive while it runs are covered by the next single fsync, and each answer waits for
 the fsync covering it. Kafka fsyncs inside each append. Each row: one topic of one
 partition, acks=all, 1 KiB records, ``--producers`` confluent-kafka producers in threads
-sending together; the brokers and the with/without topics alternate, median of
-``--trials``. The machine may be shared: compare within a run.
+sending together (librdkafka's defaults but a large local queue; ``--idempotence`` turns
+it on, which keeps at most 5 requests in flight); the brokers and the with/without topics
+alternate, median of ``--trials``. A run must last long enough to be more than start-up:
+one producer sends 1 GB in about a second here. The machine may be shared: compare within
+a run; each trial's with/without pair ran back to back, so their ratios are listed too, and
+the broker's CPU time per GB (what a loaded 2-core machine turns into throughput).
 """
 from __future__ import annotations
 
@@ -31,14 +35,21 @@ from bench_scale import create, produce  # noqa: E402
 from peers import NAMES, make_broker, write_report  # noqa: E402
 
 
-def produce_parallel(bootstrap: str, topic: str, records: int, producers: int) -> float:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (all its threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def produce_parallel(bootstrap: str, topic: str, records: int, producers: int, extra: dict) -> float:
     """MB/s of ``producers`` producers sending ``records`` in all, together."""
     rates: list[float] = []
     errors: list[BaseException] = []
 
     def one():
         try:
-            rates.append(produce(bootstrap, [(topic, 1)], records // producers, acks="all"))
+            rates.append(produce(bootstrap, [(topic, 1)], records // producers, acks="all", extra=extra))
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
@@ -55,16 +66,20 @@ def produce_parallel(bootstrap: str, topic: str, records: int, producers: int) -
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--brokers", default="kbroker,kafka")
-    ap.add_argument("--records", type=int, default=40000)
+    ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--producers", default="1,4")
     ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("--idempotence", action="store_true", help="enable.idempotence=true")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     kinds = args.brokers.split(",")
+    extra = {"enable.idempotence": True} if args.idempotence else {}
     counts = [int(x) for x in args.producers.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="bench-fsync-"))
     brokers = {}
     res: dict[tuple[str, int, str], list[float]] = {}
+    pairs: dict[tuple[str, int, int], dict[str, float]] = {}   # one trial's back-to-back runs
+    cpu: dict[tuple[str, int, str], list[float]] = {}   # broker CPU seconds per GB produced
     errors: list[str] = []
     try:
         for k in kinds:
@@ -79,34 +94,45 @@ def main() -> None:
                     for mode in ("with", "without") if trial % 2 == 0 else ("without", "with"):
                         topic = f"{'fs' if mode == 'with' else 'nofs'}-{n}"
                         try:
-                            r = produce_parallel(brokers[k].bootstrap, topic, args.records, n)
+                            c0 = cpu_seconds(brokers[k].proc.pid)
+                            r = produce_parallel(brokers[k].bootstrap, topic, args.records, n, extra)
+                            gb = args.records * 1024 / 1e9
+                            cpu.setdefault((k, n, mode), []).append((cpu_seconds(brokers[k].proc.pid) - c0) / gb)
                         except Exception as e:  # noqa: BLE001 - reported in the table
                             errors.append(f"{NAMES[k]}, {n} producers, {mode}: {type(e).__name__}: {e}"[:200])
                             continue
                         res.setdefault((k, n, mode), []).append(r)
+                        pairs.setdefault((k, n, trial), {})[mode] = r
                         print(f"trial {trial} {NAMES[k]:8s} producers={n} {mode:7s} fsync: {r:.1f} MB/s", flush=True)
     finally:
         for b in brokers.values():
             b.stop()
         shutil.rmtree(tmp, ignore_errors=True)
-    report(res, errors, kinds, counts, args)
+    report(res, pairs, cpu, errors, kinds, counts, args)
 
 
-def report(res, errors, kinds, counts, args) -> None:
+def report(res, pairs, cpu, errors, kinds, counts, args) -> None:
     L = [f"# fsync durability: flush.messages=1 against no fsync "
          f"({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
          f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; shared "
-         f"with other jobs. One partition, acks=all, {args.records} x 1 KiB records per run, median of "
-         f"{args.trials} alternating trials (MB/s).", "",
-         "| producers | broker | flush.messages=1 | no fsync | with / without |", "|---:|---|---:|---:|---:|"]
+         f"with other jobs. One partition, acks=all, {args.records} x 1 KiB records per run"
+         f"{', enable.idempotence=true' if args.idempotence else ''}, median of "
+         f"{args.trials} alternating trials (MB/s); each trial's ratio; the broker process's CPU "
+         f"seconds per GB produced (median; less sensitive to the machine's load than MB/s).", "",
+         "| producers | broker | flush.messages=1 | no fsync | with / without | per trial "
+         "| CPU s/GB with | CPU s/GB without |",
+         "|---:|---|---:|---:|---:|---|---:|---:|"]
     for n in counts:
         for k in kinds:
             w, wo = res.get((k, n, "with")), res.get((k, n, "without"))
             if not w or not wo:
-                L.append(f"| {n} | {NAMES[k]} | n/a | n/a | n/a |")
+                L.append(f"| {n} | {NAMES[k]} | n/a | n/a | n/a | | | |")
                 continue
             mw, mwo = statistics.median(w), statistics.median(wo)
-            L.append(f"| {n} | {NAMES[k]} | {mw:.1f} | {mwo:.1f} | {mw / mwo:.2f} |")
+            trials = [pairs.get((k, n, t), {}) for t in range(args.trials)]
+            per = " ".join(f"{p['with'] / p['without']:.2f}" for p in trials if len(p) == 2)
+            cw, cwo = statistics.median(cpu[(k, n, "with")]), statistics.median(cpu[(k, n, "without")])
+            L.append(f"| {n} | {NAMES[k]} | {mw:.1f} | {mwo:.1f} | {mw / mwo:.2f} | {per} | {cw:.2f} | {cwo:.2f} |")
     L.append("")
     if errors:
         L += ["Errors:", ""] + [f"- {e}" for e in errors] + [""]

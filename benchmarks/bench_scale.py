@@ -89,11 +89,11 @@ def targets(topics):
     return [(t, i) for t, n in topics for i in range(n)]
 
 
-def produce(b, topics, count, acks="1"):
+def produce(b, topics, count, acks="1", extra: dict | None = None):
     tps = targets(topics)
     p = Producer({"bootstrap.servers": b, "acks": acks, "linger.ms": 5, "batch.size": 1_000_000,
                   "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576,
-                  "delivery.report.only.error": True})
+                  "delivery.report.only.error": True, **(extra or {})})
     p.list_topics(timeout=30)
     t0 = time.perf_counter()
     for i in range(count):

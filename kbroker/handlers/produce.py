@@ -143,11 +143,36 @@ def _handle(ctx, req, remote_verdicts=None):
     if moved and ctx.api_version >= 10:
         resp.node_endpoints = leader_hints.node_endpoints(ctx.broker.image, moved, ctx.listener_name,
                                                           ProduceResponse.NodeEndpoint)
+    if syncs or waits:
+        _release_records(req)
     if syncs:
         return _after_sync(syncs, replicas, waits, req.timeout_ms, resp)
     if waits:
         return _after_replication(replicas, waits, req.timeout_ms, resp)
     return resp
+
+
+class _AppendedRecords:
+    """Stands in for a partition's records once they are in the log while the answer waits
+    (fsync, replication): the dispatcher keeps the request for its metrics, which read only
+    the size. Holding the receive buffers of every request in flight instead made each new
+    request's buffer fresh memory (page faults: a third of the broker's CPU at one
+    producer's rate with flush.messages=1)."""
+
+    __slots__ = ("nbytes",)
+
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes = nbytes
+
+    def __len__(self) -> int:
+        return self.nbytes
+
+
+def _release_records(req) -> None:
+    for td in req.topic_data:
+        for pd in td.partition_data:
+            if pd.records is not None:
+                pd.records = _AppendedRecords(len(pd.records))
 
 
 async def _after_sync(syncs, replicas, waits, timeout_ms: int, resp):

@@ -31,6 +31,7 @@ from .checkpoint import (
     LeaderEpochCache,
     PartitionMetadataFile,
 )
+from .commit_chain import follow_rounds
 from .config import INT_MAX, LogConfig
 from .errors import (
     CorruptRecordError,
@@ -179,6 +180,9 @@ class PartitionLog:
         self._durable_offset = 0  # below it, the log data is fsynced (group commit)
         self._sync_floor: int | None = None   # an fsync round in flight covers at most this
         self._sync_requested = 0  # the highest offset an append asked to be fsynced (sync_soon)
+        # bumped when the active file may change under a worker thread's follow-on fsync
+        # rounds (roll, truncation, close): they stop (kbroker.log.commit_chain)
+        self._commit_gen = 0
         self.closed = False
         self.recovery: RecoveryReport = RecoveryReport(clean_shutdown=True)
         self.leader_epoch_cache = LeaderEpochCache(None)
@@ -643,6 +647,7 @@ class PartitionLog:
             # leftover files at that name (e.g. truncated earlier): never append to them
             for fn in (_seg.log_file, _seg.index_file, _seg.time_index_file):
                 _unlink(fn(self.dir, new_base))
+        self._commit_gen += 1
         new = LogSegment(self.dir, new_base, self.config, now_ms, create=True, active=True)
         self._add_segment(new)
         if self._leo < new_base:
@@ -1101,13 +1106,18 @@ class PartitionLog:
         the append awaits ``sync(offset)`` when ``awaits_sync(offset)`` says so. Without a
         running loop (tools, tests): flush now."""
         try:
-            asyncio.get_running_loop()
+            loop = asyncio.get_running_loop()
         except RuntimeError:
             self.flush()
             return
+        # (raised only after the bytes are written: a worker thread's follow-on round reads it)
         self._sync_requested = max(self._sync_requested, offset)
-        task = asyncio.ensure_future(self.sync(offset))
-        task.add_done_callback(_retrieve)   # failures reach the awaiting handler, not the log
+        self._start_sync_loop(loop)
+
+    def _start_sync_loop(self, loop) -> None:
+        if self._sync_task is None or self._sync_task.done():
+            self._sync_task = loop.create_task(self._sync_loop())
+            self._sync_task.add_done_callback(_retrieve)   # failures reach the waiters
 
     def awaits_sync(self, offset: int) -> bool:
         """True if an append ending below ``offset`` asked for an fsync (``sync_soon``)
@@ -1125,12 +1135,12 @@ class PartitionLog:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future = loop.create_future()
         self._sync_waiters.append((target, fut))
-        if self._sync_task is None or self._sync_task.done():
-            self._sync_task = loop.create_task(self._sync_loop())
+        self._start_sync_loop(loop)
         await fut
 
     async def _sync_loop(self) -> None:
-        while self._sync_waiters:
+        loop = asyncio.get_running_loop()
+        while self._sync_waiters or self._sync_requested > max(self._durable_offset, self._recovery_point):
             epoch_write = self.leader_epoch_cache.pending
             if epoch_write is not None:
                 # the leader-epoch checkpoint is durable before the data it describes
@@ -1144,44 +1154,74 @@ class PartitionLog:
             active = self._segments[-1]
             segs = [s for s in self._segments_from(self._recovery_point) if s.base_offset < upto]
             # log data of every segment; indexes of the closed ones (the active segment's
-            # are rebuilt by recovery, so the recovery point stops at its base)
+            # are rebuilt by recovery, so the recovery point stops at its base). fdatasync
+            # for the active log: it still writes the size an append changed.
             # (duplicated descriptors: the cache may close the originals meanwhile)
-            self._sync_floor = upto
+            self._sync_floor = _NO_FLOOR
+            gen = self._commit_gen
             try:
                 jobs = []
                 for s in segs:
                     fds = s.dup_fds(with_indexes=s is not active)
                     jobs += [(fd, i == 0 and s is active) for i, fd in enumerate(fds)]
-                await asyncio.to_thread(_fsync_jobs, jobs)
+                follow = jobs and jobs[-1][1]   # the active log is in this round
+                chain_fd = os.dup(jobs[-1][0]) if follow else None
+                covered = await asyncio.to_thread(
+                    _sync_rounds, jobs, upto, chain_fd,
+                    lambda c: self._next_round_end(gen, c),
+                    lambda c: loop.call_soon_threadsafe(self._follow_round_done, gen, c, active))
             except Exception as e:  # pragma: no cover - disk failure
+                self._sync_floor = None
                 waiters, self._sync_waiters = self._sync_waiters, []
                 for _t, f in waiters:
                     if not f.done():
                         f.set_exception(KafkaStorageError(f"fsync failed: {e}"))
                 return
-            finally:
-                # a truncation during the fsync lowered the floor: what was appended after it
-                # (below ``upto`` again) may have missed this round
-                covered, self._sync_floor = min(self._sync_floor, upto), None
-            self.sync_rounds += 1
-            self._durable_offset = max(self._durable_offset, min(covered, self._leo))
-            self._mark_flushed(min(covered, active.base_offset, self._leo), None)
-            if upto >= self._leo:
-                self._unflushed_messages = 0
-            rp = max(self._durable_offset, self._recovery_point)
-            still = []
-            for t, f in self._sync_waiters:
-                if f.done():
-                    continue
-                if t <= rp:
-                    f.set_result(None)
-                else:
-                    still.append((t, f))
-            self._sync_waiters = still
+            # a truncation during the fsync lowered the floor: what was appended after it
+            # (below ``upto`` again) may have missed this round
+            covered, self._sync_floor = min(self._sync_floor, covered), None
+            self._round_done(covered, active)
+
+    def _next_round_end(self, gen: int, covered: int) -> int | None:
+        """Worker thread (commit_chain): the end of what was appended to the same active file
+        since ``covered``, or None to stop. Reads loop-owned fields without a lock (atomic
+        under the GIL), in this order: the loop raises ``_sync_requested`` only after the
+        bytes are written, and bumps ``_commit_gen`` (or queues an epoch checkpoint)
+        before it writes anywhere else, so a requested end read first is in this file if
+        the generation read after it is unchanged."""
+        want = self._sync_requested
+        if self._commit_gen != gen or self.leader_epoch_cache.pending is not None:
+            return None
+        return want if want > covered else None
+
+    def _follow_round_done(self, gen: int, covered: int, active: LogSegment) -> None:
+        """A worker thread's follow-on round finished: answer its appends now. (After a
+        roll or truncation the round loop settles it with the truncation floor.)"""
+        if gen == self._commit_gen and not self.closed:
+            self._round_done(covered, active)
+
+    def _round_done(self, covered: int, active: LogSegment) -> None:
+        """Everything below ``covered`` is fsynced: answer the waiters it covers."""
+        self.sync_rounds += 1
+        self._durable_offset = max(self._durable_offset, min(covered, self._leo))
+        self._mark_flushed(min(covered, active.base_offset, self._leo), None)
+        if covered >= self._leo:
+            self._unflushed_messages = 0
+        rp = max(self._durable_offset, self._recovery_point)
+        still = []
+        for t, f in self._sync_waiters:
+            if f.done():
+                continue
+            if t <= rp:
+                f.set_result(None)
+            else:
+                still.append((t, f))
+        self._sync_waiters = still
 
     def _fail_sync_waiters(self, new_end: int) -> None:
         """The log was truncated to ``new_end``: waiters above it fail, and an fsync round
         in flight counts for nothing above it."""
+        self._commit_gen += 1
         if self._sync_floor is not None:
             self._sync_floor = min(self._sync_floor, new_end)
         still = []
@@ -1204,6 +1244,7 @@ class PartitionLog:
             s.delete_files()
         self._pending_deletes = []
         self.closed = True
+        self._commit_gen += 1
 
     def detach_descriptors(self) -> None:
         """Before handing the log to another thread (which closes it): its files leave the
@@ -1249,9 +1290,26 @@ def _as_bytes_view(buf) -> memoryview:
     return mv
 
 
+_NO_FLOOR = 1 << 63   # no truncation during the round in flight
+
+
 def _retrieve(task) -> None:
     if not task.cancelled():
         task.exception()
+
+
+def _sync_rounds(jobs, upto: int, chain_fd: int | None, probe, notify) -> int:
+    """Worker thread: the round the loop started (``jobs``), then, with ``chain_fd`` (the
+    active log), the follow-on rounds of commit_chain. Returns the end made durable."""
+    try:
+        _fsync_jobs(jobs)
+    except BaseException:
+        if chain_fd is not None:
+            os.close(chain_fd)
+        raise
+    if chain_fd is None:
+        return upto
+    return follow_rounds(chain_fd, upto, probe, notify)
 
 
 def _fsync_jobs(jobs) -> None:

@@ -64,3 +64,29 @@ def test_acks_wait_for_a_shared_fsync_off_the_loop(broker, monkeypatch):
     # every fsync ran in a thread; the 20 produces made during the first one shared the next
     assert calls and not any(calls)
     assert len(calls) == 2 and plog.sync_rounds == 2
+
+
+def test_an_answer_waiting_for_its_fsync_does_not_hold_the_records_buffer(broker):
+    """The dispatcher keeps the request until the answer (metrics); the records it carried
+    are in the log by then, and keeping their receive buffer for every request in flight
+    made each new one fresh memory."""
+    import sys
+
+    assert create(broker, "held", configs={"flush.messages": "1"}).topics[0].error_code == 0
+    server = broker.server
+    spec = server.api_specs[0]
+    buf = bytearray(batch(3))
+    req = _produce_req("held", memoryview(buf))
+    base = sys.getrefcount(buf)
+
+    async def main():
+        pending = spec.handle(_ctx(server, 0, 9), req)   # appended; the answer waits
+        assert asyncio.iscoroutine(pending)
+        refs = sys.getrefcount(buf)
+        resp = await pending
+        return refs, resp
+
+    refs, resp = broker.loop.run_until_complete(main())
+    assert resp.responses[0].partition_responses[0].error_code == 0
+    assert refs < base                              # only the test's own reference is left
+    assert len(req.topic_data[0].partition_data[0].records) == len(buf)   # what metrics read

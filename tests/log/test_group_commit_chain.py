@@ -1,0 +1,134 @@
+"""Group commit's follow-on rounds (kbroker.log.commit_chain): the worker thread fsyncs again
+while appends arrive, and no append is answered before an fsync that started after its
+bytes were written, in the file they were written to (segments roll under the rounds)."""
+
+import asyncio
+import os
+import random
+import threading
+import time
+
+from kbroker.log import partition_log as pl
+
+from .helpers import make_batch
+from .test_partition_log import cfg, open_log
+
+
+class _Disk:
+    """Spy on fsync/fdatasync. Appends are numbered as they are written; for each file
+    (device, inode) ``synced`` keeps the highest number written before an fsync of that file
+    started (and completed): those appends are on disk."""
+
+    def __init__(self, monkeypatch, delay_s):
+        self.written = 0
+        self.synced: dict = {}
+        self.calls: list = []
+        monkeypatch.setattr(os, "fsync", self._wrap(os.fsync, delay_s))
+        monkeypatch.setattr(os, "fdatasync", self._wrap(os.fdatasync, delay_s))
+
+    def _wrap(self, real, delay_s):
+        def spy(fd):
+            st, upto = os.fstat(fd), self.written
+            time.sleep(delay_s)   # a slow disk: appends arrive during each round
+            real(fd)
+            key = (st.st_dev, st.st_ino)
+            self.synced[key] = max(self.synced.get(key, 0), upto)
+        return spy
+
+    def wrote(self, log):
+        """After an append: its number and file."""
+        self.written += 1
+        st = os.fstat(log._segments[-1].handle.fileno())
+        return (st.st_dev, st.st_ino), self.written
+
+    def covers(self, mark) -> bool:
+        return self.synced.get(mark[0], 0) >= mark[1]
+
+
+def _count_started_rounds(monkeypatch) -> list:
+    """Rounds the event loop started (the others followed on in the worker thread)."""
+    started = []
+    real = pl._fsync_jobs
+    monkeypatch.setattr(pl, "_fsync_jobs", lambda jobs: (started.append(len(jobs)), real(jobs)))
+    return started
+
+
+def test_no_append_is_answered_before_an_fsync_covers_it(tmp_path, monkeypatch):
+    log = open_log(tmp_path, cfg(flush_messages=1, segment_bytes=2500))
+    disk = _Disk(monkeypatch, 0.002)
+    started = _count_started_rounds(monkeypatch)
+    rng = random.Random(7)
+    early = []
+
+    async def one(end, mark):
+        await log.sync(end)
+        if not disk.covers(mark):
+            early.append((end, mark, dict(disk.synced)))
+
+    async def main():
+        waits = []
+        for _ in range(300):
+            info = log.append(make_batch(rng.randint(1, 3)), 0)
+            mark = disk.wrote(log)
+            end = info.last_offset + 1
+            log.sync_soon(end)   # as the leader's append does
+            if log.awaits_sync(end):
+                waits.append(asyncio.ensure_future(one(end, mark)))
+            if rng.random() < 0.3:
+                await asyncio.sleep(rng.choice((0, 0.001, 0.003)))
+        await asyncio.gather(*waits)
+        return len(waits)
+
+    assert asyncio.run(main()) > 200
+    assert not early, early[:3]
+    assert len(log._segments) > 10                      # rounds ran across many rolls
+    assert log.sync_rounds > len(started) > 0           # and the worker went on by itself
+
+
+def test_a_truncation_during_a_follow_on_round(tmp_path, monkeypatch):
+    """The log is truncated and appended to again while a round the worker thread went on
+    to by itself runs: the new records below that round's end wait for a later fsync."""
+    log = open_log(tmp_path, cfg(flush_messages=1))
+    disk = _Disk(monkeypatch, 0)
+    started = _count_started_rounds(monkeypatch)
+    gates = [(threading.Event(), threading.Event()) for _ in range(2)]
+    real = os.fdatasync
+
+    def gated(fd):
+        n = len(disk.calls)
+        disk.calls.append(fd)
+        if n < 2:
+            gates[n][0].set()
+            gates[n][1].wait(10)
+        real(fd)
+    monkeypatch.setattr(os, "fdatasync", gated)
+
+    async def wait_for(event):
+        for _ in range(5000):
+            if event.is_set():
+                return
+            await asyncio.sleep(0.001)
+        raise AssertionError("no fsync round started")
+
+    async def main():
+        log.append(make_batch(2), 0)
+        disk.wrote(log)
+        log.sync_soon(2)
+        await wait_for(gates[0][0])              # round 1 (offsets 0..1) runs
+        for _ in range(4):
+            log.append(make_batch(2), 0)         # offsets 2..9
+            disk.wrote(log)
+            log.sync_soon(log.log_end_offset)
+        gates[0][1].set()
+        await wait_for(gates[1][0])              # the worker went on: round 2 (up to 10)
+        log.truncate_to(4)
+        info = log.append(make_batch(4), 0)      # offsets 4..7, below round 2's end
+        mark = disk.wrote(log)
+        log.sync_soon(8)
+        waiter = asyncio.ensure_future(log.sync(8))
+        gates[1][1].set()
+        await waiter
+        return disk.covers(mark), info.last_offset
+
+    assert asyncio.run(main()) == (True, 7)
+    assert len(disk.calls) == 3 and len(started) == 2   # round 2 followed on in the thread
