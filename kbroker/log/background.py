@@ -67,9 +67,11 @@ class BackgroundIO:
         return self.submit(_fsync_and_close, dups)
 
     # ------------------------------------------------------------------ files
-    def write_file(self, directory: str, name: str, text: str) -> concurrent.futures.Future | None:
+    def write_file(self, directory: str, name: str, text: str | Callable[[], str]) -> concurrent.futures.Future | None:
         """Atomically replace ``directory/name`` with ``text`` (fsynced) in the thread.
-        None if the directory is gone already."""
+        ``text`` may be a function that renders it, called in the thread (an offsets
+        checkpoint of 10,000 partitions takes ~4 ms to sort and format). None if the
+        directory is gone already."""
         try:  # the inode tells a re-created directory of the same name from the old one
             key = (directory, name, os.stat(directory).st_ino)
         except FileNotFoundError:
@@ -101,8 +103,9 @@ class BackgroundIO:
                         batch.append((k, self._texts.pop(k)))
         if text is None:
             return
+        text = _rendered(text)   # (outside the lock: the loop queues texts under it)
         if batch:
-            _write_batch([(key, text)] + batch)
+            _write_batch([(key, text)] + [(k, _rendered(t)) for k, t in batch])
             return
         dfd = _open_dir(key[0], key[2])
         if dfd is None:
@@ -277,3 +280,7 @@ def write_atomic_at(dfd: int, name: str, text: str) -> None:
         os.close(fd)
     os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
     os.fsync(dfd)
+
+
+def _rendered(text: str | Callable[[], str]) -> str:
+    return text() if callable(text) else text

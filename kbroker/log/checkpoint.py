@@ -74,7 +74,7 @@ def write_offsets(directory: str, name: str, offsets: dict[tuple[str, int], int]
     whose lag is harmless, like the high watermarks: an older value is always safe."""
     io = _background_io.get(os.path.abspath(directory))
     if io is not None and not io.closed:
-        io.write_file(directory, name, offsets_text(offsets))
+        io.write_file(directory, name, lambda: offsets_text(offsets))   # formatted in the thread
         return
     OffsetCheckpointFile(os.path.join(directory, name)).write(offsets)
 

@@ -603,11 +603,14 @@ class LogManager:
         """Write one offsets checkpoint: contents taken now; with the IO thread running, the
         (fsynced, atomic) write happens there, one writer per file at a time."""
         if sync and self.io is not None:
-            self.io.write_file(d, name, offsets_text(offsets))
+            self.io.write_file(d, name, lambda: offsets_text(offsets))   # formatted in the thread
         else:
             write_atomic(os.path.join(d, name), offsets_text(offsets), sync)
 
-    def _by_dir(self) -> dict[str, dict[tuple[str, int], PartitionLog]]:
+    def _by_dir(self) -> Mapping[str, Mapping[tuple[str, int], PartitionLog]]:
+        """The logs of each dir (read-only: one dir's is the live map itself)."""
+        if len(self.log_dirs) == 1:
+            return {self.log_dirs[0]: self._logs}
         out: dict[str, dict[tuple[str, int], PartitionLog]] = {d: {} for d in self.log_dirs}
         for key, plog in self._logs.items():
             out[self._dir_of[key]][key] = plog

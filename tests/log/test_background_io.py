@@ -119,6 +119,28 @@ def test_queued_writes_of_one_file_coalesce(tmp_path):
     io.close()
 
 
+def test_a_text_given_as_a_function_is_rendered_in_the_io_thread(tmp_path):
+    """A large checkpoint's formatting leaves the loop: only the newest function of a file
+    queued several times runs, and it runs in the IO thread."""
+    io = BackgroundIO()
+    gate = threading.Event()
+    io.submit(gate.wait)
+    ran = []
+
+    def render(text):
+        def f():
+            ran.append((text, threading.current_thread() is threading.main_thread()))
+            return text
+        return f
+    io.write_file(str(tmp_path), "cp", render("1\n"))
+    fut = io.write_file(str(tmp_path), "cp", render("2\n"))
+    gate.set()
+    fut.result()
+    io.close()
+    assert (tmp_path / "cp").read_text() == "2\n"
+    assert ran == [("2\n", False)]
+
+
 def test_queued_per_partition_files_are_written_in_one_batch(tmp_path, monkeypatch):
     from kbroker.log import background
 
