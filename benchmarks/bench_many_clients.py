@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from confluent_kafka import Consumer, Producer, TopicPartition, OFFSET_BEGINNING  # noqa: E402
 
 from bench_scale import create  # noqa: E402
-from bench_stalls import probe_lags  # noqa: E402
+from bench_stalls import probe_held, probe_lags  # noqa: E402
 from peers import NAMES, axis_table, make_broker, plot_axis, rss_mb, write_report  # noqa: E402
 
 VALUE = os.urandom(1024)
@@ -173,6 +173,7 @@ def main() -> None:
                 w0 = time.time()
                 bursts[k]["burst_s"] = idle[k].open()
                 bursts[k]["burst_loop_ms"] = probe_lags(b.log_path, w0, time.time()) if k == "kbroker" else None
+                bursts[k]["burst_held_ms"] = probe_held(b.log_path, w0, time.time()) if k == "kbroker" else None
             except Exception as e:  # noqa: BLE001 - reported in the table
                 bursts[k]["error"] = f"{type(e).__name__}: {e}"[:200]
             print(NAMES[k], bursts[k], flush=True)
@@ -184,6 +185,7 @@ def main() -> None:
                     w1 = time.time()
                     r.update(run_crowd(b.bootstrap, f"crowd{n}", n, n, args.records))
                     r["run_loop_ms"] = probe_lags(b.log_path, w1, time.time()) if k == "kbroker" else None
+                    r["run_held_ms"] = probe_held(b.log_path, w1, time.time()) if k == "kbroker" else None
                     r["rss_mb"] = rss_mb(b.proc.pid)
                 except Exception as e:  # noqa: BLE001 - reported in the table
                     r["error"] = f"{type(e).__name__}: {e}"[:200]
@@ -207,13 +209,15 @@ def report(bursts, rows, kinds, crowds, args) -> None:
          f"The burst of {args.connections} connections:", ""]
     L += axis_table({args.connections: bursts}, kinds, [args.connections], "connections", [
         ("burst_s", "accept + answer every connection, s", "{:.2f}", False),
-        ("burst_loop_ms", "longest loop lag during the burst, ms", "{:.0f}", False)])
+        ("burst_loop_ms", "longest loop lag during the burst, ms", "{:.0f}", False),
+        ("burst_held_ms", "longest loop lag less its wait for a core, ms", "{:.0f}", False)])
     L += ["", f"Crowds (producers = consumers = N), with the {args.connections} idle connections open:", ""]
     L += axis_table(rows, kinds, crowds, "N", [
         ("produce_mbs", "produce MB/s (all producers)", "{:.1f}", True),
         ("consume_mbs", "consume MB/s (all consumers)", "{:.1f}", True),
         ("p50_ms", "produce p50 ms", "{:.1f}", False), ("p99_ms", "produce p99 ms", "{:.1f}", False),
         ("run_loop_ms", "longest loop lag during the run, ms", "{:.0f}", False),
+        ("run_held_ms", "longest loop lag less its wait for a core, ms", "{:.0f}", False),
         ("rss_mb", "RSS MB", "{:.0f}", False)])
     L += ["", "Ratios above 1.0 mean kbroker is better (throughput: ours / Kafka's; times and memory: Kafka's / ours).", ""]
     errs = [f"- {NAMES[k]}: {r['error']}" for k, r in bursts.items() if "error" in r]

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 
 from bench_scale import create  # noqa: E402
-from bench_stalls import HB_TOPIC, IDLE_S, Heartbeat, probe_lags  # noqa: E402
+from bench_stalls import HB_TOPIC, IDLE_S, Heartbeat, probe_held, probe_lags  # noqa: E402
 from peers import NAMES, make_broker, write_report  # noqa: E402
 
 TOPIC = "committed"
@@ -99,6 +99,7 @@ def run_one(kind: str, tmp: Path, args) -> dict:
         hb.stop()
         if kind == "kbroker":
             r["loop_ms"] = probe_lags(b.log_path, w0, time.time())
+            r["held_ms"] = probe_held(b.log_path, w0, time.time())
     except Exception as e:  # noqa: BLE001 - reported in the table
         r["error"] = f"{type(e).__name__}: {e}"[:200]
     finally:
@@ -129,13 +130,14 @@ def main() -> None:
          f"with other jobs (compare within a run). {args.commits} commits x {args.partitions} partitions = "
          f"{args.commits * args.partitions:,} offset records in {args.groups} groups, then a clean restart; a "
          "producer sends one record every 2 ms to another topic while the offsets load.", "",
-         "| broker | fill s | serving -> offsets answered, s | ack stall during the load, ms | idle after, ms | loop lag, ms |",
-         "|---|---:|---:|---:|---:|---:|"]
+         "| broker | fill s | serving -> offsets answered, s | ack stall during the load, ms | idle after, ms | loop lag, ms "
+         "| loop lag less its wait for a core, ms |",
+         "|---|---:|---:|---:|---:|---:|---:|"]
     for k in kinds:
         r = rows[k]
         cell = lambda key, f: f.format(r[key]) if isinstance(r.get(key), (int, float)) else "n/a"  # noqa: E731
         L.append(f"| {NAMES[k]} | {cell('fill_s', '{:.1f}')} | {cell('load_s', '{:.2f}')} | {cell('stall_ms', '{:.0f}')} "
-                 f"| {cell('idle_ms', '{:.0f}')} | {cell('loop_ms', '{:.0f}')} |")
+                 f"| {cell('idle_ms', '{:.0f}')} | {cell('loop_ms', '{:.0f}')} | {cell('held_ms', '{:.0f}')} |")
     errs = [f"- {NAMES[k]}: {r['error']}" for k, r in rows.items() if "error" in r]
     if errs:
         L += ["", "Errors:", ""] + errs

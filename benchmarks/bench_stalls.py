@@ -148,6 +148,26 @@ def probe_lags(log_path: Path, wall0: float, wall1: float, with_cpu: bool = Fals
     return (worst, cpu, wait) if with_cpu else worst
 
 
+def probe_held(log_path: Path, wall0: float, wall1: float) -> float:
+    """The longest of kbroker's logged loop lags between two wall-clock times less the time
+    its loop thread waited for a core in it (the machine's load, not the broker's work): how
+    long the broker itself held its loop, by CPU, the GIL or a blocking call. 0 if none."""
+    worst = 0.0
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError:
+        return 0.0
+    for line in text.splitlines():
+        m = _LAG.match(line)
+        if not m:
+            continue
+        ts = datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").timestamp() + int(m.group(2)) / 1000
+        if wall0 <= ts <= wall1 + 1:
+            w = _WAIT.search(line)
+            worst = max(worst, float(m.group(3)) - (float(w.group(1)) if w else 0.0))
+    return worst
+
+
 # ----------------------------------------------------------------------------- operations
 def admin(bootstrap):
     return AdminClient({"bootstrap.servers": bootstrap})
@@ -486,6 +506,7 @@ def main() -> None:
                            **{k2: v for k2, v in st.items() if k2 in ("rebalance_s", "generation")}}
                     if k == "kbroker":
                         row["probe_ms"], row["probe_cpu_ms"], row["probe_wait_ms"] = probe_lags(b.log_path, w0, w1 + SETTLE_S, with_cpu=True)
+                        row["held_ms"] = probe_held(b.log_path, w0, w1 + SETTLE_S)
                     if teardown:
                         teardown(b.bootstrap, st)
                 except Exception as e:   # a peer may not support an operation (Tansu)
@@ -518,11 +539,12 @@ def report(results, kinds, mem, args) -> None:
              "time its loop thread used in it and the time the thread was runnable but waited for a core "
              "(the scheduler's run-queue delay): a lag that is mostly waiting for a core is the machine's "
              "load, not work held on the loop; what is neither CPU nor core-wait is the GIL or a "
-             "blocking call.", "",
+             "blocking call. 'held' = the longest lag less its core-wait: how long kbroker itself held "
+             "its loop.", "",
              "| operation | " + " | ".join(f"{NAMES[k]} stall (idle) ms" for k in kinds)
-             + (" | kbroker loop ms (CPU ms, core-wait ms)" if "kbroker" in kinds else "")
+             + (" | kbroker loop ms (CPU ms, core-wait ms) | kbroker held ms" if "kbroker" in kinds else "")
              + (" | kbroker / Kafka stall" if "kbroker" in kinds and "kafka" in kinds else "") + " |",
-             "|---|" + "---:|" * (len(kinds) + ("kbroker" in kinds) + ("kbroker" in kinds and "kafka" in kinds))]
+             "|---|" + "---:|" * (len(kinds) + 2 * ("kbroker" in kinds) + ("kbroker" in kinds and "kafka" in kinds))]
     for name, row in results.items():
         cells = []
         for k in kinds:
@@ -534,6 +556,7 @@ def report(results, kinds, mem, args) -> None:
             detail = ", ".join(f"{v:.0f}" if v is not None else "?" for v in (cpu, wait))
             cells.append((f"{r.get('probe_ms', 0):.0f}" + (f" ({detail})" if cpu is not None else ""))
                          if "stall_ms" in r else "n/a")
+            cells.append(f"{r.get('held_ms', 0):.0f}" if "stall_ms" in r else "n/a")
         if "kbroker" in kinds and "kafka" in kinds:
             a, b = row.get("kbroker", {}), row.get("kafka", {})
             cells.append(f"{a['stall_ms'] / max(b['stall_ms'], 1):.2f}" if "stall_ms" in a and "stall_ms" in b else "n/a")
