@@ -24,9 +24,8 @@ each broker in turn (the order rotates with P, so load noise hits all of them):
 
 Then, with every topic still there: restart time after a clean stop and after kill -9
 (kbroker and Kafka; Tansu runs from memory), measured until the broker answers a Metadata
-request listing all partitions. And fsync durability: produce throughput to a topic with
-``flush.messages=1`` (every append fsynced before the acknowledgement; kbroker groups the
-fsyncs of concurrent appends) next to the same without it.
+request listing all partitions. (fsync durability is ``bench_fsync.py``'s: a run long enough
+to measure it.)
 
 The machine may be shared: compare the brokers of one run, not runs.
 """
@@ -197,7 +196,7 @@ def main() -> None:
     ap.add_argument("--out", default="")
     ap.add_argument("--plot", default="")
     ap.add_argument("--rows-only", action="store_true",
-                    help="only the per-partition-count rows (no fsync and restart sections)")
+                    help="only the per-partition-count rows (no restart section)")
     ap.add_argument("--from-beginning", action="store_true",
                     help="consume rows: assign OFFSET_BEGINNING (one ListOffsets per partition) "
                          "instead of the earliest offsets from one batched ListOffsets")
@@ -232,19 +231,6 @@ def main() -> None:
                     r["error"] = f"{type(e).__name__}: {e}"[:150]
                 rows[p][k] = r
                 print(f"P={p:6d} {NAMES[k]:8s} {r}", flush=True)
-        # fsync durability: flush.messages=1 vs none, one partition, acks=all
-        for k in ([] if args.rows_only else kinds):
-            b = brokers[k]
-            try:
-                create(b.bootstrap, [("sfsync-0", 1)], {"flush.messages": "1"})
-                create(b.bootstrap, [("snofsync-0", 1)])
-                n = max(args.records // 2, 5000)
-                extra.setdefault("fsync", {})[k] = {
-                    "with": produce(b.bootstrap, [("sfsync-0", 1)], n, acks="all"),
-                    "without": produce(b.bootstrap, [("snofsync-0", 1)], n, acks="all")}
-            except Exception as e:
-                extra.setdefault("fsync", {})[k] = {"error": f"{type(e).__name__}: {e}"[:150]}
-            print("fsync", NAMES[k], extra["fsync"][k], flush=True)
         total = sum(counts) + 2
         for k in ([] if args.rows_only else kinds):
             if k == "tansu":
@@ -279,15 +265,6 @@ def report(rows, extra, kinds, counts, args) -> None:
     L += axis_table(rows, kinds, counts, "partitions", metrics)
     L += ["", "Ratios: above 1.0 means kbroker is better (throughput: ours / Kafka's; latency, memory, "
           "descriptors: Kafka's / ours).", ""]
-    if "fsync" in extra:
-        L += ["fsync durability, 1 partition, acks=all (MB/s):", "",
-              "| broker | flush.messages=1 | default (no fsync per append) | with / without |", "|---|---:|---:|---:|"]
-        for k, r in extra["fsync"].items():
-            if "error" in r:
-                L.append(f"| {NAMES[k]} | {r['error']} | | |")
-            else:
-                L.append(f"| {NAMES[k]} | {r['with']:.1f} | {r['without']:.1f} | {r['with'] / r['without']:.2f} |")
-        L.append("")
     if "restart" in extra:
         L += [f"Restart with {sum(counts)} partitions (+ internal topics), seconds until Metadata lists them all:", "",
               "| broker | after a clean stop | after kill -9 |", "|---|---:|---:|"]
