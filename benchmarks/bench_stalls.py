@@ -32,7 +32,6 @@ import os
 import platform
 import re
 import shutil
-import socket
 import struct
 import sys
 import tempfile

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import errno
 import logging
 import os
 from dataclasses import dataclass, field
