@@ -114,6 +114,9 @@ def test_reassign_cancel_and_errors_through_the_kbroker_tool(cluster, tmp_path):
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(60)
     leader = wait_until(lambda: (p := partition(cluster, topic)).leader >= 0 and p.leader, 30, "a leader")
+    for n in cluster.nodes.values():   # the tool may ask any node: each must know the topic
+        if "broker" in n.roles and n.pid is not None:
+            partitions_of(f"{n.host}:{n.port}", topic)
     bad = plan_file(tmp_path, "bad.json", topic, {0: [leader, 99]})
     p = subprocess.run([sys.executable, "-m", "kbroker", "reassign-partitions", "--bootstrap-server",
                         cluster.bootstrap, "--execute", "--reassignment-json-file", bad],
