@@ -157,6 +157,7 @@ class GroupCoordinatorRuntime:
         shard = GroupShard(partition, self.config, topics=self.topics)
         latest = latest_commits.LatestCommits(shard, partition)
         held = latest.held
+        is_offset_commit = record_codec.is_offset_commit_key
         n = 0
         for batch in batches_to_the_end(plog, caught_up=_CAUGHT_UP):
             if batch is _CAUGHT_UP or batch.is_transactional or len(held) > latest_commits.MAX_HELD:
@@ -174,8 +175,7 @@ class GroupCoordinatorRuntime:
             for i, (key, value) in enumerate(batch.keys_and_values()):
                 if i % RECORDS_PER_STEP == RECORDS_PER_STEP - 1:
                     yield            # one commit of 1,000 partitions is one batch
-                # a plain offset commit (record_codec.is_offset_commit_key, inline: ~1M a load)
-                if pid < 0 and key is not None and len(key) >= 2 and key[0] == 0 and key[1] <= 1:
+                if pid < 0 and is_offset_commit(key):     # a plain offset commit
                     held.pop(key, None)          # to the end: the order of last writes
                     held[key] = value
                     continue
