@@ -85,6 +85,8 @@ class KafkaServer:
         self._log_managers: list = []
         from kbroker.kraft.control_plane import ControlPlane
         self.control = ControlPlane(self)  # controller role + the broker's link to the controller
+        from kbroker.handlers.auto_create import AutoTopicCreator
+        self.auto_topics = AutoTopicCreator(lambda topics: self.create_topics(topics))   # Metadata's
         self._dirs = list(dict.fromkeys(os.path.abspath(d) for d in config.log_dirs + [config.metadata_log_dir]))
 
     @property
@@ -384,6 +386,7 @@ class KafkaServer:
         self.loop_probe.stop()
         from kbroker.metrics import setup as metrics_setup
         await metrics_setup.detach(self)
+        self.auto_topics.close()
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import struct
 
-from kbroker.kraft.controller import NewTopic, validate_topic_name
+from kbroker.kraft.controller import validate_topic_name
 from kbroker.slices import run_in_slices
 from kbroker.wire.errors import Errors
 from kbroker.wire.generated.metadata_response import MetadataResponse
@@ -293,14 +293,6 @@ def handle(ctx, req):
 
     if missing and allow:
         async def create_then_answer():
-            results = await broker.create_topics([NewTopic(n) for n in missing])
-            # A topic that could not be created is reported as Kafka does: its creation error
-            # (INVALID_REPLICATION_FACTOR ...). One that exists (created now or by another
-            # broker) but is not yet in this broker's image is LEADER_NOT_AVAILABLE, a
-            # retriable "not ready": UNKNOWN_TOPIC_OR_PARTITION would tell a client that
-            # already saw its partitions from another broker that the topic is gone
-            # (librdkafka then fails the records it queued for them: "Unknown partition").
-            return finish({r.name: (r.error if r.error not in (0, Errors.TOPIC_ALREADY_EXISTS)
-                                    else Errors.LEADER_NOT_AVAILABLE) for r in results})
+            return finish(await broker.auto_topics.create(missing))
         return create_then_answer()
     return finish({})

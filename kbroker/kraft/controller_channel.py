@@ -5,8 +5,13 @@ NodeToControllerChannelManager), even when the controller runs in the same proce
 CreateTopics, ...) to the active controller's controller listener and returns its response.
 It tries the node the metadata quorum names as leader first, then the other controllers;
 a NOT_CONTROLLER answer or a broken connection moves it on, with a backoff between rounds,
-until the request timeout. Requests are resent only in those two cases, so a write is resent
-only if it may not have been applied (a lost connection) or was refused (NOT_CONTROLLER).
+until the request timeout. So does the quorum electing another leader while a request waits:
+a controller that stopped answering (SIGSTOP, a cut link) keeps its TCP connection open, and
+without this every request sent to it just before the election (an ISR shrink, an
+auto-create) would wait out its whole timeout. Kafka's channel manager likewise drops its
+connection to the old controller when the leader changes. Requests are resent only in those
+cases, so a write is resent only if it may not have been applied (a lost connection, or a
+controller that lost its leadership and so cannot commit it) or was refused (NOT_CONTROLLER).
 
 Forwarding. Admin requests a broker receives (CreateTopics, DeleteTopics, CreatePartitions,
 AlterConfigs, IncrementalAlterConfigs) are sent on as they are, at the client's version, and
@@ -41,6 +46,13 @@ Candidates = Callable[[], "list[tuple[int, str, int]]"]   # (node id, host, port
 
 class ControllerUnavailable(Exception):
     pass
+
+
+class LeaderMoved(Exception):
+    pass
+
+
+LEADER_CHECK_S = 0.1    # how often a waiting request looks at who the quorum's leader is
 
 
 class ControllerChannel:
@@ -87,9 +99,14 @@ class ControllerChannel:
                     break
                 client = self._client(host, port)
                 try:
-                    resp = await client.send(request, version, timeout_ms=int(left * 1000))
+                    resp = await self._send_while_leader(client, node, request, version, left)
                 except ClientError as e:
                     last = f"controller {node} at {host}:{port}: {e}"
+                    continue
+                except LeaderMoved as e:
+                    last = str(e)
+                    if self._last_good == node:
+                        self._last_good = None
                     continue
                 if response_error(resp) == NOT_CONTROLLER:
                     last = f"controller {node} is not the active controller"
@@ -103,6 +120,24 @@ class ControllerChannel:
                 raise ControllerUnavailable(f"no active controller answered within {budget * 1000:.0f} ms ({last})")
             await asyncio.sleep(min(backoff, left))
             backoff = min(backoff * 2, 1.0)
+
+    async def _send_while_leader(self, client: KafkaClient, node: int, request, version, left: float):
+        """``client.send``, given up (LeaderMoved) once the quorum names a leader other than
+        ``node``; the answer, if it still comes, is dropped by the client."""
+        task = asyncio.ensure_future(client.send(request, version, timeout_ms=int(left * 1000)))
+        try:
+            while True:
+                done, _ = await asyncio.wait((task,), timeout=LEADER_CHECK_S)
+                if done:
+                    return task.result()
+                leader = self.leader_hint()
+                # node < 0: a bootstrap address, whose node id is not known
+                if node >= 0 and leader is not None and leader >= 0 and leader != node:
+                    task.cancel()
+                    raise LeaderMoved(f"controller {node} stopped answering and node {leader} is now the leader")
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
 
     async def close(self) -> None:
         await asyncio.gather(*(c.close() for c in self._clients.values()), return_exceptions=True)

@@ -1,3 +1,5 @@
+import asyncio
+
 from kbroker.wire.errors import Errors
 from kbroker.wire.generated.api_versions_request import ApiVersionsRequest
 from kbroker.wire.generated.create_topics_request import CreateTopicsRequest
@@ -213,3 +215,26 @@ def test_metadata_auto_create_of_a_topic_not_yet_in_this_brokers_image(broker):
     Topic = MetadataRequest.MetadataRequestTopic
     r = broker.call(3, 9, MetadataRequest(topics=[Topic(name="lagging")], allow_auto_topic_creation=True))
     assert r.topics[0].error_code == Errors.LEADER_NOT_AVAILABLE and r.topics[0].partitions == []
+
+
+def test_metadata_auto_create_answers_in_bounded_time_while_the_controller_is_unreachable(broker, monkeypatch):
+    """A creation stuck on the controller (an election under way) is answered, after a bounded
+    wait, with the retriable LEADER_NOT_AVAILABLE; the connection stays open and a retry joins
+    the creation instead of starting another."""
+    import time
+
+    from kbroker.handlers import auto_create
+    monkeypatch.setattr(auto_create, "WAIT_S", 0.3)
+    calls = []
+
+    async def unreachable(topics, validate_only=False):
+        calls.append([t.name for t in topics])
+        await asyncio.sleep(3600)
+    broker.server.create_topics = unreachable
+    Topic = MetadataRequest.MetadataRequestTopic
+    for _ in range(2):
+        t0 = time.monotonic()
+        r = broker.call(3, 12, MetadataRequest(topics=[Topic(name="stuck")], allow_auto_topic_creation=True))
+        assert time.monotonic() - t0 < 2
+        assert r.topics[0].error_code == Errors.LEADER_NOT_AVAILABLE and r.topics[0].name == "stuck"
+    assert calls == [["stuck"]]

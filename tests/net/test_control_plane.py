@@ -191,3 +191,42 @@ def test_server_broker_epoch_follows_a_registration_again(tmp_path):
         finally:
             await server.shutdown(timeout=5)
     asyncio.run(main())
+
+
+def test_channel_leaves_a_silent_controller_once_the_quorum_names_another_leader(tmp_path):
+    """A controller that stopped answering keeps its connection open; a request waiting on it
+    moves to the new leader as soon as the quorum names one, not at its timeout."""
+    async def main():
+        server, ports = await start_node(tmp_path)
+        accepted = []
+        silent = await asyncio.start_server(lambda r, w: accepted.append(w), "127.0.0.1", 0)
+        silent_port = silent.sockets[0].getsockname()[1]
+        leader = [2]
+        try:
+            cands = lambda: [(2, "127.0.0.1", silent_port), (1, "127.0.0.1", ports["CONTROLLER"])]  # noqa: E731
+            ch = ControllerChannel(cands, lambda: leader[0], request_timeout_ms=20000)
+            Req = wire.REQUESTS[19]
+            req = Req(timeout_ms=100, topics=[Req.CreatableTopic(name="moved", num_partitions=1,
+                                                                 replication_factor=1)])
+            loop = asyncio.get_running_loop()
+            loop.call_later(0.5, lambda: leader.__setitem__(0, 1))
+            t0 = loop.time()
+            resp = await ch.send(req)
+            took = loop.time() - t0
+            assert resp.topics[0].error_code == 0
+            assert accepted, "the request went to the silent controller first"
+            assert 0.5 <= took < 5, took
+            # while the quorum still names the silent node, the request waits for it (bounded)
+            leader[0] = 2
+            ch2 = ControllerChannel(lambda: [(2, "127.0.0.1", silent_port)], lambda: leader[0],
+                                    request_timeout_ms=800)
+            with pytest.raises(ControllerUnavailable):
+                await ch2.send(req)
+            await ch.close()
+            await ch2.close()
+        finally:
+            silent.close()
+            for w in accepted:
+                w.close()
+            await server.shutdown(timeout=5)
+    asyncio.run(main())
