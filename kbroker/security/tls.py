@@ -105,8 +105,10 @@ class TlsConnection(Connection):
     # -- reading -----------------------------------------------------------------------------
 
     def _on_readable(self) -> None:
+        if self._queued:    # waiting its turn (Connection._wait_turn)
+            return
         if not self._budget.may_start():   # the iteration budget (kbroker/net/iteration_budget.py)
-            self._wait_turn()
+            self._wait_turn(reading=True)
             return
         try:
             data = self.sock.recv(_RECV)
