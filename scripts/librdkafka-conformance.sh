@@ -42,12 +42,12 @@ DEFAULT_TESTS="
 0001 0002 0003 0005 0007 0008 0011 0012 0013 0014 0015 0017 0018 0019 0020 0021 0022
 0029 0030 0031 0034 0035 0036 0038 0039 0040 0041 0042 0044 0045 0048 0050 0051 0052
 0053 0054 0056 0057 0060 0063 0064 0065 0067 0069 0070 0073 0077 0082 0083 0085 0086 0090
-0099 0110 0112 0113 0118 0129 0130 0132
+0099 0110 0112 0113 0129 0130 0132
 0081:CreateTopics 0081:DeleteTopics 0081:CreatePartitions 0081:do_test_DescribeConfigs
 0081:DeleteRecords 0081:DeleteGroups 0081:AlterConsumerGroupOffsets
 0103:do_test_fenced_txn
 0115 0119 0109 0081:CreateAcls 0081:DescribeAcls 0081:DeleteAcls
-0113:l_unsubscribe
+0113:l_unsubscribe 0118
 "
 NOAUTOCREATE_TESTS="
 0045:do_test_non_exist_and_partchange
@@ -70,7 +70,7 @@ QUICK="0015 0038 0050 0051 0069 0113"
 # which trivup, the suite's own harness, keeps): they count the rebalances of consumers that
 # subscribe together and expect them to share the first generation. The others run with 0 ms
 # (every new group would wait 3 s otherwise).
-KAFKA_DELAY_TESTS="0102 0113:l_unsubscribe 0113:n_wildcard"   # last in DEFAULT_TESTS: one broker restart
+KAFKA_DELAY_TESTS="0102 0113:l_unsubscribe 0113:n_wildcard 0118"   # last in DEFAULT_TESTS: one broker restart
 # Entries run against a broker with Kafka's StandardAuthorizer and allow.everyone.if.no.acl.found
 # (the suite's principal is User:ANONYMOUS on PLAINTEXT): they add ACLs with kafka-acls.sh (our
 # stand-in runs `kbroker acls`) or call the ACL admin APIs, and expect the authorizer's errors.
