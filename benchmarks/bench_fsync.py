@@ -2,7 +2,8 @@
 its acknowledgement) as a ratio of the same without it, kbroker next to Apache Kafka 4.0.
 
     python benchmarks/bench_fsync.py [--records 1000000] [--producers 1,4] [--trials 3]
-                                     [--idempotence] [--brokers kbroker,kafka] [--out ...md]
+                                     [--idempotence] [--client librdkafka|java]
+                                     [--brokers kbroker,kafka] [--out ...md]
 
 kbroker groups the fsyncs (group commit): the append starts an fsync in a thread, produces
 that arrive while it runs are covered by the next single fsync, and each answer waits for
@@ -14,6 +15,13 @@ alternate, median of ``--trials``. A run must last long enough to be more than s
 one producer sends 1 GB in about a second here. The machine may be shared: compare within
 a run; each trial's with/without pair ran back to back, so their ratios are listed too, and
 the broker's CPU time per GB (what a loaded 2-core machine turns into throughput).
+
+``--client java``: the producers are Kafka's own ``kafka-producer-perf-test.sh`` (from
+reference-kafka, the Java client at its defaults: idempotence on, up to 5 requests in flight
+per connection, 16 KiB batches, linger 5 ms), one process per producer, their MB/s summed.
+librdkafka with idempotence keeps one request in flight per partition (it counts in-flight
+messages against its limit of 5 requests), so there it leaves nothing to group; the Java
+client keeps several.
 """
 from __future__ import annotations
 
@@ -21,8 +29,10 @@ import argparse
 import datetime
 import os
 import platform
+import re
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -32,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_scale import create, produce  # noqa: E402
-from peers import NAMES, make_broker, write_report  # noqa: E402
+from peers import KAFKA_HOME, NAMES, make_broker, write_report  # noqa: E402
 
 
 def cpu_seconds(pid: int) -> float:
@@ -63,6 +73,25 @@ def produce_parallel(bootstrap: str, topic: str, records: int, producers: int, e
     return sum(rates)
 
 
+def produce_java(bootstrap: str, topic: str, records: int, producers: int) -> float:
+    """MB/s of ``producers`` kafka-producer-perf-test.sh processes sending ``records`` in all,
+    together (each reports its own rate, from its first send: JVM start-up is not in it)."""
+    cmd = [str(KAFKA_HOME / "bin/kafka-producer-perf-test.sh"), "--topic", topic,
+           "--num-records", str(records // producers), "--record-size", "1024", "--throughput", "-1",
+           "--producer-props", f"bootstrap.servers={bootstrap}", "acks=all"]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for _ in range(producers)]
+    total = 0.0
+    for p in procs:
+        out, _ = p.communicate(timeout=600)
+        # the summary line: "N records sent, R records/sec (M MB/sec), ..."
+        m = re.findall(r"records sent, [0-9.]+ records/sec \(([0-9.]+) MB/sec\)", out)
+        if p.returncode != 0 or not m:
+            raise RuntimeError(f"kafka-producer-perf-test failed: {out[-300:]}")
+        total += float(m[-1]) * 1.048576   # its MB is MiB; the tables here are in 10^6 bytes
+    return total
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--brokers", default="kbroker,kafka")
@@ -70,6 +99,7 @@ def main() -> None:
     ap.add_argument("--producers", default="1,4")
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--idempotence", action="store_true", help="enable.idempotence=true")
+    ap.add_argument("--client", default="librdkafka", choices=("librdkafka", "java"))
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     kinds = args.brokers.split(",")
@@ -95,7 +125,10 @@ def main() -> None:
                         topic = f"{'fs' if mode == 'with' else 'nofs'}-{n}"
                         try:
                             c0 = cpu_seconds(brokers[k].proc.pid)
-                            r = produce_parallel(brokers[k].bootstrap, topic, args.records, n, extra)
+                            if args.client == "java":
+                                r = produce_java(brokers[k].bootstrap, topic, args.records, n)
+                            else:
+                                r = produce_parallel(brokers[k].bootstrap, topic, args.records, n, extra)
                             gb = args.records * 1024 / 1e9
                             cpu.setdefault((k, n, mode), []).append((cpu_seconds(brokers[k].proc.pid) - c0) / gb)
                         except Exception as e:  # noqa: BLE001 - reported in the table
@@ -116,7 +149,8 @@ def report(res, pairs, cpu, errors, kinds, counts, args) -> None:
          f"({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
          f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; shared "
          f"with other jobs. One partition, acks=all, {args.records} x 1 KiB records per run"
-         f"{', enable.idempotence=true' if args.idempotence else ''}, median of "
+         f"{', enable.idempotence=true' if args.idempotence else ''}"
+         f"{', the Java producer (kafka-producer-perf-test.sh, defaults)' if args.client == 'java' else ''}, median of "
          f"{args.trials} alternating trials (MB/s); each trial's ratio; the broker process's CPU "
          f"seconds per GB produced (median; less sensitive to the machine's load than MB/s).", "",
          "| producers | broker | flush.messages=1 | no fsync | with / without | per trial "
