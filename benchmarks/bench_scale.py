@@ -21,6 +21,8 @@ each broker in turn (the order rotates with P, so load noise hits all of them):
   then sends one ListOffsets per partition and, at 10,000 partitions, now and then leaves the
   last ~1,000 of them unsent for 10-100 s (seen against kbroker and Kafka alike: a client-side
   stall, see benchmarks/results/scale.md), which made this row swing 0.2-25 MB/s.
+  ``--client-stats-ms N`` reads librdkafka's statistics every N ms and reports the seconds it
+  held its own requests back (every 250 ms, the reading itself makes the hold go away).
 
 Then, with every topic still there: restart time after a clean stop and after kill -9
 (kbroker and Kafka; Tansu runs from memory), measured until the broker answers a Metadata
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import platform
 import shutil
@@ -131,9 +134,34 @@ def latency(b, topics, n=1000):
     return lat[len(lat) // 2] * 1000, lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000
 
 
-def consume(b, topics, count, from_beginning=False):
-    c = Consumer({"bootstrap.servers": b, "group.id": "scale", "enable.auto.commit": False,
-                  "fetch.queue.backoff.ms": 5})
+class HeldListOffsets:
+    """From librdkafka's statistics: how long it had partitions waiting for their ListOffsets
+    answer (fetch_state offset-wait) while its connection had nothing queued to send and at
+    most one request (the Fetch) in flight, i.e. the client itself held the requests back.
+    Opt-in: statistics every 250 ms made the hold disappear against both brokers (every
+    second, it still happens and is seen)."""
+
+    def __init__(self, interval_ms: int):
+        self.INTERVAL_MS = interval_ms
+        self.held_s = 0.0
+        self.max_waiting = 0
+
+    def __call__(self, stats_json: str) -> None:
+        d = json.loads(stats_json)
+        nodes = [br for br in d["brokers"].values() if br["nodeid"] >= 0]
+        waiting = sum(1 for t in d["topics"].values() for q in t["partitions"].values()
+                      if q["partition"] >= 0 and q["fetch_state"] == "offset-wait")
+        if waiting and all(br["outbuf_cnt"] == 0 and br["waitresp_cnt"] <= 1 for br in nodes):
+            self.held_s += self.INTERVAL_MS / 1000
+            self.max_waiting = max(self.max_waiting, waiting)
+
+
+def consume(b, topics, count, from_beginning=False, probe=None):
+    conf = {"bootstrap.servers": b, "group.id": "scale", "enable.auto.commit": False,
+            "fetch.queue.backoff.ms": 5}
+    if probe is not None:
+        conf.update({"statistics.interval.ms": probe.INTERVAL_MS, "stats_cb": probe})
+    c = Consumer(conf)
     c.list_topics(timeout=30)
     admin = AdminClient({"bootstrap.servers": b})
     admin.list_topics(timeout=30)   # (connected before the clock starts, like the consumer)
@@ -200,6 +228,10 @@ def main() -> None:
     ap.add_argument("--from-beginning", action="store_true",
                     help="consume rows: assign OFFSET_BEGINNING (one ListOffsets per partition) "
                          "instead of the earliest offsets from one batched ListOffsets")
+    ap.add_argument("--client-stats-ms", type=int, default=0,
+                    help="consume rows: read librdkafka's statistics this often and report how long "
+                         "it held its own ListOffsets requests back (0: off, the default; the "
+                         "statistics timer changes the client's timing)")
     args = ap.parse_args()
     kinds = args.brokers.split(",")
     counts = [int(x) for x in args.partitions.split(",")]
@@ -226,7 +258,10 @@ def main() -> None:
                     r["fds"] = open_fds(b.proc.pid)
                     r["produce_mbs"] = produce(b.bootstrap, topics, args.records)
                     r["p50_ms"], r["p99_ms"] = latency(b.bootstrap, topics)
-                    r["consume_mbs"] = consume(b.bootstrap, topics, args.records + 1000, args.from_beginning)
+                    probe = HeldListOffsets(args.client_stats_ms) if args.client_stats_ms else None
+                    r["consume_mbs"] = consume(b.bootstrap, topics, args.records + 1000, args.from_beginning, probe)
+                    if probe is not None:
+                        r["client_held_s"], r["client_held_partitions"] = probe.held_s, probe.max_waiting
                 except Exception as e:
                     r["error"] = f"{type(e).__name__}: {e}"[:150]
                 rows[p][k] = r
@@ -271,6 +306,17 @@ def report(rows, extra, kinds, counts, args) -> None:
         for k, r in extra["restart"].items():
             L.append(f"| {NAMES[k]} | {r.get('clean', float('nan')):.1f} | {r.get('kill9', float('nan')):.1f} |"
                      + (f" {r['error']}" if "error" in r else ""))
+        L.append("")
+    if args.client_stats_ms:
+        L += ["Seconds in which librdkafka held its own ListOffsets requests back (partitions "
+              "waiting for an offset, nothing queued on the connection, at most the Fetch in flight; "
+              f"from its statistics every {args.client_stats_ms} ms), and how many partitions waited:", "",
+              "| partitions | " + " | ".join(NAMES[k] for k in kinds) + " |",
+              "|---:|" + "---:|" * len(kinds)]
+        for p in counts:
+            cells = [f"{rows[p][k]['client_held_s']:.2f} s ({rows[p][k]['client_held_partitions']})"
+                     if "client_held_s" in rows[p].get(k, {}) else "-" for k in kinds]
+            L.append(f"| {p} | " + " | ".join(cells) + " |")
         L.append("")
     errs = [f"- P={p}, {NAMES[k]}: {r['error']}" for p in counts for k, r in rows[p].items() if "error" in r]
     if errs:

@@ -283,6 +283,8 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("max.connection.creation.rate", "int", INT_MAX, at_least(0)),
     ConfigDef("quota.window.num", "int", 11, at_least(1)),
     ConfigDef("quota.window.size.seconds", "int", 1, at_least(1)),
+    ConfigDef("replication.quota.window.num", "int", 11, at_least(1)),
+    ConfigDef("replication.quota.window.size.seconds", "int", 1, at_least(1)),
     # Security (accepted; enforced by kbroker.security later)
     ConfigDef("authorizer.class.name", "string", ""),
     ConfigDef("sasl.enabled.mechanisms", "list", ["GSSAPI"]),

@@ -232,6 +232,10 @@ class KafkaServer:
         self.replicas = ReplicaManager(self.node_id, self.log_manager, self.image, self.log_config_for,
                                        self.clock.now_ms, producer_id_expiration_ms=cfg["producer.id.expiration.ms"])
         self.controller.publishers.append(self.replicas.on_metadata_record)
+        from kbroker.replication.throttle import ReplicationThrottles
+        self.replication_throttles = ReplicationThrottles(
+            self.node_id, lambda: self.image, cfg["replication.quota.window.num"],
+            cfg["replication.quota.window.size.seconds"] * 1000)
         self.replicas.role_listeners.append(fetch_sessions.wake_on_role_change)
         from kbroker import state_change_log
         state_change_log.attach(self)   # leader / ISR / fencing lines on kbroker.state.change

@@ -9,7 +9,9 @@
   its other replicas, and moves aside (``-stray``) a log no metadata ever gave it;
 * Apache Kafka's own kafka-reassign-partitions.sh (--execute / --verify / --list) and
   kafka-leader-election.sh (PREFERRED) work against kbroker, and ``kbroker leader-election``
-  gives the same answers.
+  gives the same answers;
+* its ``--throttle`` holds the new replica's copy to the throttled rate, and ``--verify``
+  clears the throttles afterwards.
 """
 
 from __future__ import annotations
@@ -187,6 +189,88 @@ def test_kafka_reassign_and_leader_election_tools_against_kbroker(cluster, tmp_p
     out = kbroker("leader-election", "--bootstrap-server", cluster.bootstrap, "--election-type", "unclean",
                   "--topic", topic, "--partition", "0")
     assert f"Valid replica already elected for partitions {topic}-0" in out, out
+
+
+def _segment_bytes(node, topic) -> int:
+    d = node.data_dir / "logs" / f"{topic}-0"
+    return sum(f.stat().st_size for f in d.glob("*.log")) if d.exists() else 0
+
+
+def test_kafka_tool_throttle_limits_the_copy_and_verify_clears_it(cluster, tmp_path):
+    """kafka-reassign-partitions.sh --throttle: the new replica fills at about the throttled
+    rate (Kafka's rate is an average since its oldest sample window, so one fetch of up to
+    replica.fetch.max.bytes may go first), it completes, and --verify clears every throttle."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import ConfigResource
+    topic, rate, records = "throttled", 300_000, 3000
+    _create_with_assignment(cluster, topic, [[1]])
+    wait_until(lambda: partition(cluster, topic).leader == 1, 30, "broker 1 leading")
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "1", "linger.ms": 5})
+    for i in range(records):
+        p.produce(topic, value=b"%08d" % i + b"x" * 1016, partition=0)
+        p.poll(0)
+    assert p.flush(60) == 0
+    total = _segment_bytes(cluster.nodes[1], topic)
+    assert total > 3_000_000
+    bs = cluster.bootstrap.split(",")[0]
+    f = plan_file(tmp_path, "throttled.json", topic, {0: [1, 2]})
+    out = kafka_tool(tmp_path, "kafka-reassign-partitions.sh", "--bootstrap-server", bs, "--execute",
+                     "--reassignment-json-file", f, "--throttle", str(rate))
+    assert f"The inter-broker throttle limit was set to {rate} B/s" in out, out
+    assert f"Successfully started partition reassignment for {topic}-0" in out, out
+    start = time.monotonic()
+    samples, in_sync = [], False
+    while not in_sync and time.monotonic() - start < 120:
+        samples.append((time.monotonic() - start, _segment_bytes(cluster.nodes[2], topic)))
+        in_sync = sorted(partition(cluster, topic).isrs) == [1, 2]
+        time.sleep(0.5)
+    assert in_sync, samples
+    # (1.5 s: the move began before the tool exited; 1.2 MiB: the first fetch)
+    over = [(round(t, 1), n) for t, n in samples if n > rate * (t + 1.5) + 1.2 * 2**20]
+    assert not over, f"faster than {rate} B/s: {over} of {samples}"
+    assert samples[-1][0] > (total - 1.2 * 2**20) / rate - 2, samples     # it really was held back
+    out = kafka_tool(tmp_path, "kafka-reassign-partitions.sh", "--bootstrap-server", bs, "--verify",
+                     "--reassignment-json-file", f)
+    assert f"Reassignment of partition {topic}-0 is completed." in out, out
+    assert "Clearing broker-level throttles on brokers 1,2,3" in out, out
+    assert f"Clearing topic-level throttles on topic {topic}" in out, out
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+
+    def described(rtype, name):
+        return next(iter(admin.describe_configs([ConfigResource(rtype, name)]).values())).result(30)
+    # (each broker answers from its own copy of the metadata: wait for the deletes to reach it)
+    wait_until(lambda: described("topic", topic)["leader.replication.throttled.replicas"].value == ""
+               and described("topic", topic)["follower.replication.throttled.replicas"].value == "",
+               30, "the topic throttles cleared")
+    for b in (1, 2):
+        wait_until(lambda: not {"leader.replication.throttled.rate", "follower.replication.throttled.rate"}
+                   & set(described("broker", str(b))), 30, f"broker {b}'s throttle rates cleared")
+
+
+def test_kbroker_tool_sets_the_same_throttles_as_kafkas(cluster, tmp_path):
+    from confluent_kafka.admin import ConfigResource
+    topic = "throttled-kb"
+    _create_with_assignment(cluster, topic, [[1, 2], [2, 3]])
+    wait_until(lambda: all(len(partition(cluster, topic, i).isrs) == 2 for i in (0, 1)), 60, "full ISRs")
+    f = plan_file(tmp_path, "kb-throttled.json", topic, {0: [1, 3], 1: [2, 3]})
+    out = kbroker("reassign-partitions", "--bootstrap-server", cluster.bootstrap, "--execute",
+                  "--reassignment-json-file", f, "--throttle", "50000000")
+    assert "The inter-broker throttle limit was set to 50000000 B/s" in out, out
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+
+    def topic_cfg():
+        c = next(iter(admin.describe_configs([ConfigResource("topic", topic)]).values())).result(30)
+        return c["leader.replication.throttled.replicas"].value, c["follower.replication.throttled.replicas"].value
+    # partition 0 moves from 1,2 to 1,3: 1 and 2 may send, 3 receives; partition 1 stays, and
+    # its replicas are listed as senders too, as Kafka's tool lists every planned partition's
+    wait_until(lambda: topic_cfg() == ("0:1,0:2,1:2,1:3", "0:3"), 30, "Kafka's throttled-replica lists")
+    def verified():
+        v = kbroker("reassign-partitions", "--bootstrap-server", cluster.bootstrap, "--verify",
+                    "--reassignment-json-file", f)
+        return v if "Clearing broker-level throttles on brokers 1,2,3" in v else None
+    out = wait_until(verified, 60, "the move to complete and --verify to clear the throttles", step=1.0)
+    assert f"Clearing topic-level throttles on topic {topic}" in out, out
+    wait_until(lambda: topic_cfg() == ("", ""), 30, "the topic throttles cleared")
 
 
 def _create_with_assignment(c, topic, assignment, configs=None):

@@ -98,7 +98,7 @@ class ReplicationDriver:
                                max_wait_ms=self.cfg["replica.fetch.wait.max.ms"],
                                partition_max_bytes=self.cfg["replica.fetch.max.bytes"],
                                max_bytes=self.cfg["replica.fetch.response.max.bytes"],
-                               backoff_ms=1000)
+                               backoff_ms=1000, throttle=self.server.replication_throttles.follower)
             self.fetchers[leader] = f
             self.wakeups[leader] = asyncio.Event()
         f.broker_epoch = self.server.broker_epoch
@@ -125,9 +125,11 @@ class ReplicationDriver:
             req = f.build_request(now)
             if req is None:
                 nxt = f.next_deadline()
+                if nxt is None or nxt <= now:   # none backs off: the throttle holds them all
+                    nxt = now + f.backoff_ms
                 wake.clear()
                 try:
-                    await asyncio.wait_for(wake.wait(), max(0.01, ((nxt or now + 1000) - now) / 1000))
+                    await asyncio.wait_for(wake.wait(), max(0.01, (nxt - now) / 1000))
                 except asyncio.TimeoutError:
                     pass
                 continue

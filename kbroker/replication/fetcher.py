@@ -73,8 +73,11 @@ class ReplicaFetcher:
                  min_bytes: int = REPLICA_FETCH_MIN_BYTES,
                  partition_max_bytes: int = REPLICA_FETCH_MAX_BYTES,
                  max_bytes: int = REPLICA_FETCH_RESPONSE_MAX_BYTES,
-                 backoff_ms: int = REPLICA_FETCH_BACKOFF_MS) -> None:
+                 backoff_ms: int = REPLICA_FETCH_BACKOFF_MS, throttle: Any = None) -> None:
         self.replica_id = replica_id
+        # the follower's replication quota (kbroker.replication.throttle.ReplicationQuota):
+        # an out-of-sync partition it throttles stays out of the Fetch while it is used up
+        self.throttle = throttle
         self.leader_id = leader_id
         self.broker_epoch = broker_epoch
         self.max_wait_ms = max_wait_ms
@@ -107,10 +110,13 @@ class ReplicaFetcher:
 
     def build_request(self, now_ms: int) -> FetchRequest | None:
         by_topic: dict[tuple, FetchRequest.FetchTopic] = {}
+        throttle = self.throttle
         for p in self.partitions.values():
             if p.stale or p.backoff_until_ms > now_ms:
                 continue
             r = p.replica
+            if throttle is not None and throttle.holds(p.topic, p.partition, self.replica_id in r.isr, now_ms):
+                continue
             # by id too: a partition of a same-named topic's other incarnation is never
             # fetched under this one's id
             t = by_topic.get((p.topic, p.topic_id))
@@ -166,6 +172,8 @@ class ReplicaFetcher:
                 return
             if pd.records is not None and len(pd.records):
                 r.append_as_follower(pd.records, now_ms)
+                if self.throttle is not None and self.throttle.is_throttled(fp.topic, fp.partition):
+                    self.throttle.record(len(pd.records), now_ms)
             r.advance_high_watermark(min(pd.high_watermark, r.log_end_offset))
         elif err == Errors.OFFSET_OUT_OF_RANGE:
             leo = r.log_end_offset

@@ -62,6 +62,8 @@ def _answer(ctx, req, replica_id: int, broker_epoch: int, now_ms: int):
     broker = ctx.broker
     v = ctx.api_version
     budget = min(req.max_bytes, broker.config["replica.fetch.response.max.bytes"])
+    quota = broker.replication_throttles.leader
+    throttled_bytes = 0
     total = 0
     settled = False
     out = []
@@ -90,6 +92,9 @@ def _answer(ctx, req, replica_id: int, broker_epoch: int, now_ms: int):
             elif ans.error:
                 settled = True
             elif ans.read_offset < part.log_end_offset and (budget > total or total == 0):
+                ls = part.leader_state
+                if quota.holds(part.topic, part.index, ls is None or replica_id in ls.isr, now_ms):
+                    continue    # an out-of-sync replica over the throttle: no records this time
                 try:
                     rr = part.log.read(ans.read_offset, min(fp.partition_max_bytes, budget - total),
                                        min_one_message=total == 0)
@@ -100,6 +105,10 @@ def _answer(ctx, req, replica_id: int, broker_epoch: int, now_ms: int):
                     if rr.size:
                         pd.records = rr
                         total += rr.size
+                        if quota.is_throttled(part.topic, part.index):
+                            throttled_bytes += rr.size
         out.append(_Topic(topic=t.topic if v < 13 else "", topic_id=t.topic_id or ZERO_UUID,
                           partitions=parts))
+    if throttled_bytes:
+        quota.record(throttled_bytes, now_ms)
     return out, total, settled

@@ -107,13 +107,14 @@ class ToolClient(AdminClient):
         _check(r.error_code, f"DescribeConfigs({name})", r.error_message)
         return r.configs
 
-    def alter_configs(self, resource_type: int, name: str, set_: dict[str, str], delete: list[str]) -> None:
+    def alter_configs(self, resource_type: int, name: str, set_: dict[str, str], delete: list[str],
+                      addr: tuple[str, int] | None = None) -> None:
         R = IncrementalAlterConfigsRequest.AlterConfigsResource
         ops = [R.AlterableConfig(name=k, config_operation=OP_SET, value=v) for k, v in set_.items()]
         ops += [R.AlterableConfig(name=k, config_operation=OP_DELETE, value=None) for k in delete]
         req = IncrementalAlterConfigsRequest(resources=[R(resource_type=resource_type, resource_name=name, configs=ops)],
                                              validate_only=False)
-        r = self.call(req, 1).responses[0]
+        r = self.call(req, 1, addr).responses[0]
         _check(r.error_code, f"IncrementalAlterConfigs({name})", r.error_message)
 
     # -- records -----------------------------------------------------------------------------

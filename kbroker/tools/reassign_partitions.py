@@ -1,13 +1,19 @@
 """``kbroker reassign-partitions`` (kafka-reassign-partitions.sh): --generate a plan for moving
 topics onto a broker list, --execute a plan (AlterPartitionReassignments), --verify it,
 --cancel it, --list the reassignments in progress. Plans are Kafka's JSON:
-``{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1,2,3]}]}``."""
+``{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1,2,3]}]}``.
+
+``--execute --throttle B`` limits the copying to B bytes/s as Kafka's tool does: the moving
+brokers get ``leader/follower.replication.throttled.rate``, the topics the replicas that send
+(``leader.replication.throttled.replicas``) and receive (``follower...``); ``--verify`` clears
+all of them once no reassignment is left (unless ``--preserve-throttles``)."""
 
 from __future__ import annotations
 
 import json
 
-from kbroker.tools.client import KafkaError
+from kbroker.replication.throttle import FOLLOWER_RATE, FOLLOWER_REPLICAS, LEADER_RATE, LEADER_REPLICAS
+from kbroker.tools.client import BROKER_RESOURCE, TOPIC_RESOURCE, KafkaError
 from kbroker.tools.common import client, run
 from kbroker.wire.errors import Errors, error_name
 from kbroker.wire.generated.alter_partition_reassignments_request import AlterPartitionReassignmentsRequest
@@ -26,8 +32,10 @@ def add_parser(sub) -> None:
     p.add_argument("--broker-list", help="brokers to place the topics on (--generate), e.g. 1,2,3")
     p.add_argument("--disable-rack-aware", action="store_true")
     p.add_argument("--additional", action="store_true", help="(accepted)")
-    p.add_argument("--preserve-throttles", action="store_true", help="(accepted; kbroker has no throttles)")
-    p.add_argument("--throttle", type=int, default=-1, help="(accepted; kbroker has no replication throttles)")
+    p.add_argument("--preserve-throttles", action="store_true",
+                   help="--verify: keep the throttles after the reassignments complete")
+    p.add_argument("--throttle", type=int, default=-1,
+                   help="--execute: limit the replication of the moving replicas to this many bytes/s")
     p.add_argument("--replica-alter-log-dirs-throttle", type=int, default=-1, help="(accepted)")
     p.add_argument("--timeout", type=int, default=10000)
     p.set_defaults(tool_main=lambda args: run(_main, args))
@@ -77,9 +85,9 @@ def _main(args) -> int:
             raise SystemExit("Missing required argument \"[reassignment-json-file]\"")
         plan = _plan(args.reassignment_json_file)
         if args.execute:
-            return _execute(c, plan)
+            return _execute(c, plan, args.throttle)
         if args.verify:
-            return _verify(c, plan)
+            return _verify(c, plan, args.preserve_throttles)
         return _cancel(c, plan)
 
 
@@ -113,6 +121,9 @@ def ongoing_reassignments(c, keys=None) -> dict[tuple[str, int], tuple[list[int]
             for t in resp.topics for p in t.partitions}
 
 
+ALTER_DIRS_RATE = "replica.alter.log.dirs.io.max.bytes.per.second"
+
+
 def _fail_on(results, what: str) -> None:
     bad = [(f"{t}-{p}", code, msg) for t, p, code, msg in results if code]
     if bad:
@@ -121,7 +132,7 @@ def _fail_on(results, what: str) -> None:
         raise KafkaError(bad[0][1], f"{what}: {len(bad)} partition(s) failed")
 
 
-def _execute(c, plan) -> int:
+def _execute(c, plan, throttle: int = -1) -> int:
     keys = [(t, p) for t, p, _ in plan]
     current = _current(c, {t for t, _ in keys})
     missing = [f"{t}-{p}" for t, p in keys if (t, p) not in current]
@@ -130,6 +141,10 @@ def _execute(c, plan) -> int:
     print("Current partition replica assignment\n")
     print(_assignment_json(current, keys))
     print("\nSave this to use as the --reassignment-json-file option during rollback")
+    if throttle >= 0:
+        print("Warning: You must run --verify periodically, until the reassignment completes, "
+              "to ensure the throttle is removed.")
+        _set_throttles(c, plan, current, throttle)
     results = _alter(c, plan)
     _fail_on(results, "reassigning")
     names = ",".join(f"{t}-{p}" for t, p in keys)
@@ -137,7 +152,56 @@ def _execute(c, plan) -> int:
     return 0
 
 
-def _verify(c, plan) -> int:
+def _moves(c, plan, current) -> dict[str, dict[int, tuple[set[int], set[int]]]]:
+    """topic -> partition -> (sources, destinations): the plan's moves and the reassignments
+    already running in its topics (a topic's throttle lists are set whole)."""
+    topics = {t for t, _, _ in plan}
+    out: dict[str, dict[int, tuple[set[int], set[int]]]] = {}
+    for (t, p), (reps, adding, _removing) in ongoing_reassignments(c).items():
+        if t in topics:
+            out.setdefault(t, {})[p] = (set(reps) - set(adding), set(adding))
+    for t, p, target in plan:
+        running = out.get(t, {}).get(p)
+        sources = running[0] if running is not None else set(current[(t, p)])
+        out.setdefault(t, {})[p] = (sources, set(target) - sources)
+    return out
+
+
+def _broker_addrs(c) -> dict[int, tuple[str, int]]:
+    return {b.node_id: (b.host, b.port) for b in c.metadata(None).brokers}
+
+
+def _set_throttles(c, plan, current, rate: int) -> None:
+    moves = _moves(c, plan, current)
+    for t, parts in moves.items():
+        leader = sorted({f"{p}:{b}" for p, (src, _) in parts.items() for b in src})
+        follower = sorted({f"{p}:{b}" for p, (src, dst) in parts.items() for b in dst if b not in src})
+        c.alter_configs(TOPIC_RESOURCE, t, {LEADER_REPLICAS: ",".join(leader),
+                                            FOLLOWER_REPLICAS: ",".join(follower)}, [])
+    brokers = sorted({b for parts in moves.values() for src, dst in parts.values() for b in src | dst})
+    addrs = _broker_addrs(c)
+    for b in brokers:   # a broker's own config goes to that broker, as Kafka's admin client sends it
+        c.alter_configs(BROKER_RESOURCE, str(b), {LEADER_RATE: str(rate), FOLLOWER_RATE: str(rate)}, [],
+                        addr=addrs.get(b))
+    print(f"The inter-broker throttle limit was set to {rate} B/s")
+
+
+def _clear_throttles(c, plan) -> None:
+    addrs = _broker_addrs(c)
+    brokers = sorted(set(addrs) | {b for _, _, target in plan for b in target})
+    print(f"Clearing broker-level throttles on broker{'' if len(brokers) == 1 else 's'} "
+          + ",".join(map(str, brokers)))
+    for b in brokers:
+        if b in addrs:
+            c.alter_configs(BROKER_RESOURCE, str(b), {}, [LEADER_RATE, FOLLOWER_RATE, ALTER_DIRS_RATE],
+                            addr=addrs[b])
+    topics = list(dict.fromkeys(t for t, _, _ in plan))
+    print(f"Clearing topic-level throttles on topic{'' if len(topics) == 1 else 's'} {','.join(topics)}")
+    for t in topics:
+        c.alter_configs(TOPIC_RESOURCE, t, {}, [LEADER_REPLICAS, FOLLOWER_REPLICAS])
+
+
+def _verify(c, plan, preserve_throttles: bool = False) -> int:
     keys = [(t, p) for t, p, _ in plan]
     ongoing = ongoing_reassignments(c, keys)
     current = _current(c, {t for t, _ in keys})
@@ -151,6 +215,9 @@ def _verify(c, plan) -> int:
         else:
             print(f"There is no active reassignment of partition {name}, but replica set is "
                   f"{current.get((t, p))} rather than {target}.")
+    if not preserve_throttles and not ongoing_reassignments(c):
+        # every throttle goes: the brokers that sent before cannot be told apart any more
+        _clear_throttles(c, plan)
     return 0
 
 
