@@ -25,7 +25,7 @@ from kbroker.wire.generated.produce_request import ProduceRequest
 from kbroker.wire.compression import TruncatedRecordError
 from kbroker.wire.records import iter_batches
 
-TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE = 2, 4, 8
 MAX_TIMESTAMP = -3
 OP_SET, OP_DELETE = 0, 1
 
@@ -98,23 +98,31 @@ class ToolClient(AdminClient):
 
     # -- configs -----------------------------------------------------------------------------
 
+    def _node_of(self, resource_type: int, name: str) -> tuple[str, int] | None:
+        """A broker's own configs go to that broker, as Kafka's admin client sends them."""
+        if resource_type not in (BROKER_RESOURCE, BROKER_LOGGER_RESOURCE) or not name.strip().isdigit():
+            return None
+        for b in self.metadata(None).brokers:
+            if b.node_id == int(name):
+                return b.host, b.port
+        return None
+
     def describe_configs(self, resource_type: int, name: str, synonyms: bool = True):
         R = DescribeConfigsRequest.DescribeConfigsResource
         req = DescribeConfigsRequest(resources=[R(resource_type=resource_type, resource_name=name,
                                                   configuration_keys=None)],
                                      include_synonyms=synonyms, include_documentation=False)
-        r = self.call(req, 4).results[0]
+        r = self.call(req, 4, self._node_of(resource_type, name)).results[0]
         _check(r.error_code, f"DescribeConfigs({name})", r.error_message)
         return r.configs
 
-    def alter_configs(self, resource_type: int, name: str, set_: dict[str, str], delete: list[str],
-                      addr: tuple[str, int] | None = None) -> None:
+    def alter_configs(self, resource_type: int, name: str, set_: dict[str, str], delete: list[str]) -> None:
         R = IncrementalAlterConfigsRequest.AlterConfigsResource
         ops = [R.AlterableConfig(name=k, config_operation=OP_SET, value=v) for k, v in set_.items()]
         ops += [R.AlterableConfig(name=k, config_operation=OP_DELETE, value=None) for k in delete]
         req = IncrementalAlterConfigsRequest(resources=[R(resource_type=resource_type, resource_name=name, configs=ops)],
                                              validate_only=False)
-        r = self.call(req, 1, addr).responses[0]
+        r = self.call(req, 1, self._node_of(resource_type, name)).responses[0]
         _check(r.error_code, f"IncrementalAlterConfigs({name})", r.error_message)
 
     # -- records -----------------------------------------------------------------------------

@@ -4,7 +4,6 @@ and a throughput plot (``--plot FILE.svg`` also writes it as SVG)."""
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 

@@ -167,10 +167,6 @@ def _moves(c, plan, current) -> dict[str, dict[int, tuple[set[int], set[int]]]]:
     return out
 
 
-def _broker_addrs(c) -> dict[int, tuple[str, int]]:
-    return {b.node_id: (b.host, b.port) for b in c.metadata(None).brokers}
-
-
 def _set_throttles(c, plan, current, rate: int) -> None:
     moves = _moves(c, plan, current)
     for t, parts in moves.items():
@@ -179,22 +175,18 @@ def _set_throttles(c, plan, current, rate: int) -> None:
         c.alter_configs(TOPIC_RESOURCE, t, {LEADER_REPLICAS: ",".join(leader),
                                             FOLLOWER_REPLICAS: ",".join(follower)}, [])
     brokers = sorted({b for parts in moves.values() for src, dst in parts.values() for b in src | dst})
-    addrs = _broker_addrs(c)
-    for b in brokers:   # a broker's own config goes to that broker, as Kafka's admin client sends it
-        c.alter_configs(BROKER_RESOURCE, str(b), {LEADER_RATE: str(rate), FOLLOWER_RATE: str(rate)}, [],
-                        addr=addrs.get(b))
+    for b in brokers:
+        c.alter_configs(BROKER_RESOURCE, str(b), {LEADER_RATE: str(rate), FOLLOWER_RATE: str(rate)}, [])
     print(f"The inter-broker throttle limit was set to {rate} B/s")
 
 
 def _clear_throttles(c, plan) -> None:
-    addrs = _broker_addrs(c)
-    brokers = sorted(set(addrs) | {b for _, _, target in plan for b in target})
+    live = {b.node_id for b in c.metadata(None).brokers}
+    brokers = sorted(live | {b for _, _, target in plan for b in target})
     print(f"Clearing broker-level throttles on broker{'' if len(brokers) == 1 else 's'} "
           + ",".join(map(str, brokers)))
-    for b in brokers:
-        if b in addrs:
-            c.alter_configs(BROKER_RESOURCE, str(b), {}, [LEADER_RATE, FOLLOWER_RATE, ALTER_DIRS_RATE],
-                            addr=addrs[b])
+    for b in sorted(live):
+        c.alter_configs(BROKER_RESOURCE, str(b), {}, [LEADER_RATE, FOLLOWER_RATE, ALTER_DIRS_RATE])
     topics = list(dict.fromkeys(t for t, _, _ in plan))
     print(f"Clearing topic-level throttles on topic{'' if len(topics) == 1 else 's'} {','.join(topics)}")
     for t in topics:
