@@ -43,6 +43,9 @@ def _api_versions_ok(port: int, host: str = "127.0.0.1", ssl_context=None) -> bo
 class BrokerProcess:
     """One broker process: kbroker by default, or the Tansu peer."""
 
+    # Every broker runs in its own session, as a service would (and as benchmarks/peers.py
+    # starts Kafka): with the kernel's autogroup scheduling a session is one CPU group, so a
+    # broker does not split its share of the cores with the clients a test or benchmark runs.
     host = "127.0.0.1"    # a ClusterNode may listen on another loopback address
     probe_ssl = None      # an ssl.SSLContext when the probed listener is SSL / SASL_SSL
 
@@ -80,7 +83,8 @@ class BrokerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
-                                     cwd=self.data_dir, env={**os.environ, "PYTHONPATH": str(REPO)})
+                                     cwd=self.data_dir, env={**os.environ, "PYTHONPATH": str(REPO)},
+                                     start_new_session=True)
         try:
             self.wait_serving(self.port, timeout, self.kind)
         except RuntimeError:
@@ -188,7 +192,8 @@ class ClusterNode(BrokerProcess):
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
-                                     cwd=self.data_dir, env={**os.environ, "PYTHONPATH": str(REPO)})
+                                     cwd=self.data_dir, env={**os.environ, "PYTHONPATH": str(REPO)},
+                                     start_new_session=True)
         if wait:
             self.wait_ready(timeout)
         return self

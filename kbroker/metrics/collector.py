@@ -49,6 +49,7 @@ class BrokerCollector:
         yield from self._topic_meters()
         yield from self._request_metrics()
         yield from self._partitions()
+        yield from self._replication_throttles()
         yield from self._logs()
         yield from self._controller()
         yield from self._group_lag()
@@ -97,6 +98,19 @@ class BrokerCollector:
         for t in image.topics_by_name.values():
             for p in t.partitions.values():
                 yield t, p
+
+    def _replication_throttles(self):
+        """Bytes/s moved for throttled replicas (Kafka's LeaderReplication / FollowerReplication
+        byte-rate), over the quota's sample windows."""
+        th = getattr(self.broker, "replication_throttles", None)
+        if th is None:
+            return
+        now = self.broker.clock.now_ms()
+        yield GaugeMetricFamily("kafka_server_leaderreplication_byte_rate",
+                                "Bytes/s this leader sent for throttled replicas", value=th.leader.measured.rate(now))
+        yield GaugeMetricFamily("kafka_server_followerreplication_byte_rate",
+                                "Bytes/s this follower fetched for throttled replicas",
+                                value=th.follower.measured.rate(now))
 
     def _partitions(self):
         b = self.broker

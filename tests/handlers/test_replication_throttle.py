@@ -10,6 +10,7 @@ from kbroker.wire.errors import Errors
 from tests.handlers.test_admin_configs import BROKER, SET, TOPIC, incremental
 from tests.handlers.test_handlers import batch, create, produce
 from tests.handlers.test_long_poll_wakeup import _fetch_request, _start
+from tests.metrics.test_metrics import _scrape
 
 FOLLOWER = 2
 
@@ -45,6 +46,9 @@ def test_leader_sends_nothing_to_a_throttled_follower_over_the_quota(leader):
     assert incremental(broker, TOPIC, "r", [("leader.replication.throttled.replicas", SET, f"0:{me}")]).error_code == 0
     first = _follower_fetch(broker, part, 0)
     assert first > 1000                          # under the quota: a whole answer, then recorded
+    m = _scrape(broker.server)
+    assert m[("kafka_server_leaderreplication_byte_rate", ())] == first    # over one window
+    assert m[("kafka_server_followerreplication_byte_rate", ())] == 0
     assert _follower_fetch(broker, part, 0) == 0   # now over it
     broker.server.clock.advance(first)           # (ms: first bytes at 1000 B/s take `first` ms)
     assert _follower_fetch(broker, part, 0) > 0
