@@ -111,11 +111,13 @@ class ReplicaFetcher:
     def build_request(self, now_ms: int) -> FetchRequest | None:
         by_topic: dict[tuple, FetchRequest.FetchTopic] = {}
         throttle = self.throttle
+        # (the quota is one for all partitions: asked once, not per partition of thousands)
+        over_quota = throttle is not None and throttle.exceeded(now_ms)
         for p in self.partitions.values():
             if p.stale or p.backoff_until_ms > now_ms:
                 continue
             r = p.replica
-            if throttle is not None and throttle.holds(p.topic, p.partition, self.replica_id in r.isr, now_ms):
+            if over_quota and throttle.holds(p.topic, p.partition, self.replica_id in r.isr):
                 continue
             # by id too: a partition of a same-named topic's other incarnation is never
             # fetched under this one's id

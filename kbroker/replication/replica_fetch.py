@@ -63,6 +63,7 @@ def _answer(ctx, req, replica_id: int, broker_epoch: int, now_ms: int):
     v = ctx.api_version
     budget = min(req.max_bytes, broker.config["replica.fetch.response.max.bytes"])
     quota = broker.replication_throttles.leader
+    over_quota = quota.exceeded(now_ms)   # one quota for all partitions: asked once
     throttled_bytes = 0
     total = 0
     settled = False
@@ -92,8 +93,7 @@ def _answer(ctx, req, replica_id: int, broker_epoch: int, now_ms: int):
             elif ans.error:
                 settled = True
             elif ans.read_offset < part.log_end_offset and (budget > total or total == 0):
-                ls = part.leader_state
-                if quota.holds(part.topic, part.index, ls is None or replica_id in ls.isr, now_ms):
+                if over_quota and quota.holds(part.topic, part.index, replica_id in part.leader_state.isr):
                     continue    # an out-of-sync replica over the throttle: no records this time
                 try:
                     rr = part.log.read(ans.read_offset, min(fp.partition_max_bytes, budget - total),

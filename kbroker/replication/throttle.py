@@ -80,9 +80,10 @@ class ReplicationQuota:
         bound = self.bound()
         return bound < UNBOUNDED and self.measured.rate(now_ms) > bound
 
-    def holds(self, topic: str, partition: int, in_sync: bool, now_ms: int) -> bool:
-        """Whether a replica's data waits: out of the ISR, throttled here, quota used up."""
-        return not in_sync and self.is_throttled(topic, partition) and self.exceeded(now_ms)
+    def holds(self, topic: str, partition: int, in_sync: bool) -> bool:
+        """Whether a replica's data waits while the quota is exceeded: out of the ISR and
+        throttled here (callers ask ``exceeded`` once per request first)."""
+        return not in_sync and self.is_throttled(topic, partition)
 
     def record(self, nbytes: int, now_ms: int) -> None:
         self.measured.record(nbytes, now_ms)
