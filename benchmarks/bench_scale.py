@@ -142,7 +142,7 @@ class HeldListOffsets:
     second, it still happens and is seen)."""
 
     def __init__(self, interval_ms: int):
-        self.INTERVAL_MS = interval_ms
+        self.interval_ms = interval_ms
         self.held_s = 0.0
         self.max_waiting = 0
 
@@ -152,7 +152,7 @@ class HeldListOffsets:
         waiting = sum(1 for t in d["topics"].values() for q in t["partitions"].values()
                       if q["partition"] >= 0 and q["fetch_state"] == "offset-wait")
         if waiting and all(br["outbuf_cnt"] == 0 and br["waitresp_cnt"] <= 1 for br in nodes):
-            self.held_s += self.INTERVAL_MS / 1000
+            self.held_s += self.interval_ms / 1000
             self.max_waiting = max(self.max_waiting, waiting)
 
 
@@ -160,7 +160,7 @@ def consume(b, topics, count, from_beginning=False, probe=None):
     conf = {"bootstrap.servers": b, "group.id": "scale", "enable.auto.commit": False,
             "fetch.queue.backoff.ms": 5}
     if probe is not None:
-        conf.update({"statistics.interval.ms": probe.INTERVAL_MS, "stats_cb": probe})
+        conf.update({"statistics.interval.ms": probe.interval_ms, "stats_cb": probe})
     c = Consumer(conf)
     c.list_topics(timeout=30)
     admin = AdminClient({"bootstrap.servers": b})

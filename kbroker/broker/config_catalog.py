@@ -17,6 +17,7 @@ from kbroker.config import BROKER_CONFIGS, ConfigError, format_value
 from kbroker.kraft.image import BROKER_RESOURCE
 from kbroker.log.config import LogConfig
 from kbroker.log.errors import InvalidConfigError
+from kbroker.replication import throttle
 
 # DescribeConfigs ConfigSource ids (Kafka's DescribeConfigsResponse.ConfigSource)
 DYNAMIC_TOPIC_CONFIG = 1
@@ -164,7 +165,7 @@ def validate_topic_configs(configs: Mapping[str, str | None], base: LogConfig | 
         check = _RANGES.get(name)
         if check is not None and not check(v):
             raise InvalidConfigError(f"Invalid value {raw} for configuration {name}: value out of range")
-        if name in _THROTTLED_REPLICAS and not _valid_throttled_replicas(raw):
+        if name in throttle.REPLICAS_CONFIGS and not throttle.valid_replicas_list(raw):
             listed = "[" + ", ".join(p.strip() for p in raw.split(",")) + "]"
             raise InvalidConfigError(
                 f"Invalid value {listed} for configuration {name}: {name} must be the literal '*' or a list of "
@@ -180,29 +181,11 @@ def validate_topic_configs(configs: Mapping[str, str | None], base: LogConfig | 
     return cfg
 
 
-_THROTTLED_REPLICAS = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
-# Kafka's dynamic-only broker quotas (bytes/s, at least 0): set per broker or as the cluster
-# default, never in server.properties
-_BROKER_QUOTA_RATES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate",
-                       "replica.alter.log.dirs.io.max.bytes.per.second")
-
-
-def _valid_throttled_replicas(raw: str) -> bool:
-    entries = [e.strip() for e in raw.split(",")]
-    if "".join(entries) == "*":
-        return True
-    for e in entries:
-        part, sep, broker = e.partition(":")
-        if e and not (sep and part.isdigit() and broker.isdigit() and part.isascii() and broker.isascii()):
-            return False
-    return True
-
-
 def validate_broker_change(name: str, raw: str | None) -> None:
     """A dynamic broker config change; ValueError (INVALID_REQUEST, as Kafka answers) when the
     config cannot change at runtime or the value does not parse. Names Kafka does not know
     are accepted and kept, as Kafka does (custom configs)."""
-    if name in _BROKER_QUOTA_RATES:
+    if name in throttle.RATE_CONFIGS:
         if raw is not None:
             v = _check_type(name, "long", raw) if raw.strip() else None
             if v is None or v < 0:

@@ -25,10 +25,27 @@ from kbroker.security.quotas import SampledRate   # Kafka's rate: over at least 
 
 LEADER_RATE = "leader.replication.throttled.rate"
 FOLLOWER_RATE = "follower.replication.throttled.rate"
+ALTER_DIRS_RATE = "replica.alter.log.dirs.io.max.bytes.per.second"   # accepted, not enforced
 LEADER_REPLICAS = "leader.replication.throttled.replicas"
 FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
+# Kafka's dynamic-only broker quotas (bytes/s, at least 0): per broker or the cluster default
+RATE_CONFIGS = (LEADER_RATE, FOLLOWER_RATE, ALTER_DIRS_RATE)
+REPLICAS_CONFIGS = (LEADER_REPLICAS, FOLLOWER_REPLICAS)
 UNBOUNDED = 2**63 - 1
 ALL = "*"
+
+
+def valid_replicas_list(value: str) -> bool:
+    """Kafka's ThrottledReplicaListValidator: the literal ``*``, or ``partition:broker`` pairs
+    separated by commas (blank entries allowed)."""
+    entries = [e.strip() for e in value.split(",")]
+    if "".join(entries) == ALL:
+        return True
+    for e in entries:
+        part, sep, broker = e.partition(":")
+        if e and not (sep and part.isascii() and part.isdigit() and broker.isascii() and broker.isdigit()):
+            return False
+    return True
 
 
 def throttled_partitions(value: str | None, node_id: int) -> frozenset[int] | str:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 
-from kbroker.replication.throttle import FOLLOWER_RATE, FOLLOWER_REPLICAS, LEADER_RATE, LEADER_REPLICAS
+from kbroker.replication.throttle import (FOLLOWER_RATE, FOLLOWER_REPLICAS, LEADER_RATE, LEADER_REPLICAS,
+                                         RATE_CONFIGS, REPLICAS_CONFIGS)
 from kbroker.tools.client import BROKER_RESOURCE, TOPIC_RESOURCE, KafkaError
 from kbroker.tools.common import client, run
 from kbroker.wire.errors import Errors, error_name
@@ -121,9 +122,6 @@ def ongoing_reassignments(c, keys=None) -> dict[tuple[str, int], tuple[list[int]
             for t in resp.topics for p in t.partitions}
 
 
-ALTER_DIRS_RATE = "replica.alter.log.dirs.io.max.bytes.per.second"
-
-
 def _fail_on(results, what: str) -> None:
     bad = [(f"{t}-{p}", code, msg) for t, p, code, msg in results if code]
     if bad:
@@ -186,16 +184,16 @@ def _clear_throttles(c, plan) -> None:
     print(f"Clearing broker-level throttles on broker{'' if len(brokers) == 1 else 's'} "
           + ",".join(map(str, brokers)))
     for b in sorted(live):
-        c.alter_configs(BROKER_RESOURCE, str(b), {}, [LEADER_RATE, FOLLOWER_RATE, ALTER_DIRS_RATE])
+        c.alter_configs(BROKER_RESOURCE, str(b), {}, list(RATE_CONFIGS))
     topics = list(dict.fromkeys(t for t, _, _ in plan))
     print(f"Clearing topic-level throttles on topic{'' if len(topics) == 1 else 's'} {','.join(topics)}")
     for t in topics:
-        c.alter_configs(TOPIC_RESOURCE, t, {}, [LEADER_REPLICAS, FOLLOWER_REPLICAS])
+        c.alter_configs(TOPIC_RESOURCE, t, {}, list(REPLICAS_CONFIGS))
 
 
 def _verify(c, plan, preserve_throttles: bool = False) -> int:
     keys = [(t, p) for t, p, _ in plan]
-    ongoing = ongoing_reassignments(c, keys)
+    ongoing = ongoing_reassignments(c)     # all of them: the throttles stay while any runs
     current = _current(c, {t for t, _ in keys})
     print("Status of partition reassignment:")
     for t, p, target in plan:
@@ -207,7 +205,7 @@ def _verify(c, plan, preserve_throttles: bool = False) -> int:
         else:
             print(f"There is no active reassignment of partition {name}, but replica set is "
                   f"{current.get((t, p))} rather than {target}.")
-    if not preserve_throttles and not ongoing_reassignments(c):
+    if not preserve_throttles and not ongoing:
         # every throttle goes: the brokers that sent before cannot be told apart any more
         _clear_throttles(c, plan)
     return 0

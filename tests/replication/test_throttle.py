@@ -1,39 +1,12 @@
-"""Replication throttles, pure: the sampled rate, the config parsing, the quota and the
-follower's fetcher, on fake time. The leader's side is tests/handlers/test_replication_throttle.py."""
+"""Replication throttles, pure: the config parsing, the quota and the follower's fetcher,
+on fake time (the rate itself is kbroker.security.quotas.SampledRate, tested there). The leader's side is tests/handlers/test_replication_throttle.py."""
 
 import uuid
 
 from kbroker.kraft.image import BROKER_RESOURCE, TOPIC_RESOURCE
 from kbroker.replication.fetcher import ReplicaFetcher
-from kbroker.replication.throttle import ALL, UNBOUNDED, ReplicationQuota, SampledRate, throttled_partitions
+from kbroker.replication.throttle import ALL, UNBOUNDED, ReplicationQuota, throttled_partitions
 from tests.replication.memlog import MemReplica
-
-
-# -- the rate --------------------------------------------------------------------------------
-
-def test_rate_spreads_bytes_over_the_time_since_the_oldest_window_began():
-    r = SampledRate(samples=11, window_ms=1000)
-    assert r.rate(0) == 0
-    r.record(1000, 0)
-    assert r.rate(0) == 1000           # at least one window: 1000 B over 1 s
-    assert r.rate(5000) == 200         # 1000 B over 5 s
-    r.record(1000, 5000)               # a new window
-    assert r.rate(10_000) == 200       # 2000 B over 10 s
-
-
-def test_rate_forgets_windows_older_than_all_the_samples():
-    r = SampledRate(samples=3, window_ms=1000)
-    r.record(9000, 0)
-    assert r.rate(2999) > 3000
-    assert r.rate(3000) == 0           # the only window expired
-
-
-def test_rate_reuses_its_windows_in_a_ring():
-    r = SampledRate(samples=2, window_ms=1000)
-    for t in range(0, 10_000, 500):
-        r.record(100, t)
-    # only two windows live at any time: at most 2 x 2 x 100 B
-    assert 0 < r.rate(9999) * 1.999 <= 400
 
 
 # -- the configs -----------------------------------------------------------------------------
