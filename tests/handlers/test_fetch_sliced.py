@@ -1,0 +1,101 @@
+"""A full fetch of many partitions (librdkafka sends nothing else) is read and answered in
+slices: the loop serves others meanwhile, the answer is the one-go answer, and an append to a
+partition already read during the slices still wakes its long poll."""
+
+import asyncio
+import functools
+
+from kbroker.handlers import fetch as fetch_handler
+from kbroker.handlers.context import RequestContext
+from kbroker.slices import run_in_slices
+from kbroker.wire.frame import encode_response_chunks
+
+from test_handlers import batch, create, produce
+from tests.handlers.test_full_fetch import T, FetchRequest
+from tests.loop_ticks import with_ticker
+
+VERSION = 16
+
+
+def _request(tid, parts, offset, max_wait_ms=0, min_bytes=0):
+    return FetchRequest(max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=1 << 20, session_id=0,
+                        session_epoch=-1, topics=[T(topic_id=tid, partitions=[T.FetchPartition(
+                            partition=p, fetch_offset=offset, current_leader_epoch=-1,
+                            partition_max_bytes=1 << 20) for p in range(parts)])],
+                        forgotten_topics_data=[], rack_id="")
+
+
+def _bytes(resp) -> bytes:
+    out = []
+    for c in encode_response_chunks(1, 7, VERSION, resp):
+        if isinstance(c, (bytes, bytearray, memoryview)):
+            out.append(bytes(c))
+        else:   # the log's file regions: their bytes
+            out.append(c.to_bytes())
+    return b"".join(out)
+
+
+def _setup(broker, monkeypatch, parts=40):
+    tid = create(broker, "wide", parts).topics[0].topic_id
+    for p in range(0, parts, 3):
+        produce(broker, "wide", p, batch(2))
+    monkeypatch.setattr(fetch_handler, "STEP_PARTITIONS", 4)
+    monkeypatch.setattr(fetch_handler, "run_in_slices", functools.partial(run_in_slices, slice_s=0))
+    server = broker.server
+    return tid, server, server.api_specs[1]
+
+
+def _ctx(server):
+    return RequestContext(server, None, 1, VERSION, 7, "test", server.clock.now_ms(), "PLAINTEXT")
+
+
+def test_sliced_answer_is_the_one_go_answer_and_yields(broker, monkeypatch):
+    tid, server, spec = _setup(broker, monkeypatch)
+    whole = spec.handle(_ctx(server), _request(tid, 40, 0))       # 40 partitions: one go
+    assert isinstance(whole, fetch_handler.FetchResponse)
+    monkeypatch.setattr(fetch_handler, "SLICED_FETCH_PARTITIONS", 10)
+    out = spec.handle(_ctx(server), _request(tid, 40, 0))
+    assert asyncio.iscoroutine(out)
+    sliced, ticks = broker.loop.run_until_complete(with_ticker(out))
+    assert ticks >= 20           # others ran between the steps (entries, reads, answer)
+    assert _bytes(sliced) == _bytes(whole)
+    assert sum(1 for p in sliced.responses[0].partitions if p.high_watermark == 2) == 14
+    # nothing left watching the partitions: the fetch answered at once
+    assert all(not p.waiters for p in server.replicas.topics["wide"].values())
+
+
+def test_append_during_sliced_read_wakes_the_long_poll(broker, monkeypatch):
+    tid, server, spec = _setup(broker, monkeypatch)
+    monkeypatch.setattr(fetch_handler, "SLICED_FETCH_PARTITIONS", 10)
+    offsets = {p: (2 if p % 3 == 0 else 0) for p in range(40)}
+    real_read_steps = fetch_handler._read_steps
+    appended = []
+
+    def read_steps(entries, *a, **kw):
+        # the first pause comes after partitions 0-3 were read (nothing new there): then an
+        # append to partition 0, while the rest is still being read
+        steps = real_read_steps(entries, *a, **kw)
+        first = True
+        try:
+            while True:
+                next(steps)
+                if first and not appended:
+                    produce(broker, "wide", 0, batch(1))
+                    appended.append(True)
+                first = False
+                yield
+        except StopIteration as done:
+            return done.value
+    monkeypatch.setattr(fetch_handler, "_read_steps", read_steps)
+
+    async def main():
+        # caught up everywhere: a long poll of up to 10 s once the slices are read
+        req = _request(tid, 40, 0, max_wait_ms=10_000, min_bytes=1)
+        for fp in req.topics[0].partitions:
+            fp.fetch_offset = offsets[fp.partition]
+        return await asyncio.wait_for(spec.handle(_ctx(server), req), 5)
+
+    resp = broker.loop.run_until_complete(main())
+    assert appended
+    p0 = resp.responses[0].partitions[0]
+    assert p0.high_watermark == 3 and p0.records.size > 0
