@@ -13,7 +13,8 @@ before. For kbroker it also reports the longest event-loop lag its probe logged 
 
 Scenarios (issue 15): the first consumer group (``__consumer_offsets`` created), a topic of
 1,000 partitions created and then deleted, Metadata for 10,000 partitions (10 topics of
-1,000, 20 full-metadata requests), a burst of 1,000 new connections (ApiVersions on each),
+1,000, 20 full-metadata requests), a librdkafka consumer of those 10,000 partitions (one
+record each, then 5 s of caught-up full fetches), a burst of 1,000 new connections (ApiVersions on each),
 hundreds of segments deleted (DeleteRecords to the end of a topic of 300 small segments,
 then the retention pass that removes them), a compacted log cleaned (``--compact-mb``; the
 issue's 1 GB is the default of a full run, 64 MB with --quick), and 500 classic-protocol
@@ -226,6 +227,34 @@ def teardown_metadata_10k(b, st):
             f.result(300)
         except Exception:
             pass
+
+
+def setup_consumer_10k(b, st):
+    setup_metadata_10k(b, st)
+    p = Producer({"bootstrap.servers": b, "linger.ms": 5, "queue.buffering.max.messages": 100_000})
+    for i in range(10):
+        for part in range(1000):
+            p.produce(f"meta{i}", b"x" * 100, partition=part)
+        p.poll(0)
+    if p.flush(120):
+        raise RuntimeError("records for the 10,000-partition consumer not acknowledged")
+
+
+def op_consumer_10k(b, st, caught_up_s=5.0):
+    """A librdkafka consumer assigned all 10,000 partitions at offset 0 (no ListOffsets): it
+    reads one record from each, then keeps fetching caught up. librdkafka sends every fetch
+    in full, naming every partition (no KIP-227 sessions)."""
+    c = Consumer({"bootstrap.servers": b, "group.id": "wide-consumer", "enable.auto.commit": False})
+    c.assign([TopicPartition(f"meta{i}", part, 0) for i in range(10) for part in range(1000)])
+    got = 0
+    deadline = time.time() + 120
+    while got < 10_000 and time.time() < deadline:
+        got += sum(1 for m in c.consume(10_000, timeout=1) if not m.error())
+    end = time.time() + caught_up_s
+    while time.time() < end:
+        c.consume(10_000, timeout=0.5)
+    c.close()
+    st["consumer_10k_records"] = got
 
 
 def op_connections_1000(b, st, n=1000):
@@ -447,6 +476,8 @@ SCENARIOS = [
     ("create a topic of 1,000 partitions", None, op_create_1000, None),
     ("delete the topic of 1,000 partitions", None, op_delete_1000, None),
     ("Metadata for 10,000 partitions (20 requests)", setup_metadata_10k, op_metadata_10k, teardown_metadata_10k),
+    ("a consumer of 10,000 partitions (full fetches, 5 s caught up)", setup_consumer_10k, op_consumer_10k,
+     teardown_metadata_10k),
     ("burst of 1,000 new connections", None, op_connections_1000, None),
     ("delete 300 segments (DeleteRecords + retention)", setup_segments, op_delete_segments, None),
     ("compact a log (--compact-mb)", setup_compaction, op_compaction, None),

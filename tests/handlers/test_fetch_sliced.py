@@ -7,10 +7,11 @@ import functools
 
 from kbroker.handlers import fetch as fetch_handler
 from kbroker.handlers.context import RequestContext
-from kbroker.slices import run_in_slices
+from kbroker.slices import run_in_slices, run_to_end
 from kbroker.wire.frame import encode_response_chunks
 
 from test_handlers import batch, create, produce
+from kbroker.wire.generated.fetch_response import FetchResponse
 from tests.handlers.test_full_fetch import T, FetchRequest
 from tests.loop_ticks import with_ticker
 
@@ -25,9 +26,9 @@ def _request(tid, parts, offset, max_wait_ms=0, min_bytes=0):
                         forgotten_topics_data=[], rack_id="")
 
 
-def _bytes(resp) -> bytes:
+def _bytes(resp, version=VERSION) -> bytes:
     out = []
-    for c in encode_response_chunks(1, 7, VERSION, resp):
+    for c in encode_response_chunks(7, 1, version, resp):
         if isinstance(c, (bytes, bytearray, memoryview)):
             out.append(bytes(c))
         else:   # the log's file regions: their bytes
@@ -99,3 +100,16 @@ def test_append_during_sliced_read_wakes_the_long_poll(broker, monkeypatch):
     assert appended
     p0 = resp.responses[0].partitions[0]
     assert p0.high_watermark == 3 and p0.records.size > 0
+
+
+def test_stitched_encoding_matches_every_version_and_takes_a_later_throttle(broker, monkeypatch):
+    tid, server, spec = _setup(broker, monkeypatch)
+    resp = spec.handle(_ctx(server), _request(tid, 40, 0))    # records on every third partition
+    for v in range(fetch_handler.MIN_VERSION, fetch_handler.MAX_VERSION + 1):
+        # v16+ carries leader endpoints in a tagged field after the topics
+        resp.node_endpoints = [FetchResponse.NodeEndpoint(node_id=1, host="h", port=9, rack=None)] if v >= 16 else []
+        enc = run_to_end(fetch_handler._encode_steps(resp, v))
+        assert _bytes(enc, v) == _bytes(resp, v), v
+        enc.throttle_time_ms = resp.throttle_time_ms = 250    # a quota, after the handler
+        assert _bytes(enc, v) == _bytes(resp, v), v
+        resp.throttle_time_ms = 0
