@@ -25,7 +25,8 @@ from kbroker.replication.replica_fetch import handle_replica_fetch, replica_of
 from kbroker.slices import run_in_slices, run_to_end
 from kbroker.wire.errors import Errors
 from kbroker.wire.generated.fetch_response import FetchResponse
-from kbroker.wire.primitives import ZERO_UUID, Writer, wr_uvarint
+from kbroker.wire.primitives import ZERO_UUID, Writer
+from kbroker.wire.stitch import halves, write_count
 
 API_KEY = 1
 MIN_VERSION = 4
@@ -389,40 +390,23 @@ class _EncodedFetchResponse(FetchResponse):
         w.regions.extend((start + off, r) for off, r in body.regions)
 
 
-def _write_count(w, n: int, version: int) -> None:
-    if version >= 12:   # flexible versions: compact arrays
-        wr_uvarint(w, n + 1)
-    else:
-        w += _I32.pack(n)
-
-
 def _encode_steps(resp: FetchResponse, version: int):
     """Generator: ``resp`` as an _EncodedFetchResponse, STEP_PARTITIONS partitions a step.
     Stitched from the response encoded without topics (its topics array sits after
     throttle_time_ms, and error_code and session_id from v7) and each topic encoded around
     its partitions (whose array is followed only by the topic's tagged fields, v12+)."""
-    topics, resp.responses = resp.responses, []
-    try:
-        e = Writer()
-        FetchResponse.encode_into(resp, e, version)
-    finally:
-        resp.responses = topics
-    empty = bytes(e)
-    at = 10 if version >= 7 else 4
+    flexible = version >= 12
+    head, tail = halves(resp, "responses", version, flexible, head_len=10 if version >= 7 else 4,
+                        encode=FetchResponse.encode_into)
+    topics = resp.responses
     body = Writer()
-    body += empty[:at]
-    _write_count(body, len(topics), version)
-    tail = 1 if version >= 12 else 0
+    body += head
+    write_count(body, len(topics), flexible)
     for t in topics:
-        parts, t.partitions = t.partitions, []
-        try:
-            e = Writer()
-            t.encode_into(e, version)
-        finally:
-            t.partitions = parts
-        head = bytes(e)
-        body += head[:len(head) - tail - (1 if version >= 12 else 4)]
-        _write_count(body, len(parts), version)
+        t_head, t_tail = halves(t, "partitions", version, flexible, tail_len=1 if flexible else 0)
+        parts = t.partitions
+        body += t_head
+        write_count(body, len(parts), flexible)
         for i, p in enumerate(parts):
             if i and not i % STEP_PARTITIONS:
                 yield
@@ -433,8 +417,8 @@ def _encode_steps(resp: FetchResponse, version: int):
                 # one go)
                 p.records = rec.to_bytes()
             p.encode_into(body, version)
-        body += head[len(head) - tail:]
-    body += empty[at + (1 if version >= 12 else 4):]
+        body += t_tail
+    body += tail
     out = _EncodedFetchResponse(throttle_time_ms=resp.throttle_time_ms, error_code=resp.error_code,
                                 session_id=resp.session_id, responses=topics,
                                 node_endpoints=resp.node_endpoints)

@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import asyncio
-import struct
 
 from kbroker.kraft.controller import validate_topic_name
 from kbroker.slices import run_in_slices
 from kbroker.wire.errors import Errors
 from kbroker.wire.generated.metadata_response import MetadataResponse
-from kbroker.wire.primitives import ZERO_UUID, Writer, wr_uvarint
+from kbroker.wire.primitives import ZERO_UUID, Writer
+from kbroker.wire.stitch import halves, write_count
 
 API_KEY = 3
 MIN_VERSION = 0
@@ -132,20 +132,14 @@ def _build_steps(broker, image, listener_name, v, cluster_ops, include_ops):
         topics.append(_topic(t, parts, include_ops))
         yield
     resp = _response(_EncodedMetadataResponse, broker, image, listener_name, v, cluster_ops, [])
-    w = Writer()
-    MetadataResponse.encode_into(resp, w, v)
-    empty = bytes(w)
-    tail = (4 if 8 <= v <= 10 else 0) + (1 if v >= 9 else 0)
-    head = empty[:len(empty) - tail - (1 if v >= 9 else 4)]
+    head, tail = halves(resp, "topics", v, v >= 9, tail_len=(4 if 8 <= v <= 10 else 0) + (1 if v >= 9 else 0),
+                        encode=MetadataResponse.encode_into)
     w = Writer()
     w += head
-    if v >= 9:
-        wr_uvarint(w, len(topics) + 1)
-    else:
-        w += struct.pack(">i", len(topics))
+    write_count(w, len(topics), v >= 9)
     for t in topics:
         yield from _encode_topic_steps(t, w, v)
-    w += empty[len(empty) - tail:]
+    w += tail
     resp.topics = topics
     resp._encoded[(v, 0)] = bytes(w)
     return resp
@@ -156,24 +150,15 @@ def _encode_topic_steps(t: _Topic, w, v: int):
     1,000-partition topic is ~2 ms). Stitched like the response: the topic without partitions,
     whose partitions array is followed by topic_authorized_operations (v8+) and the tagged
     fields (v9+, none)."""
-    parts, t.partitions = t.partitions, []
-    try:
-        e = Writer()
-        t.encode_into(e, v)
-    finally:
-        t.partitions = parts
-    empty = bytes(e)
-    tail = (4 if v >= 8 else 0) + (1 if v >= 9 else 0)
-    w += empty[:len(empty) - tail - (1 if v >= 9 else 4)]
-    if v >= 9:
-        wr_uvarint(w, len(parts) + 1)
-    else:
-        w += struct.pack(">i", len(parts))
+    head, tail = halves(t, "partitions", v, v >= 9, tail_len=(4 if v >= 8 else 0) + (1 if v >= 9 else 0))
+    parts = t.partitions
+    w += head
+    write_count(w, len(parts), v >= 9)
     for i in range(0, len(parts), STEP_PARTITIONS):
         for p in parts[i:i + STEP_PARTITIONS]:
             p.encode_into(w, v)
         yield
-    w += empty[len(empty) - tail:]
+    w += tail
 
 
 def _sliced_all_topics(key, steps):
