@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import asyncio
-import struct
 
 from kbroker.broker.fetch_sessions import CachedPartition
 from kbroker.log.errors import LogError, OffsetOutOfRangeError
@@ -25,7 +24,7 @@ from kbroker.replication.replica_fetch import handle_replica_fetch, replica_of
 from kbroker.slices import run_in_slices, run_to_end
 from kbroker.wire.errors import Errors
 from kbroker.wire.generated.fetch_response import FetchResponse
-from kbroker.wire.primitives import ZERO_UUID, Writer
+from kbroker.wire.primitives import I32, ZERO_UUID, Writer
 from kbroker.wire.stitch import halves, write_count
 
 API_KEY = 1
@@ -36,7 +35,6 @@ _Topic = FetchResponse.FetchableTopicResponse
 _Part = _Topic.PartitionData
 _Aborted = _Part.AbortedTransaction
 _EMPTY = b""
-_I32 = struct.Struct(">i")
 # A full fetch naming more partitions than this is handled in slices (_answer_in_slices);
 # generators pause every STEP_PARTITIONS partitions (~0.5-1.5 ms of work).
 SLICED_FETCH_PARTITIONS = 1000
@@ -375,40 +373,43 @@ def _respond_steps(results, session, incremental, use_ids, read_committed, hints
 
 class _EncodedFetchResponse(FetchResponse):
     """A large fetch's answer, encoded ahead in slices (``_encode_steps``: encoding 10,000
-    partitions took 5 ms caught up, 15 ms with records); large records stay file regions. A
-    quota's throttle time, set afterwards, is written over its first field."""
+    partitions took 5 ms caught up, 15 ms with records). Kept as the chunks that follow
+    throttle_time_ms (bytes, and large records as file regions), handed to the frame's writer
+    as they are: no copy of the whole body in one step. The throttle time is written when the
+    frame is, since a quota may set it after the handler."""
 
-    __slots__ = ("_body", "_version")
+    __slots__ = ("_chunks", "_version")
 
     def encode_into(self, w, version: int) -> None:
         if version != self._version:
             return super().encode_into(w, version)
-        body = self._body
-        start = len(w)
-        w += _I32.pack(self.throttle_time_ms)   # the body's first field
-        w += memoryview(body)[4:]
-        w.regions.extend((start + off, r) for off, r in body.regions)
+        w += I32.pack(self.throttle_time_ms)
+        at = len(w)
+        w.regions.extend((at, c) for c in self._chunks)
 
 
 def _encode_steps(resp: FetchResponse, version: int):
-    """Generator: ``resp`` as an _EncodedFetchResponse, STEP_PARTITIONS partitions a step.
-    Stitched from the response encoded without topics (its topics array sits after
-    throttle_time_ms, and error_code and session_id from v7) and each topic encoded around
-    its partitions (whose array is followed only by the topic's tagged fields, v12+)."""
+    """Generator: ``resp`` as an _EncodedFetchResponse, STEP_PARTITIONS partitions a step,
+    each step's bytes cut into chunks at once. Stitched from the response encoded without
+    topics (its topics array sits after throttle_time_ms, and error_code and session_id from
+    v7) and each topic encoded around its partitions (whose array is followed only by the
+    topic's tagged fields, v12+)."""
     flexible = version >= 12
-    head, tail = halves(resp, "responses", version, flexible, head_len=10 if version >= 7 else 4,
-                        encode=FetchResponse.encode_into)
+    head, tail = halves(resp, "responses", version, flexible, head_len=10 if version >= 7 else 4)
     topics = resp.responses
-    body = Writer()
-    body += head
-    write_count(body, len(topics), flexible)
+    chunks: list = []
+    w = Writer()
+    w += head[4:]           # (throttle_time_ms: written with the frame, see above)
+    write_count(w, len(topics), flexible)
     for t in topics:
         t_head, t_tail = halves(t, "partitions", version, flexible, tail_len=1 if flexible else 0)
         parts = t.partitions
-        body += t_head
-        write_count(body, len(parts), flexible)
+        w += t_head
+        write_count(w, len(parts), flexible)
         for i, p in enumerate(parts):
             if i and not i % STEP_PARTITIONS:
+                chunks += w.chunks()
+                w = Writer()
                 yield
             rec = p.records
             if type(rec) is ReadResult and rec.size <= INLINE_REGION_MAX:
@@ -416,11 +417,12 @@ def _encode_steps(resp: FetchResponse, version: int):
                 # fetch with records in thousands of partitions was thousands of preads in
                 # one go)
                 p.records = rec.to_bytes()
-            p.encode_into(body, version)
-        body += t_tail
-    body += tail
+            p.encode_into(w, version)
+        w += t_tail
+    w += tail
+    chunks += w.chunks()
     out = _EncodedFetchResponse(throttle_time_ms=resp.throttle_time_ms, error_code=resp.error_code,
                                 session_id=resp.session_id, responses=topics,
                                 node_endpoints=resp.node_endpoints)
-    out._body, out._version = body, version
+    out._chunks, out._version = chunks, version
     return out

@@ -7,11 +7,7 @@ Fetch)."""
 
 from __future__ import annotations
 
-import struct
-
-from kbroker.wire.primitives import Writer, wr_uvarint
-
-_I32 = struct.Struct(">i")
+from kbroker.wire.primitives import I32, Writer, wr_uvarint
 
 
 def halves(msg, field: str, version: int, flexible: bool, *, head_len: int | None = None,
@@ -40,4 +36,4 @@ def write_count(w, n: int, flexible: bool) -> None:
     if flexible:
         wr_uvarint(w, n + 1)
     else:
-        w += _I32.pack(n)
+        w += I32.pack(n)
