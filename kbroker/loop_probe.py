@@ -26,9 +26,12 @@ import asyncio
 import gc
 import logging
 import os
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
+
+from kbroker.loop_diagnostics import StallSampler, log_slow_callbacks
 
 log = logging.getLogger("kbroker.loop")
 
@@ -75,6 +78,11 @@ class LoopLagProbe:
         self._cpu = 0.0             # the loop thread's CPU time at the previous sample
         self._sched_fd: int | None = None   # the loop thread's schedstat (Linux), read with pread
         self._run_delay = 0         # its run-queue delay (ns) at the previous sample
+        # diagnosis, off by default (kbroker.loop_diagnostics): KBROKER_LOOP_STACKS=1 names
+        # where a logged lag was held; KBROKER_SLOW_CALLBACK_MS=N logs callbacks over N ms
+        self._sampler: StallSampler | None = (
+            StallSampler(self.overdue_ms) if os.environ.get("KBROKER_LOOP_STACKS") == "1" else None)
+        self._untime = None         # stops the slow-callback timing
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -89,6 +97,11 @@ class LoopLagProbe:
         self._schedule()
         if self._on_gc not in gc.callbacks:
             gc.callbacks.append(self._on_gc)
+        if self._sampler is not None:
+            self._sampler.start(threading.get_ident())
+        slow_ms = os.environ.get("KBROKER_SLOW_CALLBACK_MS")
+        if slow_ms and self._untime is None:
+            self._untime = log_slow_callbacks(float(slow_ms))
         return self
 
     def stop(self) -> None:
@@ -100,6 +113,11 @@ class LoopLagProbe:
         if self._sched_fd is not None:
             os.close(self._sched_fd)
             self._sched_fd = None
+        if self._sampler is not None:
+            self._sampler.stop()
+        if self._untime is not None:
+            self._untime()
+            self._untime = None
 
     def _read_run_delay(self) -> int:
         # "<run time ns> <run-queue delay ns> <timeslices>"
@@ -117,6 +135,10 @@ class LoopLagProbe:
             if ms > self.gc_max_ms:
                 self.gc_max_ms = ms
 
+    def overdue_ms(self) -> float:
+        """How late the next tick is now (read by the stall sampler's thread too)."""
+        return (self._loop.time() - self._due) * 1000.0 if self._loop is not None else 0.0
+
     @property
     def running(self) -> bool:
         return self._handle is not None
@@ -133,7 +155,10 @@ class LoopLagProbe:
         if self._sched_fd is not None:
             delay = self._read_run_delay()
             wait_ms, self._run_delay = (delay - self._run_delay) / 1e6, delay
-        self.record((self._loop.time() - self._due) * 1000.0, gc_ms, cpu_ms, wait_ms)
+        lag_ms = (self._loop.time() - self._due) * 1000.0
+        self.record(lag_ms, gc_ms, cpu_ms, wait_ms)
+        if self._sampler is not None:
+            self._sampler.report(lag_ms >= self.log_ms)
         self._schedule()
 
     # -- readings ---------------------------------------------------------------------------

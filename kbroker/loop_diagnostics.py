@@ -1,0 +1,87 @@
+"""Opt-in diagnosis of event-loop stalls, for benchmarks and for an operator chasing one.
+The lag probe (kbroker.loop_probe) says how long the loop was held; these say by what.
+
+* ``StallSampler`` (``KBROKER_LOOP_STACKS=1``): a thread samples the loop thread's stack
+  while the probe's tick is overdue; a logged lag is followed by the stacks it was held in.
+* ``log_slow_callbacks`` (``KBROKER_SLOW_CALLBACK_MS=N``): every loop callback is timed
+  (wall and the thread's CPU), and those over N ms are logged with what they ran: a lag that
+  is mostly waiting for a core shows low CPU. asyncio's debug mode logs slow callbacks too,
+  but slows every coroutine and task it tracks.
+"""
+
+from __future__ import annotations
+
+import asyncio.events
+import logging
+import sys
+import threading
+import time
+import traceback
+from collections import Counter
+
+log = logging.getLogger("kbroker.loop")
+
+
+class StallSampler:
+    """Samples the loop thread's stack every millisecond while the probe's tick is overdue.
+    The GIL hands the sampling thread a turn at least every switch interval (5 ms), so a
+    long hold gets a few samples: enough to name the code that held it."""
+
+    def __init__(self, overdue_ms, every_s: float = 0.001, late_ms: float = 3.0) -> None:
+        self.overdue_ms = overdue_ms   # () -> how late the probe's tick is now (ms)
+        self.every_s = every_s
+        self.late_ms = late_ms
+        self._stacks: Counter[str] = Counter()   # shared with the sampling thread
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, loop_thread: int) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(loop_thread,), daemon=True,
+                                        name="loop-stall-sampler")
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self, loop_thread: int) -> None:
+        while not self._stop.wait(self.every_s):
+            if self.overdue_ms() < self.late_ms:
+                continue
+            frame = sys._current_frames().get(loop_thread)
+            if frame is None:
+                continue
+            where = "".join(traceback.format_stack(frame, limit=10))   # the innermost ten
+            with self._lock:
+                self._stacks[where] += 1
+
+    def report(self, log_it: bool) -> None:
+        with self._lock:
+            stacks, self._stacks = self._stacks, Counter()
+        if log_it and stacks:
+            for where, n in stacks.most_common(3):
+                log.warning("held in (%d samples):\n%s", n, where)
+
+
+def log_slow_callbacks(limit_ms: float):
+    """Time every callback of every asyncio loop in this process from now on; returns the
+    function that stops it."""
+    limit = limit_ms / 1000
+    run = asyncio.events.Handle._run
+
+    def timed_run(handle) -> None:
+        cb = handle._callback        # (cleared if the callback cancels its own handle)
+        t0, c0 = time.perf_counter(), time.thread_time()
+        run(handle)
+        dt = time.perf_counter() - t0
+        if dt > limit:
+            owner = getattr(cb, "__self__", None)
+            log.warning("callback took %.1f ms (loop thread CPU %.1f ms): %s %s", dt * 1e3,
+                        (time.thread_time() - c0) * 1e3, getattr(cb, "__qualname__", cb),
+                        "" if owner is None else repr(owner)[:160])
+
+    def undo() -> None:
+        asyncio.events.Handle._run = run
+    asyncio.events.Handle._run = timed_run
+    return undo

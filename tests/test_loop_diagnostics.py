@@ -1,0 +1,73 @@
+"""The opt-in stall diagnosis names what held the loop: the stack it was held in, and the
+callback that ran too long."""
+
+import asyncio
+import logging
+import time
+
+from kbroker.loop_probe import LoopLagProbe
+
+
+def _hold_the_loop_in_a_named_function(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:   # busy: the GIL is released only at switch intervals
+        pass
+
+
+def test_a_logged_lag_names_the_function_that_held_the_loop(monkeypatch, caplog):
+    monkeypatch.setenv("KBROKER_LOOP_STACKS", "1")
+
+    async def main():
+        p = LoopLagProbe(interval_s=0.002, log_ms=20).start()
+        await asyncio.sleep(0.01)
+        _hold_the_loop_in_a_named_function(0.08)
+        await asyncio.sleep(0.01)
+        p.stop()
+    with caplog.at_level(logging.WARNING, logger="kbroker.loop"):
+        asyncio.run(main())
+    held = [r.getMessage() for r in caplog.records if r.getMessage().startswith("held in")]
+    assert any("_hold_the_loop_in_a_named_function" in m for m in held), held
+
+
+def test_no_stacks_unless_asked(monkeypatch, caplog):
+    monkeypatch.delenv("KBROKER_LOOP_STACKS", raising=False)
+
+    async def main():
+        p = LoopLagProbe(interval_s=0.002, log_ms=20).start()
+        await asyncio.sleep(0.01)
+        _hold_the_loop_in_a_named_function(0.05)
+        await asyncio.sleep(0.01)
+        p.stop()
+    with caplog.at_level(logging.WARNING, logger="kbroker.loop"):
+        asyncio.run(main())
+    assert any("event loop held" in r.getMessage() for r in caplog.records)
+    assert not any(r.getMessage().startswith("held in") for r in caplog.records)
+
+
+def test_slow_callbacks_are_logged_with_their_cpu_time_and_untimed_after_stop(monkeypatch, caplog):
+    monkeypatch.setenv("KBROKER_SLOW_CALLBACK_MS", "20")
+    original = asyncio.events.Handle._run
+
+    def busy():
+        _hold_the_loop_in_a_named_function(0.04)
+
+    def asleep():
+        time.sleep(0.04)        # wall time without CPU: not work of the loop's thread
+
+    async def main():
+        p = LoopLagProbe(interval_s=0.005, log_ms=1e9).start()
+        loop = asyncio.get_running_loop()
+        loop.call_soon(busy)
+        loop.call_soon(asleep)
+        await asyncio.sleep(0.1)
+        p.stop()
+        loop.call_soon(busy)     # untimed now
+        await asyncio.sleep(0.06)
+    with caplog.at_level(logging.WARNING, logger="kbroker.loop"):
+        asyncio.run(main())
+    slow = [r.getMessage() for r in caplog.records if r.getMessage().startswith("callback took")]
+    assert len(slow) == 2, slow
+    by_name = {m.split(": ", 1)[1].split()[0].split(".")[-1]: m for m in slow}
+    cpu = {k: float(m.split("CPU ")[1].split(" ms")[0]) for k, m in by_name.items()}
+    assert cpu["busy"] >= 30 and cpu["asleep"] < 10, slow
+    assert asyncio.events.Handle._run is original
