@@ -234,14 +234,14 @@ def _handle_steps(ctx, req):
         # the reads below span loop iterations: watched before any is read, so an append
         # to a partition already read still wakes the long poll
         parts = yield from _partitions_of(replicas, entries)
-        watch = replicas.watch_appends(parts)
+        watch = yield from replicas.watch_steps(parts, STEP_PARTITIONS)
     results, total, errors = yield from _read_steps(entries, replicas, budget, read_committed,
                                                     follower_reads, closer)
     hints = (image, ctx.listener_name) if v >= 16 else None   # KIP-951: where the leader is
     if total >= req.min_bytes or errors or req.max_wait_ms <= 0 or not entries and not (
             incremental and session.partitions):   # (parked partitions may wake: wait for them)
         if watch is not None:
-            yield from _unwatch(parts, watch)
+            yield from replicas.unwatch_steps(parts, watch, STEP_PARTITIONS)
         return (yield from _answer_steps(results, session, incremental, use_ids, read_committed, hints,
                                          v if sliced else None))
     # watched from now, not from when the task first runs (an append in between must wake
@@ -267,14 +267,6 @@ def _partitions_of(replicas, entries):
         if p is not None:
             parts.append(p)
     return parts
-
-
-def _unwatch(parts, watch):
-    """Generator: take back a watch the fetch did not need (idle partitions would keep it)."""
-    for i, p in enumerate(parts):
-        if i and not i % STEP_PARTITIONS:
-            yield
-        p.waiters.discard(watch)
 
 
 def _closer_replica(broker, client_rack: str, now_ms: int):
@@ -304,13 +296,23 @@ async def _long_poll(broker, req, entries, budget, read_committed, session, incr
         left = deadline - clock.monotonic_ms()
         if watch is None:       # (the first round: the partitions the handler watched)
             parts = (await _run(_partitions_of(replicas, entries), sliced)) if left > 0 else []
+            if sliced and parts:
+                watch = await _run(replicas.watch_steps(parts, STEP_PARTITIONS), True)
         if incremental:
             await session.wait_for_news(replicas, parts, left / 1000, watch)
             entries = list(session.ready.values())
             waited = left > 0
         else:
             if parts:
-                await replicas.wait_for_append(parts, left / 1000, watch)
+                # sliced: the watch is taken back in slices too, not in one go after the wait
+                try:
+                    await replicas.wait_for_append(parts, left / 1000, watch, take_back=not sliced)
+                    if sliced:
+                        await _run(replicas.unwatch_steps(parts, watch, STEP_PARTITIONS), True)
+                except BaseException:   # cancelled (the client left): not left on idle partitions
+                    if sliced:
+                        run_to_end(replicas.unwatch_steps(parts, watch))
+                    raise
             waited = bool(parts)
         watch = None
         results, total, errors = await _run(_read_steps(entries, replicas, budget, read_committed,

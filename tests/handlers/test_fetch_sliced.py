@@ -113,3 +113,55 @@ def test_stitched_encoding_matches_every_version_and_takes_a_later_throttle(brok
         enc.throttle_time_ms = resp.throttle_time_ms = 250    # a quota, after the handler
         assert _bytes(enc, v) == _bytes(resp, v), v
         resp.throttle_time_ms = 0
+
+
+def _caught_up(server, tid, max_wait_ms):
+    req = _request(tid, 40, 0, max_wait_ms=max_wait_ms, min_bytes=1)
+    parts = server.replicas.topics["wide"]
+    for fp in req.topics[0].partitions:
+        fp.fetch_offset = parts[fp.partition].high_watermark
+    return req
+
+
+def _watched(server):
+    return [p.index for p in server.replicas.topics["wide"].values() if p.waiters]
+
+
+def test_sliced_long_poll_leaves_no_watch_behind(broker, monkeypatch):
+    """The long poll's watch on every partition is taken back in slices after the wait (it
+    was one pass over all of them, ~1 ms at 10,000): after a timeout, after a wake-up, and
+    when the client goes away in the middle of the wait."""
+    tid, server, spec = _setup(broker, monkeypatch)
+    monkeypatch.setattr(fetch_handler, "SLICED_FETCH_PARTITIONS", 10)
+
+    async def timed_out():
+        task = asyncio.ensure_future(spec.handle(_ctx(server), _caught_up(server, tid, 50)))
+        for _ in range(200):             # until the read slices are done and it waits
+            await asyncio.sleep(0)
+        assert len(_watched(server)) == 40
+        server.clock.advance(100)        # (the broker's clock is a fake: past the deadline)
+        return await asyncio.wait_for(task, 5)
+    resp = broker.loop.run_until_complete(timed_out())
+    assert all(p.high_watermark in (0, 2) and not p.records for p in resp.responses[0].partitions)
+    assert _watched(server) == []
+
+    async def woken():
+        task = asyncio.ensure_future(spec.handle(_ctx(server), _caught_up(server, tid, 10_000)))
+        for _ in range(200):
+            await asyncio.sleep(0)
+        assert len(_watched(server)) == 40
+        produce(broker, "wide", 7, batch(1))
+        return await asyncio.wait_for(task, 5)
+    resp = broker.loop.run_until_complete(woken())
+    assert resp.responses[0].partitions[7].high_watermark == 1
+    assert _watched(server) == []
+
+    async def cancelled():
+        task = asyncio.ensure_future(spec.handle(_ctx(server), _caught_up(server, tid, 10_000)))
+        for _ in range(200):
+            await asyncio.sleep(0)
+        assert len(_watched(server)) == 40
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    broker.loop.run_until_complete(cancelled())
+    assert _watched(server) == []
