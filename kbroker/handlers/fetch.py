@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from kbroker.broker.fetch_sessions import CachedPartition
 from kbroker.log.errors import LogError, OffsetOutOfRangeError
@@ -40,6 +41,10 @@ _EMPTY = b""
 # consumer's fetch of a few hundred partitions with records held the loop 13-15 ms whole.)
 SLICED_FETCH_PARTITIONS = 128
 STEP_PARTITIONS = 128
+# Reads of a fetch run in one go (up to SLICED_FETCH_PARTITIONS named, or an incremental
+# session's ready partitions: a Java consumer of thousands of partitions with records on all
+# of them read ~7 us each) stop after this long, as at fetch.max.bytes.
+READ_WHOLE_S = 0.003
 # The tagged sub-structs every partition entry carries at their defaults, built once: the
 # generated constructor would build three new objects per partition (a tenth of a full
 # 10,000-partition fetch). Shared, so never mutated: a current leader is a new object.
@@ -53,10 +58,13 @@ class _Result:
 
 
 def _read_steps(entries, replicas, budget: int, read_committed: bool, follower_reads: bool = False,
-                closer=None):
+                closer=None, whole: bool = False):
     """Generator (kbroker.slices), pausing every STEP_PARTITIONS entries. ``closer(part,
     fetch_offset) -> replica id or -1``: KIP-392's preferred read replica (a partition with
-    one gets no records, the client goes there)."""
+    one gets no records, the client goes there). ``whole``: run in one go, so reading stops
+    after READ_WHOLE_S as it does at the byte budget (the rest answer their offsets without
+    records and are read by the client's next fetch)."""
+    stop_at = time.perf_counter() + READ_WHOLE_S if whole else None
     results = []
     total = 0
     errors = False
@@ -101,7 +109,7 @@ def _read_steps(entries, replicas, budget: int, read_committed: bool, follower_r
             errors = True          # (answer at once, as for an error: the client moves on)
         elif e.fetch_offset == limit and r.log_start <= limit:
             pass   # caught up: nothing to read (most partitions of a large session, most fetches)
-        elif budget - total > 0 or total == 0:
+        elif total == 0 or (budget - total > 0 and (stop_at is None or time.perf_counter() < stop_at)):
             try:
                 rr = plog.read(e.fetch_offset, min(e.max_bytes, budget - total), max_offset=limit,
                                min_one_message=total == 0)
@@ -236,7 +244,7 @@ def _handle_steps(ctx, req):
         parts = yield from _partitions_of(replicas, entries)
         watch = yield from replicas.watch_steps(parts, STEP_PARTITIONS)
     results, total, errors = yield from _read_steps(entries, replicas, budget, read_committed,
-                                                    follower_reads, closer)
+                                                    follower_reads, closer, whole=not sliced)
     hints = (image, ctx.listener_name) if v >= 16 else None   # KIP-951: where the leader is
     if total >= req.min_bytes or errors or req.max_wait_ms <= 0 or not entries and not (
             incremental and session.partitions):   # (parked partitions may wake: wait for them)
@@ -316,7 +324,7 @@ async def _long_poll(broker, req, entries, budget, read_committed, session, incr
             waited = bool(parts)
         watch = None
         results, total, errors = await _run(_read_steps(entries, replicas, budget, read_committed,
-                                                        follower_reads, closer), sliced)
+                                                        follower_reads, closer, whole=not sliced), sliced)
         if total >= req.min_bytes or errors or clock.monotonic_ms() >= deadline or not waited:
             return await _run(_answer_steps(results, session, incremental, use_ids, read_committed, hints,
                                             sliced_version), sliced)

@@ -124,3 +124,34 @@ def test_append_between_the_handler_and_its_long_poll_task_wakes_it(broker):
         return await asyncio.wait_for(pending, 2)
     got = answered(broker.loop.run_until_complete(main()))
     assert list(got) == [("r", 3)] and got[("r", 3)].records.size > 0 and got[("r", 3)].high_watermark == 2
+
+
+def test_reads_run_whole_stop_after_their_time_and_the_rest_come_next(broker, monkeypatch):
+    """An incremental fetch reads its ready partitions in one go: with records on thousands of
+    them that held the loop ~7 us a partition. Reading stops after READ_WHOLE_S as at the byte
+    budget: the rest answer their offsets without records, stay ready, and the following
+    fetches read them; every record arrives once, in order."""
+    from kbroker.handlers import fetch as fetch_handler
+    create(broker, "busy", N)
+    full = full_fetch(broker, "busy", {i: 0 for i in range(N)})
+    s = session_of(broker, full.session_id)
+    for p in range(N):
+        produce(broker, "busy", p, batch(2))
+    monkeypatch.setattr(fetch_handler, "READ_WHOLE_S", 0.0)   # (time's up after the first read)
+    offsets = {p: 0 for p in range(N)}
+    epoch, rounds = 1, 0
+    while any(o < 2 for o in offsets.values()):
+        inc = broker.call(1, 12, incremental(s.id, epoch, "busy", offsets if epoch > 1 else None))
+        epoch += 1
+        rounds += 1
+        got = answered(inc)
+        with_records = [p for (_t, p), r in got.items() if r.records and r.records.size]
+        assert len(with_records) == 1, got         # one read per fetch at a zero time budget
+        for (_t, p), r in got.items():
+            assert r.error_code == 0 and r.high_watermark == 2
+            if p in with_records:
+                assert offsets[p] == 0
+                offsets[p] = 2
+        assert set(s.ready) >= {("busy", p) for p, o in offsets.items() if o < 2}
+        assert rounds <= N
+    assert rounds == N
