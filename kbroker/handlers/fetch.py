@@ -58,12 +58,13 @@ class _Result:
 
 
 def _read_steps(entries, replicas, budget: int, read_committed: bool, follower_reads: bool = False,
-                closer=None, whole: bool = False):
+                closer=None, whole: bool = False, leave_out: bool = False):
     """Generator (kbroker.slices), pausing every STEP_PARTITIONS entries. ``closer(part,
     fetch_offset) -> replica id or -1``: KIP-392's preferred read replica (a partition with
     one gets no records, the client goes there). ``whole``: run in one go, so reading stops
-    after READ_WHOLE_S as it does at the byte budget (the rest answer their offsets without
-    records and are read by the client's next fetch)."""
+    after READ_WHOLE_S as it does at the byte budget: the rest answer their offsets without
+    records, or (``leave_out``: an incremental fetch, whose answer names only partitions
+    with news) are left out of this answer and stay ready for the client's next fetch."""
     stop_at = time.perf_counter() + READ_WHOLE_S if whole else None
     results = []
     total = 0
@@ -73,6 +74,8 @@ def _read_steps(entries, replicas, budget: int, read_committed: bool, follower_r
     for i, e in enumerate(entries):
         if i and not i % STEP_PARTITIONS:
             yield
+        if leave_out and total and stop_at is not None and time.perf_counter() >= stop_at:
+            break
         r = _Result()
         r.entry = e
         r.records = _EMPTY
@@ -244,7 +247,8 @@ def _handle_steps(ctx, req):
         parts = yield from _partitions_of(replicas, entries)
         watch = yield from replicas.watch_steps(parts, STEP_PARTITIONS)
     results, total, errors = yield from _read_steps(entries, replicas, budget, read_committed,
-                                                    follower_reads, closer, whole=not sliced)
+                                                    follower_reads, closer, whole=not sliced,
+                                                    leave_out=incremental)
     hints = (image, ctx.listener_name) if v >= 16 else None   # KIP-951: where the leader is
     if total >= req.min_bytes or errors or req.max_wait_ms <= 0 or not entries and not (
             incremental and session.partitions):   # (parked partitions may wake: wait for them)
@@ -324,7 +328,8 @@ async def _long_poll(broker, req, entries, budget, read_committed, session, incr
             waited = bool(parts)
         watch = None
         results, total, errors = await _run(_read_steps(entries, replicas, budget, read_committed,
-                                                        follower_reads, closer, whole=not sliced), sliced)
+                                                        follower_reads, closer, whole=not sliced,
+                                                    leave_out=incremental), sliced)
         if total >= req.min_bytes or errors or clock.monotonic_ms() >= deadline or not waited:
             return await _run(_answer_steps(results, session, incremental, use_ids, read_committed, hints,
                                             sliced_version), sliced)
