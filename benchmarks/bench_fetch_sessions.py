@@ -8,6 +8,11 @@ partition and sends an incremental fetch (no partitions named, max_wait 0): what
 of a large session sends all day. Reported: mean microseconds per incremental fetch. With
 the session's caught-up partitions parked, the cost should not grow with P.
 
+Then one record lands on every partition (all of them become ready at once, as when a
+producer spreads over every partition) and incremental fetches run until the client has
+them all: the longest fetch (the event loop is held that long: reads that run in one go stop
+after fetch.READ_WHOLE_S), how many fetches it took and their total time.
+
 librdkafka (confluent-kafka, the client of bench_scale) never opens a session: it sends a
 full, sessionless fetch each time; the Java client (and Spark) use sessions.
 """
@@ -79,8 +84,38 @@ def run(partitions: int, fetches: int) -> float:
         assert resp.error_code == 0, resp.error_code
         epoch += 1
         offsets = {(t.topic, p.partition_index): p.high_watermark for t in resp.responses for p in t.partitions}
+    everywhere = records_everywhere(call, topics, sid, epoch, offsets)
     stop_offline(server)
-    return spent / fetches * 1e6
+    return spent / fetches * 1e6, everywhere
+
+
+def records_everywhere(call, topics, sid, epoch, offsets):
+    """(longest fetch ms, fetches, total ms) to deliver one new record from every partition."""
+    P = ProduceRequest.TopicProduceData
+    for name, n in topics:
+        b = BatchBuilder()
+        b.append(key=None, value=b"x" * 100, timestamp=1_700_000_000_000)
+        rec = b.build()
+        call(0, 9, ProduceRequest(acks=1, timeout_ms=1000, topic_data=[
+            P(name=name, partition_data=[P.PartitionProduceData(index=i, records=bytes(rec)) for i in range(n)])]))
+    want = sum(n for _, n in topics)
+    got, fetches, total, longest = 0, 0, 0.0, 0.0
+    while got < want:
+        moved = [T(topic=t, partitions=[T.FetchPartition(partition=p, fetch_offset=o, partition_max_bytes=1 << 20)])
+                 for (t, p), o in offsets.items()]
+        t0 = time.perf_counter()
+        resp = call(1, 12, FetchRequest(max_wait_ms=0, min_bytes=0, max_bytes=50 << 20, session_id=sid,
+                                        session_epoch=epoch, topics=moved, forgotten_topics_data=[]))
+        dt = time.perf_counter() - t0
+        total, longest, fetches, epoch = total + dt, max(longest, dt), fetches + 1, epoch + 1
+        offsets = {}
+        for t in resp.responses:
+            for p in t.partitions:
+                if getattr(p.records, "size", 0):   # (a log ReadResult; b"" when none)
+                    got += 1
+                    offsets[(t.topic, p.partition_index)] = p.high_watermark
+        assert fetches < 10 * want, "records not delivered"
+    return longest * 1e3, fetches, total * 1e3
 
 
 def main() -> None:
@@ -88,8 +123,12 @@ def main() -> None:
     ap.add_argument("--partitions", default="1000,10000")
     ap.add_argument("--fetches", type=int, default=300)
     args = ap.parse_args()
+    print("| partitions | incremental fetch, one append between (us) | a record on every partition: "
+          "longest fetch ms | fetches | total ms |")
+    print("|---:|---:|---:|---:|---:|")
     for p in [int(x) for x in args.partitions.split(",")]:
-        print(f"| {p} | {run(p, args.fetches):.0f} |", flush=True)
+        mean_us, (longest, n, total) = run(p, args.fetches)
+        print(f"| {p} | {mean_us:.0f} | {longest:.1f} | {n} | {total:.0f} |", flush=True)
 
 
 if __name__ == "__main__":
