@@ -89,15 +89,20 @@ def run(partitions: int, fetches: int) -> float:
     return spent / fetches * 1e6, everywhere
 
 
-def records_everywhere(call, topics, sid, epoch, offsets):
-    """(longest fetch ms, fetches, total ms) to deliver one new record from every partition."""
+def one_record_everywhere(call, topics, size: int) -> None:
+    """Append one record of ``size`` bytes to every partition of ``topics``."""
     P = ProduceRequest.TopicProduceData
     for name, n in topics:
         b = BatchBuilder()
-        b.append(key=None, value=b"x" * 100, timestamp=1_700_000_000_000)
+        b.append(key=None, value=b"x" * size, timestamp=1_700_000_000_000)
         rec = b.build()
         call(0, 9, ProduceRequest(acks=1, timeout_ms=1000, topic_data=[
             P(name=name, partition_data=[P.PartitionProduceData(index=i, records=bytes(rec)) for i in range(n)])]))
+
+
+def records_everywhere(call, topics, sid, epoch, offsets):
+    """(longest fetch ms, fetches, total ms) to deliver one new record from every partition."""
+    one_record_everywhere(call, topics, 100)
     want = sum(n for _, n in topics)
     got, fetches, total, longest = 0, 0, 0.0, 0.0
     while got < want:

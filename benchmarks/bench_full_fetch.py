@@ -23,12 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from kbroker.wire.frame import encode_request, encode_response_chunks  # noqa: E402
 from kbroker.wire.generated.fetch_request import FetchRequest  # noqa: E402
-from kbroker.wire.generated.produce_request import ProduceRequest  # noqa: E402
 from kbroker.wire.primitives import Reader  # noqa: E402
-from kbroker.wire.records import BatchBuilder  # noqa: E402
 from tests.offline_server import stop_offline  # noqa: E402
 
-from bench_fetch_sessions import offline_partitions  # noqa: E402
+from bench_fetch_sessions import offline_partitions, one_record_everywhere  # noqa: E402
 
 T = FetchRequest.FetchTopic
 VERSION = 16
@@ -36,13 +34,7 @@ VERSION = 16
 
 def run(partitions: int, fetches: int) -> dict[str, float]:
     server, call, topics = offline_partitions(partitions, "ff")
-    P = ProduceRequest.TopicProduceData
-    for name, n in topics:
-        b = BatchBuilder()
-        b.append(key=None, value=b"x" * 1024, timestamp=1_700_000_000_000)
-        records = b.build()
-        call(0, 9, ProduceRequest(acks=1, timeout_ms=1000, topic_data=[
-            P(name=name, partition_data=[P.PartitionProduceData(index=i, records=bytes(records)) for i in range(n)])]))
+    one_record_everywhere(call, topics, 1024)
     ids = {name: server.image.topics_by_name[name].topic_id for name, _ in topics}
     gc.collect()
     gc.freeze()   # as a serving broker does after start-up and topic creation (kbroker.server)

@@ -14,32 +14,27 @@ def _hold_the_loop_in_a_named_function(seconds: float) -> None:
         pass
 
 
-def test_a_logged_lag_names_the_function_that_held_the_loop(monkeypatch, caplog):
-    monkeypatch.setenv("KBROKER_LOOP_STACKS", "1")
-
+def _probe_a_hold(caplog, seconds: float) -> None:
     async def main():
         p = LoopLagProbe(interval_s=0.002, log_ms=20).start()
         await asyncio.sleep(0.01)
-        _hold_the_loop_in_a_named_function(0.08)
+        _hold_the_loop_in_a_named_function(seconds)
         await asyncio.sleep(0.01)
         p.stop()
     with caplog.at_level(logging.WARNING, logger="kbroker.loop"):
         asyncio.run(main())
+
+
+def test_a_logged_lag_names_the_function_that_held_the_loop(monkeypatch, caplog):
+    monkeypatch.setenv("KBROKER_LOOP_STACKS", "1")
+    _probe_a_hold(caplog, 0.08)
     held = [r.getMessage() for r in caplog.records if r.getMessage().startswith("held in")]
     assert any("_hold_the_loop_in_a_named_function" in m for m in held), held
 
 
 def test_no_stacks_unless_asked(monkeypatch, caplog):
     monkeypatch.delenv("KBROKER_LOOP_STACKS", raising=False)
-
-    async def main():
-        p = LoopLagProbe(interval_s=0.002, log_ms=20).start()
-        await asyncio.sleep(0.01)
-        _hold_the_loop_in_a_named_function(0.05)
-        await asyncio.sleep(0.01)
-        p.stop()
-    with caplog.at_level(logging.WARNING, logger="kbroker.loop"):
-        asyncio.run(main())
+    _probe_a_hold(caplog, 0.05)
     assert any("event loop held" in r.getMessage() for r in caplog.records)
     assert not any(r.getMessage().startswith("held in") for r in caplog.records)
 

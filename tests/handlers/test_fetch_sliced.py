@@ -127,6 +127,15 @@ def _watched(server):
     return [p.index for p in server.replicas.topics["wide"].values() if p.waiters]
 
 
+async def _polling(server, spec, tid, max_wait_ms):
+    """A caught-up long poll, once its read slices are done and it waits on every partition."""
+    task = asyncio.ensure_future(spec.handle(_ctx(server), _caught_up(server, tid, max_wait_ms)))
+    for _ in range(200):
+        await asyncio.sleep(0)
+    assert len(_watched(server)) == 40
+    return task
+
+
 def test_sliced_long_poll_leaves_no_watch_behind(broker, monkeypatch):
     """The long poll's watch on every partition is taken back in slices after the wait (it
     was one pass over all of them, ~1 ms at 10,000): after a timeout, after a wake-up, and
@@ -135,10 +144,7 @@ def test_sliced_long_poll_leaves_no_watch_behind(broker, monkeypatch):
     monkeypatch.setattr(fetch_handler, "SLICED_FETCH_PARTITIONS", 10)
 
     async def timed_out():
-        task = asyncio.ensure_future(spec.handle(_ctx(server), _caught_up(server, tid, 50)))
-        for _ in range(200):             # until the read slices are done and it waits
-            await asyncio.sleep(0)
-        assert len(_watched(server)) == 40
+        task = await _polling(server, spec, tid, 50)
         server.clock.advance(100)        # (the broker's clock is a fake: past the deadline)
         return await asyncio.wait_for(task, 5)
     resp = broker.loop.run_until_complete(timed_out())
@@ -146,10 +152,7 @@ def test_sliced_long_poll_leaves_no_watch_behind(broker, monkeypatch):
     assert _watched(server) == []
 
     async def woken():
-        task = asyncio.ensure_future(spec.handle(_ctx(server), _caught_up(server, tid, 10_000)))
-        for _ in range(200):
-            await asyncio.sleep(0)
-        assert len(_watched(server)) == 40
+        task = await _polling(server, spec, tid, 10_000)
         produce(broker, "wide", 7, batch(1))
         return await asyncio.wait_for(task, 5)
     resp = broker.loop.run_until_complete(woken())
@@ -157,10 +160,7 @@ def test_sliced_long_poll_leaves_no_watch_behind(broker, monkeypatch):
     assert _watched(server) == []
 
     async def cancelled():
-        task = asyncio.ensure_future(spec.handle(_ctx(server), _caught_up(server, tid, 10_000)))
-        for _ in range(200):
-            await asyncio.sleep(0)
-        assert len(_watched(server)) == 40
+        task = await _polling(server, spec, tid, 10_000)
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
     broker.loop.run_until_complete(cancelled())
