@@ -24,6 +24,11 @@ T = TypeVar("T")
 # issue 15 even when a loaded machine stretches it.
 SLICE_S = 0.002
 
+# A read loop run in one go (a fetch's reads: each partition's records cost a few us to tens
+# of us) stops after this long, as it stops at the response's byte budget; what it did not
+# reach is read by the client's next request.
+READ_WHOLE_S = 0.003
+
 
 def run_to_end(steps: Generator[None, None, T]) -> T:
     try:

@@ -22,6 +22,7 @@ from kbroker.log.partition_log import ReadResult
 from kbroker.net.connection import INLINE_REGION_MAX
 from kbroker.replication import leader_hints, replica_selector
 from kbroker.replication.replica_fetch import handle_replica_fetch, replica_of
+from kbroker import slices
 from kbroker.slices import run_in_slices, run_to_end
 from kbroker.wire.errors import Errors
 from kbroker.wire.generated.fetch_response import FetchResponse
@@ -44,7 +45,7 @@ STEP_PARTITIONS = 128
 # Reads of a fetch run in one go (up to SLICED_FETCH_PARTITIONS named, or an incremental
 # session's ready partitions: a Java consumer of thousands of partitions with records on all
 # of them read ~7 us each) stop after this long, as at fetch.max.bytes.
-READ_WHOLE_S = 0.003
+READ_WHOLE_S = slices.READ_WHOLE_S
 # The tagged sub-structs every partition entry carries at their defaults, built once: the
 # generated constructor would build three new objects per partition (a tenth of a full
 # 10,000-partition fetch). Shared, so never mutated: a current leader is a new object.

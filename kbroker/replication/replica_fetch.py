@@ -9,6 +9,9 @@ to ``max_wait_ms`` for an append, as Kafka's replica fetch long poll does.
 
 from __future__ import annotations
 
+import time
+
+from kbroker import slices
 from kbroker.log.errors import LogError
 from kbroker.replication.leader_state import answer_replica_fetch
 from kbroker.wire.errors import Errors
@@ -68,6 +71,9 @@ def _answer(ctx, req, replica_id: int, broker_epoch: int, now_ms: int):
     total = 0
     settled = False
     out = []
+    # (a follower of thousands of partitions with records on all of them: reads stop after
+    # READ_WHOLE_S, the rest answer without records and come in the next fetch)
+    stop_at = time.perf_counter() + slices.READ_WHOLE_S
     for t in req.topics:
         parts = []
         for fp in t.partitions:
@@ -92,7 +98,8 @@ def _answer(ctx, req, replica_id: int, broker_epoch: int, now_ms: int):
                 settled = True
             elif ans.error:
                 settled = True
-            elif ans.read_offset < part.log_end_offset and (budget > total or total == 0):
+            elif ans.read_offset < part.log_end_offset and (
+                    total == 0 or (budget > total and time.perf_counter() < stop_at)):
                 if over_quota and quota.holds(part.topic, part.index, replica_id in part.leader_state.isr):
                     continue    # an out-of-sync replica over the throttle: no records this time
                 try:
