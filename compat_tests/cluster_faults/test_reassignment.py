@@ -290,14 +290,34 @@ def _create_with_assignment(c, topic, assignment, configs=None):
         assignments=[T.CreatableReplicaAssignment(partition_index=p, broker_ids=r) for p, r in enumerate(assignment)],
         configs=[T.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()])])
 
-    async def send():
-        k = KafkaClient("127.0.0.1", c.nodes[3].port, request_timeout_ms=30000)
+    async def send(port, request, version, timeout_ms=30000):
+        k = KafkaClient("127.0.0.1", port, request_timeout_ms=timeout_ms)
         try:
-            return await k.send(req, 7)
+            return await k.send(request, version)
         finally:
             await k.close()
-    r = asyncio.run(send()).topics[0]
+    r = asyncio.run(send(c.nodes[3].port, req, 7)).topics[0]
     assert r.error_code == 0, r
+
+    # Every broker that answers has applied the creation before the test goes on: the node
+    # the creation went through knows it at once, a tool asking another one may otherwise
+    # hear UNKNOWN_TOPIC_OR_PARTITION (CI saw it once). Kafka's own tests wait the same way.
+    # (A node stopped or restarting by the test's design is not waited for.)
+    from kbroker.wire.generated.metadata_request import MetadataRequest as M
+    ask = M(topics=[M.MetadataRequestTopic(name=topic)], allow_auto_topic_creation=False)
+
+    def known_everywhere():
+        for node in c.nodes.values():
+            if "broker" not in node.roles or node.proc is None or node.proc.poll() is not None:
+                continue
+            try:
+                t = asyncio.run(send(node.port, ask, 9, timeout_ms=2000)).topics[0]
+            except Exception:   # noqa: BLE001 - not answering (stopped, restarting)
+                continue
+            if t.error_code or len(t.partitions) != len(assignment):
+                return False
+        return True
+    wait_until(known_everywhere, 30, f"{topic} known to every broker")
 
 
 def test_unclean_election_only_when_asked_or_allowed_and_a_move_stuck_on_a_dead_broker(cluster, tmp_path):
