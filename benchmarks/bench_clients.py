@@ -52,28 +52,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition, OFFSET_BEGINNING
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peers import NAMES, make_broker  # noqa: E402
+from peers import NAMES, cpu_seconds, make_broker  # noqa: E402
 
 PARTITIONS = 3
 KINDS = ("kbroker", "kafka", "tansu")
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (all its threads) and its children, in seconds."""
-    total = 0.0
-    try:
-        kids = [int(k) for k in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        kids = []
-    for p in [pid, *kids]:
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / _TICK
-        except OSError:
-            pass
-    return total
 
 
 def create(bootstrap, topic):

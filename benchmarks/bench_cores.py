@@ -30,18 +30,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from compat_tests.brokers import KBrokerCluster  # noqa: E402
-from peers import write_report  # noqa: E402
+from peers import cpu_seconds, write_report  # noqa: E402
 
 from bench_scale import consume, create, produce  # noqa: E402
 
 
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def cluster_cpu(c: KBrokerCluster) -> float:
-    return sum(cpu_s(n.pid) for n in c.nodes.values() if n.pid)
+    return sum(cpu_seconds(n.pid) for n in c.nodes.values() if n.pid)
 
 
 def main() -> None:

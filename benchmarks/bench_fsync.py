@@ -42,14 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_scale import create, produce  # noqa: E402
-from peers import KAFKA_HOME, NAMES, make_broker, write_report  # noqa: E402
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (all its threads)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+from peers import KAFKA_HOME, NAMES, cpu_seconds, make_broker, write_report  # noqa: E402
 
 
 def produce_parallel(bootstrap: str, topic: str, records: int, producers: int, extra: dict) -> float:

@@ -152,16 +152,19 @@ def open_fds(pid: int) -> int:
         return -1
 
 
-def rss_mb(pid: int) -> float:
-    """Resident memory of a process and its children (Kafka runs under a shell wrapper)."""
-    total = 0
-    pids = [pid]
+def process_tree(pid: int) -> list[int]:
+    """A broker process and its children: Kafka runs under a shell wrapper, kbroker runs
+    its fsync helper (kbroker.log.fsync_helper) as a child."""
     try:
-        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        pids += [int(k) for k in kids]
+        return [pid, *(int(k) for k in Path(f"/proc/{pid}/task/{pid}/children").read_text().split())]
     except OSError:
-        pass
-    for p in pids:
+        return [pid]
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of a process and its children."""
+    total = 0
+    for p in process_tree(pid):
         try:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
@@ -169,6 +172,21 @@ def rss_mb(pid: int) -> float:
         except OSError:
             pass
     return total / 1024
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (all its threads) and its children, in seconds."""
+    total = 0.0
+    for p in process_tree(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / _TICK
+        except OSError:
+            pass
+    return total
 
 
 def axis_table(rows: dict, kinds: list[str], xs: list, xlabel: str, metrics: list) -> list[str]:
