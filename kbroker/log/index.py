@@ -39,6 +39,9 @@ class _Index:
         self._capacity = 0  # bytes of the file (entries beyond _entries are zeros)
         self._loaded = False  # _entries/_capacity known
         self._writable = writable
+        # (entry count, the last entry unpacked): appends check the last entry without a
+        # pread (two per produce request, offset and time index); valid while the count is
+        self._last: tuple | None = None
         if new and writable and max_index_size > 0:
             # a new segment's index: known empty. The file exists from the start, as Kafka's
             # does (tools list and dump it), but is opened and preallocated on first use only.
@@ -89,6 +92,15 @@ class _Index:
         self._loaded = True
         if self._writable and self.max_index_size > 0 and exists:
             self.resize(self.max_index_size)
+
+    def _read_last(self, fmt: struct.Struct) -> tuple:
+        n = self._entries
+        cached = self._last
+        if cached is not None and cached[0] == n:
+            return cached[1]
+        value = self._read(n - 1, fmt)
+        self._last = (n, value)
+        return value
 
     def _read(self, i: int, fmt: struct.Struct) -> tuple:
         es = self.entry_size
@@ -147,6 +159,7 @@ class _Index:
         self._h.pinned = False
         self._loaded = False
         self._prealloc = False
+        self._last = None
 
     def close_and_trim(self) -> None:
         try:
@@ -160,6 +173,7 @@ class _Index:
         """Drop every entry (recovery rebuilds the index)."""
         self._load()
         self._entries = 0
+        self._last = None
         if self._capacity:
             # truncate and re-extend: a sparse file of zeros at once (writing 10 MB of zeros
             # took ~35 ms per index: over a minute of recovery with a thousand partitions)
@@ -206,7 +220,8 @@ class OffsetIndex(_Index):
         self._load()
         if self._entries == 0:
             return self.base_offset, 0
-        return self.entry(self._entries - 1)
+        rel, pos = self._read_last(_OFF)
+        return self.base_offset + rel, pos
 
     @property
     def last_offset(self) -> int:
@@ -225,7 +240,7 @@ class OffsetIndex(_Index):
             self._load()
         n = self._entries
         rel = offset - self.base_offset
-        if n and rel <= self._read(n - 1, _OFF)[0]:
+        if n and rel <= self._read_last(_OFF)[0]:
             return False  # Kafka only appends increasing offsets
         if (n + 1) * 8 > self._capacity:
             return False
@@ -233,6 +248,7 @@ class OffsetIndex(_Index):
         # write fault that allocates the block (~1 ms here); the write path allocates lazily
         os.pwrite(self._fd(), _OFF.pack(rel, position), n * 8)
         self._entries = n + 1
+        self._last = (n + 1, (rel, position))
         return True
 
     def truncate_to(self, offset: int) -> None:
@@ -240,6 +256,7 @@ class OffsetIndex(_Index):
         self._load()
         slot = self._largest_lower(offset - self.base_offset, strict=True)
         self._entries = slot + 1
+        self._last = None
 
     def sanity_check(self, log_size: int) -> bool:
         """Cheap structural check of an index we did not rebuild: length multiple of the
@@ -278,7 +295,8 @@ class TimeIndex(_Index):
         self._load()
         if self._entries == 0:
             return -1, self.base_offset
-        return self.entry(self._entries - 1)
+        ts, rel = self._read_last(_TIME)
+        return ts, self.base_offset + rel
 
     def lookup_below(self, timestamp: int) -> tuple[int, int]:
         """Last entry with timestamp strictly below ``timestamp``: every record at or
@@ -301,8 +319,10 @@ class TimeIndex(_Index):
                 self.resize(self._capacity + 12)
             else:
                 return False
-        os.pwrite(self._fd(), _TIME.pack(timestamp, offset - self.base_offset), self._entries * 12)  # see OffsetIndex.append
+        rel = offset - self.base_offset
+        os.pwrite(self._fd(), _TIME.pack(timestamp, rel), self._entries * 12)  # see OffsetIndex.append
         self._entries += 1
+        self._last = (self._entries, (timestamp, rel))
         return True
 
     def truncate_to(self, offset: int) -> None:
@@ -317,6 +337,7 @@ class TimeIndex(_Index):
             else:
                 hi = mid
         self._entries = lo
+        self._last = None
 
     def sanity_check(self, log_size: int) -> bool:
         self._load()

@@ -706,6 +706,27 @@ def test_index_classes(tmp_path):
     assert ti.entries == 1
 
 
+def test_index_appends_read_no_file(tmp_path, monkeypatch):
+    """The append path checks each index's last entry from memory (a produce request used to
+    cost two preads for it); after a truncation the last entry is read from the file again."""
+    oi = OffsetIndex(str(tmp_path / "b.index"), 0, 800, writable=True)
+    ti = TimeIndex(str(tmp_path / "b.timeindex"), 0, 1200, writable=True)
+    reads = []
+    real = os.pread
+    monkeypatch.setattr(os, "pread", lambda fd, n, pos: (reads.append(pos), real(fd, n, pos))[1])
+    for i in range(50):
+        assert oi.append(i * 10, i * 100) and ti.maybe_append(1000 + i, i * 10)
+        assert not oi.append(i * 10, 1) and not ti.maybe_append(1000 + i, i * 10)   # not increasing
+    assert reads == []
+    assert oi.last_entry() == (490, 4900) and ti.last_entry() == (1049, 490) and reads == []
+    oi.truncate_to(250)
+    ti.truncate_to(250)
+    assert oi.last_entry() == (240, 2400) and ti.last_entry() == (1024, 240) and reads
+    assert oi.append(250, 2500) and not oi.append(245, 1) and oi.last_entry() == (250, 2500)
+    oi.close_and_trim()
+    assert OffsetIndex(str(tmp_path / "b.index"), 0, 800, writable=True).last_entry() == (250, 2500)
+
+
 # ---------------------------------------------------------------------------- compacted keys
 
 
