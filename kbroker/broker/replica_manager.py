@@ -73,6 +73,7 @@ class ReplicaManager:
         self.topics: dict[str, dict[int, Partition]] = {}
         self.broker_epoch = -1
         self.delayed = DelayedProduces()           # acks=all produces awaiting the ISR
+        self._expiry = None   # (deadline ms, timer handle) for the earliest of them
         self.role_listeners: list = []             # (part, RoleChange): the replica fetchers
         self.hw_checkpoints = HighWatermarkCheckpoints()
         # Until the image has caught up with the controller (``sweep_stray_logs``), a log on
@@ -335,15 +336,26 @@ class ReplicaManager:
         for part, last in waits:
             self.delayed.add(part, last, deadline, (one, part))
             self._on_hw(part)
-        loop.call_later(timeout_ms / 1000 + 0.001, self._expire)
+        self._expire_by(deadline)
         return done
 
+    def _expire_by(self, deadline_ms: int) -> None:
+        """One timer, for the earliest deadline of a waiting produce: a timer per request
+        (30 s each, since the deadlines only grow) kept ~100,000 handles in the loop's heap
+        at a few thousand acks=all requests a second."""
+        if self._expiry is not None:
+            if self._expiry[0] <= deadline_ms:
+                return
+            self._expiry[1].cancel()
+        delay = max(1, deadline_ms - self.now_ms()) / 1000 + 0.001
+        self._expiry = (deadline_ms, asyncio.get_running_loop().call_later(delay, self._expire))
+
     def _expire(self) -> None:
-        now = self.now_ms()
-        self._complete(self.delayed.expire(now))
+        self._expiry = None
+        self._complete(self.delayed.expire(self.now_ms()))
         nxt = self.delayed.next_deadline()
         if nxt is not None:   # timer fired a hair early, or later deadlines remain
-            asyncio.get_running_loop().call_later(max(1, nxt - now) / 1000, self._expire)
+            self._expire_by(nxt)
 
     def _on_hw(self, part: Partition) -> None:
         ls = part.leader_state

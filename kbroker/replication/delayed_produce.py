@@ -32,6 +32,9 @@ def check_before_append(acks: int, isr_size: int, min_insync_replicas: int) -> i
     return Errors.NONE
 
 
+PURGE_SLACK = 1024   # completed heap entries tolerated beyond the live ones before a purge
+
+
 @dataclass(slots=True)
 class PendingProduce:
     key: Any                 # the partition
@@ -46,12 +49,30 @@ class DelayedProduces:
     by_key: dict[Any, list[PendingProduce]] = field(default_factory=dict)
     _deadlines: list = field(default_factory=list)
     _seq: itertools.count = field(default_factory=itertools.count)
+    _live: int = 0   # entries not done (completed entries stay in the heap until purged)
 
     def add(self, key: Any, last_offset: int, deadline_ms: int, token: Any) -> PendingProduce:
         p = PendingProduce(key, last_offset, deadline_ms, token)
         self.by_key.setdefault(key, []).append(p)
         heapq.heappush(self._deadlines, (deadline_ms, next(self._seq), p))
+        self._live += 1
+        if len(self._deadlines) > 2 * self._live + PURGE_SLACK:
+            self._purge()
         return p
+
+    def _purge(self) -> None:
+        """Drop completed entries from the deadline heap. A produce answered in a few ms
+        otherwise stayed there until its request timeout (30 s): at a few thousand acks=all
+        requests a second, ~100,000 entries (Kafka's purgatory purges the same way)."""
+        self._deadlines = [e for e in self._deadlines if not e[2].done]
+        heapq.heapify(self._deadlines)
+
+    def _completed(self, p: PendingProduce) -> Any:
+        """Mark ``p`` done; its token, released here (the heap may keep ``p`` a while)."""
+        p.done = True
+        self._live -= 1
+        token, p.token = p.token, None
+        return token
 
     def on_high_watermark(self, key: Any, high_watermark: int, isr_size: int,
                           min_insync_replicas: int) -> list[tuple[Any, int]]:
@@ -64,8 +85,7 @@ class DelayedProduces:
         out, keep = [], []
         for p in waiting:
             if p.last_offset < high_watermark:
-                p.done = True
-                out.append((p.token, code))
+                out.append((self._completed(p), code))
             else:
                 keep.append(p)
         if keep:
@@ -76,10 +96,7 @@ class DelayedProduces:
 
     def fail(self, key: Any, error: int) -> list[tuple[Any, int]]:
         """The partition is no longer led here (NOT_LEADER_OR_FOLLOWER) or is gone."""
-        waiting = self.by_key.pop(key, [])
-        for p in waiting:
-            p.done = True
-        return [(p.token, error) for p in waiting]
+        return [(self._completed(p), error) for p in self.by_key.pop(key, [])]
 
     def next_deadline(self) -> int | None:
         while self._deadlines and self._deadlines[0][2].done:
@@ -92,14 +109,13 @@ class DelayedProduces:
             _, _, p = heapq.heappop(self._deadlines)
             if p.done:
                 continue
-            p.done = True
             rest = [q for q in self.by_key.get(p.key, []) if q is not p]
             if rest:
                 self.by_key[p.key] = rest
             else:
                 self.by_key.pop(p.key, None)
-            out.append((p.token, Errors.REQUEST_TIMED_OUT))
+            out.append((self._completed(p), Errors.REQUEST_TIMED_OUT))
         return out
 
     def __len__(self) -> int:
-        return sum(len(v) for v in self.by_key.values())
+        return self._live
