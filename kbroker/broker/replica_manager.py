@@ -316,12 +316,13 @@ class ReplicaManager:
     def min_insync_replicas(self, part: Partition) -> int:
         return getattr(part.config, "min_insync_replicas", 1)
 
-    def await_replication(self, waits: list[tuple[Partition, int]], timeout_ms: int) -> "asyncio.Future":
+    def await_replication(self, waits: list[tuple[Partition, int]], timeout_ms: int,
+                          on_done=None) -> "asyncio.Future | None":
         """A future of {partition: error} once every (partition, last offset) is below its
         high watermark (or the partition's ISR fell under min.insync.replicas, it lost
-        leadership, or ``timeout_ms`` passed)."""
-        loop = asyncio.get_running_loop()
-        done = loop.create_future()
+        leadership, or ``timeout_ms`` passed); with ``on_done``, no future: it is called
+        with that dict instead."""
+        done = asyncio.get_running_loop().create_future() if on_done is None else None
         results: dict = {}
         left = len(waits)
 
@@ -329,8 +330,11 @@ class ReplicaManager:
             nonlocal left
             results[part] = err
             left -= 1
-            if left == 0 and not done.done():
-                done.set_result(results)
+            if left == 0:
+                if on_done is not None:
+                    on_done(results)
+                elif not done.done():
+                    done.set_result(results)
 
         deadline = self.now_ms() + timeout_ms
         for part, last in waits:

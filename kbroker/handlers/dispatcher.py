@@ -12,12 +12,15 @@ as a list of chunks, or an awaitable of either.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import inspect
 import logging
 from time import perf_counter_ns
 
 from kbroker.handlers import api_versions
 from kbroker.handlers.context import RequestContext
+from kbroker.handlers.deferred import Deferred
 from kbroker.net.connection import CloseConnection
 from kbroker.security.authenticator import gate as security_gate
 from kbroker.security.authz_filters import authorized_handle
@@ -78,6 +81,10 @@ class Dispatcher:
         else:
             result = spec.handle(ctx, req)
         t_local = perf_counter_ns()
+        if type(result) is Deferred:
+            answer = asyncio.get_running_loop().create_future()
+            result.then(functools.partial(self._deferred_done, answer, ctx, req, t0, t_local, len(frame), mutations))
+            return answer
         if inspect.isawaitable(result):
             return self._finish(result, ctx, req, t0, t_local, len(frame), mutations)
         result = apply_quotas(ctx, req, result, len(frame), t_local - t0, mutations)   # KIP-219 throttling
@@ -99,6 +106,26 @@ class Dispatcher:
             return None
         return encode_response_chunks(ctx.correlation_id, ctx.api_key, ctx.api_version, resp)
 
+    def _deferred_done(self, answer, ctx, req, t0, t_local, nbytes, mutations, resp, error) -> None:
+        """A Deferred response completed: quotas, metrics and encoding as ``_finish`` does,
+        in the callback that completed it (no task)."""
+        if answer.done():        # (the connection went away meanwhile)
+            return
+        if error is not None:
+            answer.set_exception(error)
+            return
+        try:
+            resp = apply_quotas(ctx, req, resp, nbytes, t_local - t0, mutations)
+            if inspect.isawaitable(resp):     # held back for a quota: the task path
+                later = asyncio.ensure_future(self._finish(resp, ctx, req, t0, t_local, 0, None, throttled=True))
+                later.add_done_callback(functools.partial(_settle, answer))
+                return
+            self._done(ctx, req, resp, t0, t_local, perf_counter_ns())
+            answer.set_result(None if resp is None else
+                              encode_response_chunks(ctx.correlation_id, ctx.api_key, ctx.api_version, resp))
+        except Exception as e:  # noqa: BLE001 - the connection reports it and closes
+            answer.set_exception(e)
+
     def _done(self, ctx, req, resp, t0, t_local, t_end):
         if self.metrics is not None:
             self.metrics.observe(ctx.api_key, ctx.api_version, req, resp, t0, t_local, t_end,
@@ -107,3 +134,17 @@ class Dispatcher:
             request_log.debug("Completed request: %s v%d correlation id %d from client %r on %s (%s), total %.3f ms, local %.3f ms",
                               self.specs[ctx.api_key].name, ctx.api_version, ctx.correlation_id, ctx.client_id,
                               ctx.listener_name, getattr(ctx.conn, "peer", None), (t_end - t0) / 1e6, (t_local - t0) / 1e6)
+
+
+def _settle(answer, task) -> None:
+    """Copy a finished task's outcome to the future the connection waits on."""
+    if answer.done():
+        if not task.cancelled():
+            task.exception()
+        return
+    if task.cancelled():
+        answer.cancel()
+    elif task.exception() is not None:
+        answer.set_exception(task.exception())
+    else:
+        answer.set_result(task.result())

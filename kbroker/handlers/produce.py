@@ -12,8 +12,10 @@ not lead the partition answers NOT_LEADER_OR_FOLLOWER with the current leader (K
 from __future__ import annotations
 
 import asyncio
+import functools
 
 from kbroker.broker.legacy_produce import is_legacy, up_convert
+from kbroker.handlers.deferred import Deferred
 from kbroker.log.errors import LogError
 from kbroker.net.connection import CloseConnection
 from kbroker.replication import leader_hints
@@ -102,7 +104,7 @@ def _handle(ctx, req, remote_verdicts=None):
 
 def _handle_steps(ctx, req, remote_verdicts=None):
     """Generator (kbroker.slices) pausing every STEP_PARTITIONS partitions; returns the
-    response, None (acks=0) or the coroutine that answers after an fsync or replication."""
+    response, None (acks=0) or the Deferred answer that waits for an fsync or replication."""
     replicas = ctx.broker.replicas
     now = ctx.now_ms
     acks = req.acks
@@ -205,10 +207,11 @@ def _handle_steps(ctx, req, remote_verdicts=None):
                                                           ProduceResponse.NodeEndpoint)
     if syncs or waits:
         _release_records(req)
-    if syncs:
-        return _after_sync(syncs, replicas, waits, req.timeout_ms, resp)
-    if waits:
-        return _after_replication(replicas, waits, req.timeout_ms, resp)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:    # (in-process tools and tests without a loop: waits once awaited)
+            return _answer_when_awaited(syncs, replicas, waits, req.timeout_ms, resp)
+        return _answer_later(syncs, replicas, waits, req.timeout_ms, resp)
     return resp
 
 
@@ -235,26 +238,50 @@ def _release_records(req) -> None:
                 pd.records = _AppendedRecords(len(pd.records))
 
 
-async def _after_sync(syncs, replicas, waits, timeout_ms: int, resp):
-    """flush.messages: answer after the group-commit fsync that covers the appends (Kafka
-    fsyncs inside the append; here appends that arrive meanwhile share the next fsync)."""
-    for plog, end, out in syncs:
-        try:
-            await plog.sync(end)
-        except LogError as e:
-            out.error_code = e.error_code
+def _answer_later(syncs, replicas, waits, timeout_ms: int, resp) -> Deferred:
+    """The answer, once the group-commit fsyncs cover the appends (flush.messages; Kafka
+    fsyncs inside the append, here appends that arrive meanwhile share the next fsync), then
+    once the in-sync replicas have every batch (acks=all). Completed by those events' own
+    callbacks (kbroker.handlers.deferred): no task per request."""
+    answer = Deferred()
+    left = len(syncs)
+
+    def replicated(errors) -> None:
+        for part, _, out in waits:
+            err = errors.get(part, Errors.NONE)
+            if err:
+                out.error_code = err
+                out.base_offset = -1
+        answer.resolve(resp)
+
+    def after_syncs() -> None:
+        if waits:
+            replicas.await_replication([(p, last) for p, last, _ in waits], timeout_ms, on_done=replicated)
+        else:
+            answer.resolve(resp)
+
+    def synced(out, error) -> None:
+        nonlocal left
+        if error is not None:
+            if not isinstance(error, LogError):
+                answer.resolve(None, error)
+                return
+            out.error_code = error.error_code
             out.base_offset = -1
-    if waits:
-        return await _after_replication(replicas, waits, timeout_ms, resp)
-    return resp
+        left -= 1
+        if left == 0:
+            after_syncs()
+
+    try:
+        if syncs:
+            for plog, end, out in syncs:
+                plog.when_durable(end, functools.partial(synced, out))
+        else:
+            after_syncs()
+    except Exception as e:  # noqa: BLE001 - reaches the connection through the answer
+        answer.resolve(None, e)
+    return answer
 
 
-async def _after_replication(replicas, waits, timeout_ms: int, resp):
-    """acks=all: answer once the in-sync replicas have every appended batch."""
-    errors = await replicas.await_replication([(p, last) for p, last, _ in waits], timeout_ms)
-    for part, _, out in waits:
-        err = errors.get(part, Errors.NONE)
-        if err:
-            out.error_code = err
-            out.base_offset = -1
-    return resp
+async def _answer_when_awaited(*args):
+    return await _answer_later(*args)

@@ -1137,6 +1137,17 @@ class PartitionLog:
         self._start_sync_loop(loop)
         await fut
 
+    def when_durable(self, offset: int, callback) -> None:
+        """``callback(None)`` once everything below ``offset`` is fsynced (group commit, as
+        ``sync``), or ``callback(KafkaStorageError)`` if that cannot happen; at once if it
+        already is. For answers completed without a task (kbroker.handlers.deferred)."""
+        self._check_open()
+        if offset <= max(self._recovery_point, self._durable_offset):
+            callback(None)
+            return
+        self._sync_waiters.append((offset, _SyncCallback(callback)))
+        self._start_sync_loop(asyncio.get_running_loop())
+
     async def _sync_loop(self) -> None:
         loop = asyncio.get_running_loop()
         while self._sync_waiters or self._sync_requested > max(self._durable_offset, self._recovery_point):
@@ -1290,6 +1301,33 @@ def _as_bytes_view(buf) -> memoryview:
 
 
 _NO_FLOOR = 1 << 63   # no truncation during the round in flight
+
+
+class _SyncCallback:
+    """A group-commit waiter that calls a function (``when_durable``) where the others are
+    futures (``sync``): the same three methods the waiter list uses."""
+
+    __slots__ = ("_fn",)
+
+    def __init__(self, fn) -> None:
+        self._fn = fn
+
+    def done(self) -> bool:
+        return self._fn is None
+
+    def set_result(self, _value) -> None:
+        self._call(None)
+
+    def set_exception(self, error: BaseException) -> None:
+        self._call(error)
+
+    def _call(self, error) -> None:
+        fn, self._fn = self._fn, None
+        if fn is not None:
+            try:
+                fn(error)
+            except Exception:  # pragma: no cover - the caller's own bug
+                log.exception("a group-commit callback failed")
 
 
 def _retrieve(task) -> None:

@@ -6,6 +6,7 @@ import os
 import threading
 
 from kbroker.handlers.context import RequestContext
+from kbroker.handlers.deferred import Deferred
 from kbroker.wire.generated.metadata_request import MetadataRequest
 from kbroker.wire.generated.produce_request import ProduceRequest
 
@@ -81,7 +82,7 @@ def test_an_answer_waiting_for_its_fsync_does_not_hold_the_records_buffer(broker
 
     async def main():
         pending = spec.handle(_ctx(server, 0, 9), req)   # appended; the answer waits
-        assert asyncio.iscoroutine(pending)
+        assert isinstance(pending, Deferred)
         refs = sys.getrefcount(buf)
         resp = await pending
         return refs, resp
@@ -90,3 +91,47 @@ def test_an_answer_waiting_for_its_fsync_does_not_hold_the_records_buffer(broker
     assert resp.responses[0].partition_responses[0].error_code == 0
     assert refs < base                              # only the test's own reference is left
     assert len(req.topic_data[0].partition_data[0].records) == len(buf)   # what metrics read
+
+
+def test_a_produce_waiting_for_its_fsync_is_answered_without_a_task(broker):
+    """The dispatcher hands the connection a plain future for it (no Task, no coroutine): the
+    fsync round's own callback encodes the answer, with the request's correlation id."""
+    from kbroker.handlers.dispatcher import Dispatcher
+    from kbroker.wire.frame import decode_response, encode_request
+
+    assert create(broker, "quick", configs={"flush.messages": "1"}).topics[0].error_code == 0
+    server = broker.server
+    dispatcher = Dispatcher(server, server.api_specs)
+    frame = memoryview(encode_request(77, "t", _produce_req("quick", batch(2), acks=-1), 9)[4:])
+
+    async def main():
+        out = dispatcher.dispatch(None, frame)
+        assert isinstance(out, asyncio.Future) and not isinstance(out, asyncio.Task)
+        assert not out.done()                        # the fsync has not run yet
+        return await asyncio.wait_for(out, 10)
+
+    chunks = broker.loop.run_until_complete(main())
+    body = b"".join(bytes(c) for c in chunks)
+    corr, resp = decode_response(memoryview(body)[4:], 0, 9)
+    assert corr == 77 and resp.responses[0].partition_responses[0].error_code == 0
+    assert server.log_manager.get("quick", 0).sync_rounds >= 1
+
+
+def test_a_deferred_answer():
+    from kbroker.handlers.deferred import Deferred
+
+    d, seen = Deferred(), []
+    d.then(lambda r, e: seen.append((r, e)))
+    d.resolve("first")
+    d.resolve("second")                              # the first completion wins
+    d.then(lambda r, e: seen.append((r, e)))         # subscribing later: called at once
+    assert seen == [("first", None), ("first", None)] and d.done()
+
+    async def awaited():
+        failing = Deferred()
+        asyncio.get_running_loop().call_soon(failing.resolve, None, ValueError("no"))
+        try:
+            await failing
+        except ValueError as e:
+            return str(e)
+    assert asyncio.run(awaited()) == "no"
