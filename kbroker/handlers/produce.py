@@ -275,7 +275,10 @@ def _answer_later(syncs, replicas, waits, timeout_ms: int, resp) -> Deferred:
     try:
         if syncs:
             for plog, end, out in syncs:
-                plog.when_durable(end, functools.partial(synced, out))
+                try:
+                    plog.when_durable(end, functools.partial(synced, out))
+                except LogError as e:     # (closed meanwhile: that partition's error)
+                    synced(out, e)
         else:
             after_syncs()
     except Exception as e:  # noqa: BLE001 - reaches the connection through the answer

@@ -135,3 +135,28 @@ def test_a_deferred_answer():
         except ValueError as e:
             return str(e)
     assert asyncio.run(awaited()) == "no"
+
+
+def test_a_failed_fsync_answers_that_partition_with_a_storage_error(broker, monkeypatch):
+    """The error reaches the partition's answer (KAFKA_STORAGE_ERROR, retriable); the request
+    itself is answered, so the connection stays up."""
+    from kbroker.handlers.dispatcher import Dispatcher
+    from kbroker.wire.errors import Errors
+    from kbroker.wire.frame import decode_response, encode_request
+
+    assert create(broker, "failing", configs={"flush.messages": "1"}).topics[0].error_code == 0
+    server = broker.server
+
+    def broken(fd):
+        raise OSError(5, "Input/output error")
+    monkeypatch.setattr(os, "fdatasync", broken)
+    monkeypatch.setattr(os, "fsync", broken)
+    frame = memoryview(encode_request(5, "t", _produce_req("failing", batch(1), acks=-1), 9)[4:])
+
+    async def main():
+        return await asyncio.wait_for(Dispatcher(server, server.api_specs).dispatch(None, frame), 10)
+
+    chunks = broker.loop.run_until_complete(main())
+    _corr, resp = decode_response(memoryview(b"".join(bytes(c) for c in chunks))[4:], 0, 9)
+    part = resp.responses[0].partition_responses[0]
+    assert (part.error_code, part.base_offset) == (Errors.KAFKA_STORAGE_ERROR, -1)
