@@ -19,4 +19,4 @@ bash scripts/fetch-java-clients.sh
 bash scripts/install-librdkafka-suite-deps.sh   # librdkafka's own test suite (compat_tests/test_librdkafka_suite.py)
 
 python3 -m kbroker.wire.codegen --check
-KBROKER_NO_SKIPS=1 python3 -m pytest -q -p no:cacheprovider tests compat_tests "$@"
+KBROKER_NO_SKIPS=1 python3 -m pytest -q -p no:cacheprovider --durations=25 tests compat_tests "$@"

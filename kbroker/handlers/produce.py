@@ -255,10 +255,13 @@ def _answer_later(syncs, replicas, waits, timeout_ms: int, resp) -> Deferred:
         answer.resolve(resp)
 
     def after_syncs() -> None:
-        if waits:
-            replicas.await_replication([(p, last) for p, last, _ in waits], timeout_ms, on_done=replicated)
-        else:
-            answer.resolve(resp)
+        try:
+            if waits:
+                replicas.await_replication([(p, last) for p, last, _ in waits], timeout_ms, on_done=replicated)
+            else:
+                answer.resolve(resp)
+        except Exception as e:  # noqa: BLE001 - (from a log's callback: answered, never left waiting)
+            answer.resolve(None, e)
 
     def synced(out, error) -> None:
         nonlocal left
