@@ -2,7 +2,9 @@
 
 ``Dispatcher.dispatch(conn, frame)`` is called by the connection for each request frame and
 returns what ``kbroker.net.connection`` expects: ``None`` (no response), the response frame
-as a list of chunks, or an awaitable of either.
+as a list of chunks, or an awaitable of either. A handler returns its response, an awaitable
+of it, or a ``Deferred`` (kbroker.handlers.deferred), which the dispatcher completes from its
+callback into a plain future, with no task.
 
 * An ApiVersions request at a version we do not support gets Kafka's answer: an ApiVersions
   v0 response with UNSUPPORTED_VERSION and our ranges.
