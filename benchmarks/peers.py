@@ -153,8 +153,7 @@ def open_fds(pid: int) -> int:
 
 
 def process_tree(pid: int) -> list[int]:
-    """A broker process and its children: Kafka runs under a shell wrapper, kbroker runs
-    its fsync helper (kbroker.log.fsync_helper) as a child."""
+    """A broker process and its children (Kafka runs under a shell wrapper)."""
     try:
         return [pid, *(int(k) for k in Path(f"/proc/{pid}/task/{pid}/children").read_text().split())]
     except OSError:

@@ -344,9 +344,9 @@ class ReplicaManager:
         return done
 
     def _expire_by(self, deadline_ms: int) -> None:
-        """One timer, for the earliest deadline of a waiting produce: a timer per request
-        (30 s each, since the deadlines only grow) kept ~100,000 handles in the loop's heap
-        at a few thousand acks=all requests a second."""
+        """One timer, for the earliest deadline of a waiting produce. A timer per request
+        (30 s each, the deadlines only grow) kept a handle per acks=all request of the last
+        30 s in the loop's heap."""
         if self._expiry is not None:
             if self._expiry[0] <= deadline_ms:
                 return

@@ -92,10 +92,7 @@ class Dispatcher:
         result = apply_quotas(ctx, req, result, len(frame), t_local - t0, mutations)   # KIP-219 throttling
         if inspect.isawaitable(result):
             return self._finish(result, ctx, req, t0, t_local, 0, None, throttled=True)
-        self._done(ctx, req, result, t0, t_local, t_local)
-        if result is None:
-            return None
-        return encode_response_chunks(corr, api_key, version, result)
+        return self._encoded(ctx, req, result, t0, t_local, t_local)
 
     async def _finish(self, awaitable, ctx, req, t0, t_local, nbytes, mutations, throttled=False):
         resp = await awaitable
@@ -103,10 +100,7 @@ class Dispatcher:
             resp = apply_quotas(ctx, req, resp, nbytes, t_local - t0, mutations)
             if inspect.isawaitable(resp):
                 resp = await resp
-        self._done(ctx, req, resp, t0, t_local, perf_counter_ns())
-        if resp is None:
-            return None
-        return encode_response_chunks(ctx.correlation_id, ctx.api_key, ctx.api_version, resp)
+        return self._encoded(ctx, req, resp, t0, t_local, perf_counter_ns())
 
     def _deferred_done(self, answer, ctx, req, t0, t_local, nbytes, mutations, resp, error) -> None:
         """A Deferred response completed: quotas, metrics and encoding as ``_finish`` does,
@@ -122,11 +116,16 @@ class Dispatcher:
                 later = asyncio.ensure_future(self._finish(resp, ctx, req, t0, t_local, 0, None, throttled=True))
                 later.add_done_callback(functools.partial(_settle, answer))
                 return
-            self._done(ctx, req, resp, t0, t_local, perf_counter_ns())
-            answer.set_result(None if resp is None else
-                              encode_response_chunks(ctx.correlation_id, ctx.api_key, ctx.api_version, resp))
+            answer.set_result(self._encoded(ctx, req, resp, t0, t_local, perf_counter_ns()))
         except Exception as e:  # noqa: BLE001 - the connection reports it and closes
             answer.set_exception(e)
+
+    def _encoded(self, ctx, req, resp, t0, t_local, t_end):
+        """The request is done: its metrics, then its response's chunks (None: no response)."""
+        self._done(ctx, req, resp, t0, t_local, t_end)
+        if resp is None:
+            return None
+        return encode_response_chunks(ctx.correlation_id, ctx.api_key, ctx.api_version, resp)
 
     def _done(self, ctx, req, resp, t0, t_local, t_end):
         if self.metrics is not None:

@@ -40,7 +40,8 @@ class _Index:
         self._loaded = False  # _entries/_capacity known
         self._writable = writable
         # (entry count, the last entry unpacked): appends check the last entry without a
-        # pread (two per produce request, offset and time index); valid while the count is
+        # pread (two per produce request, offset and time index). Keyed by the count, so a
+        # truncation invalidates it; dropped when the file is re-read (close, reset).
         self._last: tuple | None = None
         if new and writable and max_index_size > 0:
             # a new segment's index: known empty. The file exists from the start, as Kafka's
@@ -256,7 +257,6 @@ class OffsetIndex(_Index):
         self._load()
         slot = self._largest_lower(offset - self.base_offset, strict=True)
         self._entries = slot + 1
-        self._last = None
 
     def sanity_check(self, log_size: int) -> bool:
         """Cheap structural check of an index we did not rebuild: length multiple of the
@@ -337,7 +337,6 @@ class TimeIndex(_Index):
             else:
                 hi = mid
         self._entries = lo
-        self._last = None
 
     def sanity_check(self, log_size: int) -> bool:
         self._load()

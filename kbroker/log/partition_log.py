@@ -1127,26 +1127,26 @@ class PartitionLog:
         """Group commit: return once everything below ``offset`` (default: the current
         log end) is fsynced. Concurrent callers share fsyncs: while one fsync runs (in a
         thread), new appends queue up and the next fsync covers all of them."""
-        self._check_open()
-        target = self._leo if offset is None else offset
-        if target <= max(self._recovery_point, self._durable_offset):
-            return
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future = loop.create_future()
-        self._sync_waiters.append((target, fut))
-        self._start_sync_loop(loop)
-        await fut
+        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        if self._add_sync_waiter(self._leo if offset is None else offset, fut):
+            await fut
 
     def when_durable(self, offset: int, callback) -> None:
         """``callback(None)`` once everything below ``offset`` is fsynced (group commit, as
         ``sync``), or ``callback(KafkaStorageError)`` if that cannot happen; at once if it
         already is. For answers completed without a task (kbroker.handlers.deferred)."""
-        self._check_open()
-        if offset <= max(self._recovery_point, self._durable_offset):
+        if not self._add_sync_waiter(offset, _SyncCallback(callback)):
             callback(None)
-            return
-        self._sync_waiters.append((offset, _SyncCallback(callback)))
+
+    def _add_sync_waiter(self, target: int, waiter) -> bool:
+        """Queue ``waiter`` (a future, or a _SyncCallback) for the round that makes
+        ``target`` durable; False if it already is."""
+        self._check_open()
+        if target <= max(self._recovery_point, self._durable_offset):
+            return False
+        self._sync_waiters.append((target, waiter))
         self._start_sync_loop(asyncio.get_running_loop())
+        return True
 
     async def _sync_loop(self) -> None:
         loop = asyncio.get_running_loop()

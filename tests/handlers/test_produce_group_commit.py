@@ -118,8 +118,6 @@ def test_a_produce_waiting_for_its_fsync_is_answered_without_a_task(broker):
 
 
 def test_a_deferred_answer():
-    from kbroker.handlers.deferred import Deferred
-
     d, seen = Deferred(), []
     d.then(lambda r, e: seen.append((r, e)))
     d.resolve("first")
