@@ -122,8 +122,14 @@ class ControllerChannel:
             backoff = min(backoff * 2, 1.0)
 
     async def _send_while_leader(self, client: KafkaClient, node: int, request, version, left: float):
-        """``client.send``, given up (LeaderMoved) once the quorum names a leader other than
-        ``node``; the answer, if it still comes, is dropped by the client."""
+        """``client.send``, given up (LeaderMoved) once the quorum names a new leader other
+        than ``node``; the answer, if it still comes, is dropped by the client.
+
+        Only a *change* of the named leader counts: right after a failover this broker may
+        still name the dead leader while ``node`` (tried because the dead one refused) is
+        already the new one and is applying the request; giving up on it then would resend
+        an applied write (CreateTopics answered TOPIC_ALREADY_EXISTS)."""
+        named_at_send = self.leader_hint()
         task = asyncio.ensure_future(client.send(request, version, timeout_ms=int(left * 1000)))
         try:
             while True:
@@ -132,7 +138,8 @@ class ControllerChannel:
                     return task.result()
                 leader = self.leader_hint()
                 # node < 0: a bootstrap address, whose node id is not known
-                if node >= 0 and leader is not None and leader >= 0 and leader != node:
+                if (node >= 0 and leader is not None and leader >= 0 and leader != node
+                        and leader != named_at_send):
                     task.cancel()
                     raise LeaderMoved(f"controller {node} stopped answering and node {leader} is now the leader")
         except asyncio.CancelledError:

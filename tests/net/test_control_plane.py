@@ -230,3 +230,53 @@ def test_channel_leaves_a_silent_controller_once_the_quorum_names_another_leader
                 w.close()
             await server.shutdown(timeout=5)
     asyncio.run(main())
+
+
+def test_channel_keeps_a_slow_new_leader_while_this_broker_still_names_the_dead_one(tmp_path):
+    """Right after a failover the broker may still name the killed leader. The request goes to
+    the next controller (the new leader), which takes its time: it must be waited for, not
+    abandoned and resent (a resent CreateTopics is answered TOPIC_ALREADY_EXISTS)."""
+    async def main():
+        server, ports = await start_node(tmp_path)
+        frames = []
+
+        async def slow_proxy(reader, writer):
+            # counts the requests it passes on and holds each for 0.5 s (several leader checks)
+            up_r, up_w = await asyncio.open_connection("127.0.0.1", ports["CONTROLLER"])
+
+            async def pump_down():
+                while data := await up_r.read(65536):
+                    writer.write(data)
+                writer.close()
+            down = asyncio.ensure_future(pump_down())
+            try:
+                while True:
+                    head = await reader.readexactly(4)
+                    body = await reader.readexactly(int.from_bytes(head, "big"))
+                    frames.append(int.from_bytes(body[:2], "big"))
+                    await asyncio.sleep(0.5)
+                    up_w.write(head + body)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                pass
+            finally:
+                up_w.close()
+                down.cancel()
+        proxy = await asyncio.start_server(slow_proxy, "127.0.0.1", 0)
+        dead = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        dead_port = dead.sockets[0].getsockname()[1]
+        dead.close()
+        await dead.wait_closed()                      # node 3: killed, connections refused
+        try:
+            cands = lambda: [(3, "127.0.0.1", dead_port),  # noqa: E731
+                             (1, "127.0.0.1", proxy.sockets[0].getsockname()[1])]
+            ch = ControllerChannel(cands, lambda: 3, request_timeout_ms=20000)
+            Req = wire.REQUESTS[19]
+            resp = await ch.send(Req(timeout_ms=100, topics=[Req.CreatableTopic(
+                name="once", num_partitions=1, replication_factor=1)]))
+            assert resp.topics[0].error_code == 0
+            assert frames.count(19) == 1, frames
+            await ch.close()
+        finally:
+            proxy.close()
+            await server.shutdown(timeout=5)
+    asyncio.run(main())
