@@ -14,13 +14,16 @@
 #    no GSSAPI, no curl; zlib, zstd, lz4 on). Skipped when the build stamp matches.
 # 3. Starts kbroker on free 127.0.0.1 ports (one broker per test scenario: "default" with topic
 #    auto-creation, "noautocreate" without), writes the suite's test.conf, runs each test number
-#    in its own test-runner process under a timeout, stops the broker by its PID.
+#    in its own test-runner process under a timeout, stops the broker by its PID. The entries
+#    are shared out to RDK_LANES lanes that run side by side, each with its own brokers (most
+#    suite tests spend their time waiting: 0077 alone pauses 100 s for the log cleaner).
 # 4. Prints one line per test and "librdkafka: N passed, N failed, N skipped"; exits 1 if any
 #    test failed or was skipped, 2 if a prerequisite is missing (the message says which).
 #
 # Results: .deps/librdkafka-suite/runs/last/{results.tsv,<test>.log,<test>.json,broker-*.log}.
 # Env: RDK_TEST_TIMEOUT (seconds per test, default 300), TEST_KAFKA_VERSION (default 3.9.0),
-#      RDK_JOBS (make -j, default nproc), LIBRDKAFKA_SUITE_RUN (the results dir instead of runs/last;
+#      RDK_JOBS (make -j, default nproc), RDK_LANES (entries run side by side, default 3;
+#      1 runs them one after another), LIBRDKAFKA_SUITE_RUN (the results dir instead of runs/last;
 #      compat_tests/test_librdkafka_suite.py reads it too).
 # Never commit anything under .deps/: only this script is ours.
 set -uo pipefail
@@ -31,6 +34,7 @@ RUN=${LIBRDKAFKA_SUITE_RUN:-$BASE/runs/last}   # (another run dir: helpers shari
 PER_TEST_TIMEOUT=${RDK_TEST_TIMEOUT:-300}
 export TEST_KAFKA_VERSION=${TEST_KAFKA_VERSION:-3.9.0}
 JOBS=${RDK_JOBS:-$(nproc 2>/dev/null || echo 2)}
+LANES=${RDK_LANES:-3}
 CONFIGURE_FLAGS="--no-download --enable-ssl --disable-gssapi --disable-curl --enable-zlib --enable-zstd --enable-lz4-ext"
 
 # ---------------------------------------------------------------------------------------------
@@ -86,6 +90,10 @@ SASL_TESTS="0135"
 # Tests that need nothing but the client library (mock cluster, config parsing ...) are not
 # kbroker conformance and are always left out, via the suite's own -L flag.
 RUNNER_FLAGS="-L -K -p1"   # -L: no local-only tests, -K: no known-issue tests, -p1: one at a time
+# Seconds an entry takes (a clean run on 2 cores), to share the entries out evenly between the
+# lanes; an entry not named here counts as 5.
+SLOW_ENTRIES="0077:107 0018:31 0119:16 0045:16 0097:14 0118:13 0113:l_unsubscribe:13 0111:12
+0015:12 0129:11 0030:11 0109:10 0051:10 0103:do_test_fenced_txn:18 0103:do_test_wmark_isolation_level:18 0101:20"
 
 die_missing() { echo "librdkafka-conformance: MISSING: $*" >&2; exit 2; }
 log() { echo "== $*" >&2; }
@@ -238,8 +246,8 @@ trap 'stop_broker' EXIT
 trap 'exit 130' INT TERM
 
 SECURE_PW=kbroker-suite-secret
-secure_setup() {  # $RUN/certs (trivup's SSL_* files), SECURE_ARGS (broker listeners), SSL_/SASL_PORT
-  local certs=$RUN/certs
+secure_setup() {  # $LANE_DIR/certs (trivup's SSL_* files), SECURE_ARGS (broker listeners), SSL_/SASL_PORT
+  local certs=$LANE_DIR/certs
   (cd "$ROOT" && python3 - "$certs" "$SECURE_PW" <<'PY'
 """The suite's SSL files, from the compat tests' certificate maker: client key/cert/CA as PEM,
 DER and PKCS#12 (password-protected key), and a bundle of several CA certificates."""
@@ -284,12 +292,12 @@ PY
 }
 
 secure_confs() {  # the suite's test.conf for SSL_TESTS and for SASL_TESTS
-  local certs=$RUN/certs
+  local certs=$LANE_DIR/certs
   printf '%s\n' "bootstrap.servers=127.0.0.1:$SSL_PORT" security.protocol=SSL "ssl.ca.location=$certs/ca.pem" \
     "ssl.certificate.location=$certs/client-cert.pem" "ssl.key.location=$certs/client.key.pem" \
-    "ssl.key.password=$SECURE_PW" >"$RUN/test-ssl.conf"
+    "ssl.key.password=$SECURE_PW" >"$LANE_DIR/test-ssl.conf"
   printf '%s\n' "bootstrap.servers=127.0.0.1:$SASL_PORT" security.protocol=SASL_PLAINTEXT sasl.mechanism=PLAIN \
-    sasl.username=suite "sasl.password=$SECURE_PW" >"$RUN/test-sasl.conf"
+    sasl.username=suite "sasl.password=$SECURE_PW" >"$LANE_DIR/test-sasl.conf"
 }
 
 start_broker() {  # $1: scenario (default | noautocreate | secure | cluster*); $2: group.initial.rebalance.delay.ms; $3: acl
@@ -303,7 +311,7 @@ start_broker() {  # $1: scenario (default | noautocreate | secure | cluster*); $
   BROKER_N=$((BROKER_N + 1))
   BROKER_PORT=$(free_port); cport=$(free_port)
   data=$(mktemp -d "${TMPDIR:-/tmp}/kbroker-rdk.XXXXXX")
-  BROKER_LOG=$RUN/broker-$BROKER_N-$1.log
+  BROKER_LOG=$RUN/broker-$LANE.$BROKER_N-$1.log
   # The suite's default scenario is Kafka's default config with auto-created 4-partition topics.
   (cd "$ROOT" && exec python3 -m kbroker serve \
       --override node.id=1 \
@@ -331,7 +339,7 @@ PY
     then
       log "kbroker ($1 scenario, group.initial.rebalance.delay.ms=$delay${3:+, StandardAuthorizer}) pid $BROKER_PID on 127.0.0.1:$BROKER_PORT"
       BROKER_BOOTSTRAP=127.0.0.1:$BROKER_PORT
-      printf 'bootstrap.servers=%s\n' "$BROKER_BOOTSTRAP" >"$RUN/test.conf"
+      printf 'bootstrap.servers=%s\n' "$BROKER_BOOTSTRAP" >"$LANE_DIR/test.conf"
       [ "$1" = secure ] && secure_confs
       return 0
     fi
@@ -347,7 +355,7 @@ start_cluster() {  # $1: cluster | cluster-noautocreate: three combined nodes (k
   [ "$1" = cluster-noautocreate ] && autocreate=false
   BROKER_N=$((BROKER_N + 1))
   data=$(mktemp -d "${TMPDIR:-/tmp}/kbroker-rdk.XXXXXX")
-  BROKER_LOG=$RUN/broker-$BROKER_N-$1.log
+  BROKER_LOG=$RUN/broker-$LANE.$BROKER_N-$1.log
   (cd "$ROOT" && exec python3 -m kbroker cluster up 3 --data-dir "$data/cluster" --racks 'RACK{id}' \
       --override replica.selector.class=org.apache.kafka.common.replica.RackAwareReplicaSelector \
       --override num.partitions=4 --override default.replication.factor=1 \
@@ -360,7 +368,7 @@ start_cluster() {  # $1: cluster | cluster-noautocreate: three combined nodes (k
     BROKER_BOOTSTRAP=$(sed -n 's/^bootstrap servers: //p' "$BROKER_LOG")
     if [ -n "$BROKER_BOOTSTRAP" ]; then
       log "kbroker 3-node cluster pid $BROKER_PID on $BROKER_BOOTSTRAP"
-      printf 'bootstrap.servers=%s\n' "$BROKER_BOOTSTRAP" >"$RUN/test.conf"
+      printf 'bootstrap.servers=%s\n' "$BROKER_BOOTSTRAP" >"$LANE_DIR/test.conf"
       return 0
     fi
     sleep 0.1
@@ -388,9 +396,9 @@ run_one() {  # $1 entry: test number, or NUMBER:SUBTESTS (the suite's sub-test f
   local acl=
   case " $ACL_TESTS " in *" $1 "*|*" $n "*) acl=acl ;; esac
   [ "$BROKER_SCENARIO" = "$scen/$delay/$acl" ] && kill -0 "$BROKER_PID" 2>/dev/null || start_broker "$scen" "$delay" "$acl"
-  local conf=$RUN/test.conf
-  case " $SSL_TESTS " in *" $n "*) [ "$scen" = secure ] && conf=$RUN/test-ssl.conf ;; esac
-  case " $SASL_TESTS " in *" $n "*) [ "$scen" = secure ] && conf=$RUN/test-sasl.conf ;; esac
+  local conf=$LANE_DIR/test.conf
+  case " $SSL_TESTS " in *" $n "*) [ "$scen" = secure ] && conf=$LANE_DIR/test-ssl.conf ;; esac
+  case " $SASL_TESTS " in *" $n "*) [ "$scen" = secure ] && conf=$LANE_DIR/test-sasl.conf ;; esac
   start=$(date +%s)
   { (cd "$SRC/tests" && exec env SUBTESTS="$sub" RDKAFKA_TEST_CONF="$conf" TESTS="$n" \
       TEST_REPORT="$RUN/$tag.json" LD_LIBRARY_PATH="$SRC/src:$SRC/src-cpp" \
@@ -400,7 +408,9 @@ run_one() {  # $1 entry: test number, or NUMBER:SUBTESTS (the suite's sub-test f
   secs=$(( $(date +%s) - start ))
   local alive=yes
   kill -0 "$BROKER_PID" 2>/dev/null || alive=no
-  python3 - "$tag" "$n" "$rc" "$secs" "$alive" "$RUN" "$flags" <<'PY' >>"$RUN/results.tsv"
+  local line
+  line=$(python3 - "$tag" "$n" "$rc" "$secs" "$alive" "$RUN" "$flags" <<'PY'
+
 import json, re, sys
 tag, num, rc, secs, alive, run, flags = sys.argv[1:]
 rc = int(rc)
@@ -437,7 +447,26 @@ if alive != "yes":
 tests = ",".join(sorted(ran)) or ",".join(sorted(states))
 print(f"{tag}\t{result}\t{secs}s\t{' -Q' if '-Q' in flags else ''}\t{tests}\t{reason}")
 PY
-  tail -1 "$RUN/results.tsv" | awk -F'\t' '{ printf "%-22s %-4s %5s  %s\n", $1, $2, $3, $6 }'
+)
+  printf '%s\n' "$line" >>"$RUN/results.tsv"   # (one short write: lanes append whole lines)
+  printf '%s\n' "$line" | awk -F'\t' '{ printf "%-22s %-4s %5s  %s\n", $1, $2, $3, $6 }'
+}
+
+entry_seconds() {  # $1 entry (NUMBER or NUMBER:SUBTESTS): its expected run time (SLOW_ENTRIES)
+  local e
+  for e in $SLOW_ENTRIES; do [ "${e%:*}" = "$1" ] && { echo "${e##*:}"; return; }; done
+  echo 5
+}
+
+run_lane() {  # $1 lane number; the rest: "entry@scenario" words, run one after another
+  LANE=$1; shift
+  LANE_DIR=$RUN/lane$LANE; mkdir -p "$LANE_DIR"
+  BROKER_PID=; BROKER_SCENARIO=; BROKER_N=0
+  trap 'stop_broker' EXIT
+  trap 'exit 130' INT TERM
+  local w
+  for w in "$@"; do run_one "${w%@*}" "${w##*@}"; done
+  stop_broker
 }
 
 case $mode in
@@ -459,12 +488,31 @@ esac
 
 log "librdkafka $(basename "$SRC") test-runner against kbroker, TEST_KAFKA_VERSION=$TEST_KAFKA_VERSION, logs in $RUN"
 : >"$RUN/results.tsv"
-for t in $default_list; do run_one "$t" default; done
-for t in $noauto_list; do run_one "$t" noautocreate; done
-for t in $secure_list; do run_one "$t" secure; done
-for t in $cluster_list; do run_one "$t" cluster; done
-for t in $cluster_noauto_list; do run_one "$t" cluster-noautocreate; done
-stop_broker
+entries=()
+for t in $default_list; do entries+=("$t@default"); done
+for t in $noauto_list; do entries+=("$t@noautocreate"); done
+for t in $secure_list; do entries+=("$t@secure"); done
+for t in $cluster_list; do entries+=("$t@cluster"); done
+for t in $cluster_noauto_list; do entries+=("$t@cluster-noautocreate"); done
+# Each entry, longest first, to the lane with the least expected time so far; a lane then runs
+# its entries in the list's order (entries of one broker scenario stay together).
+declare -A lane_of=() 
+lane_load=(); for ((l = 0; l < LANES; l++)); do lane_load[l]=0; done
+while read -r secs w; do
+  best=0
+  for ((l = 1; l < LANES; l++)); do [ "${lane_load[l]}" -lt "${lane_load[best]}" ] && best=$l; done
+  lane_of[$w]=$best; lane_load[best]=$(( ${lane_load[best]} + secs ))
+done < <(for w in "${entries[@]}"; do echo "$(entry_seconds "${w%@*}") $w"; done | sort -k1,1nr -s)
+lane_pids=()
+for ((l = 0; l < LANES; l++)); do
+  mine=(); for w in "${entries[@]}"; do [ "${lane_of[$w]}" = "$l" ] && mine+=("$w"); done
+  [ ${#mine[@]} -gt 0 ] || continue
+  log "lane $((l + 1)): ${#mine[@]} entries, ~${lane_load[l]} s"
+  run_lane $((l + 1)) "${mine[@]}" &
+  lane_pids+=($!)
+done
+trap 'kill -TERM "${lane_pids[@]}" 2>/dev/null; exit 130' INT TERM
+wait "${lane_pids[@]}"
 xargs rm -rf <"$RUN/broker-data-dirs" 2>/dev/null
 
 if [ "$mode" != curated ]; then  # outside the curated run, a test the suite skips in a scenario is no outcome
