@@ -23,7 +23,7 @@ SCRIPT = REPO / "scripts" / "librdkafka-conformance.sh"
 RESULTS = Path(os.environ.get("LIBRDKAFKA_SUITE_RUN") or Path(
     os.environ.get("LIBRDKAFKA_SUITE_DIR", REPO / ".deps" / "librdkafka-suite")) / "runs" / "last") / "results.tsv"
 
-# Build (~1-6 min on 2 cores, once) + the curated run (~3.5 min in three lanes); each suite test has its own
+# Build (~1-6 min on 2 cores, once) + the curated run (~5 min in three lanes); each suite test has its own
 # timeout inside the script.
 TIMEOUT_S = 1500
 

@@ -47,6 +47,7 @@ DEFAULT_TESTS="
 0029 0030 0031 0034 0035 0036 0038 0039 0040 0041 0042 0044 0045 0048 0050 0051 0052
 0053 0054 0056 0057 0060 0063 0064 0065 0067 0069 0070 0073 0077 0082 0083 0085 0086 0090
 0099 0110 0112 0113 0129 0130 0132
+0026 0033 0049 0059 0061 0068 0075 0084 0088 0089 0114 0137
 0081:CreateTopics 0081:DeleteTopics 0081:CreatePartitions 0081:do_test_DescribeConfigs
 0081:DeleteRecords 0081:DeleteGroups 0081:AlterConsumerGroupOffsets
 0103:do_test_fenced_txn
@@ -93,7 +94,8 @@ RUNNER_FLAGS="-L -K -p1"   # -L: no local-only tests, -K: no known-issue tests, 
 # Seconds an entry takes (a clean run on 2 cores), to share the entries out evenly between the
 # lanes; an entry not named here counts as 5.
 SLOW_ENTRIES="0077:107 0018:31 0119:16 0045:16 0097:14 0118:13 0113:l_unsubscribe:13 0111:12
-0015:12 0129:11 0030:11 0109:10 0051:10 0103:do_test_fenced_txn:18 0103:do_test_wmark_isolation_level:18 0101:20"
+0015:12 0129:11 0030:11 0109:10 0051:10 0103:do_test_fenced_txn:18 0103:do_test_wmark_isolation_level:18 0101:20
+0026:48 0033:29 0049:22 0068:19 0061:21 0059:10 0088:20 0084:12 0137:12 0075:15 0114:19 0089:13"
 
 die_missing() { echo "librdkafka-conformance: MISSING: $*" >&2; exit 2; }
 log() { echo "== $*" >&2; }
