@@ -3,6 +3,7 @@ callback that ran too long."""
 
 import asyncio
 import logging
+import sys
 import time
 
 from kbroker.loop_probe import LoopLagProbe
@@ -27,7 +28,15 @@ def _probe_a_hold(caplog, seconds: float) -> None:
 
 def test_a_logged_lag_names_the_function_that_held_the_loop(monkeypatch, caplog):
     monkeypatch.setenv("KBROKER_LOOP_STACKS", "1")
-    _probe_a_hold(caplog, 0.08)
+    # The sampler needs the GIL (and, on a busy 2-core CI machine, a core) while the loop
+    # holds it: with the broker's 1 ms switch interval and a 0.25 s hold it gets many turns
+    # (an 0.08 s hold at Python's 5 ms default once got none in CI).
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(0.001)
+    try:
+        _probe_a_hold(caplog, 0.25)
+    finally:
+        sys.setswitchinterval(switch)
     held = [r.getMessage() for r in caplog.records if r.getMessage().startswith("held in")]
     assert any("_hold_the_loop_in_a_named_function" in m for m in held), held
 
