@@ -227,10 +227,6 @@ chmod +x "$SHIM/bin/kafka-acls.sh"
 
 # ------------------------------------------------------------------------------ the broker
 rm -rf "$RUN"; mkdir -p "$RUN"
-BROKER_PID=
-BROKER_PORT=
-BROKER_SCENARIO=
-BROKER_N=0
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
@@ -244,8 +240,7 @@ stop_broker() {
   fi
   BROKER_PID=
 }
-trap 'stop_broker' EXIT
-trap 'exit 130' INT TERM
+trap 'exit 130' INT TERM   # (each lane stops its own brokers: run_lane)
 
 SECURE_PW=kbroker-suite-secret
 secure_setup() {  # $LANE_DIR/certs (trivup's SSL_* files), SECURE_ARGS (broker listeners), SSL_/SASL_PORT
@@ -412,7 +407,6 @@ run_one() {  # $1 entry: test number, or NUMBER:SUBTESTS (the suite's sub-test f
   kill -0 "$BROKER_PID" 2>/dev/null || alive=no
   local line
   line=$(python3 - "$tag" "$n" "$rc" "$secs" "$alive" "$RUN" "$flags" <<'PY'
-
 import json, re, sys
 tag, num, rc, secs, alive, run, flags = sys.argv[1:]
 rc = int(rc)
@@ -463,7 +457,7 @@ entry_seconds() {  # $1 entry (NUMBER or NUMBER:SUBTESTS): its expected run time
 run_lane() {  # $1 lane number; the rest: "entry@scenario" words, run one after another
   LANE=$1; shift
   LANE_DIR=$RUN/lane$LANE; mkdir -p "$LANE_DIR"
-  BROKER_PID=; BROKER_SCENARIO=; BROKER_N=0
+  BROKER_PID=; BROKER_PORT=; BROKER_SCENARIO=; BROKER_N=0   # this lane's broker
   trap 'stop_broker' EXIT
   trap 'exit 130' INT TERM
   local w
@@ -498,7 +492,7 @@ for t in $cluster_list; do entries+=("$t@cluster"); done
 for t in $cluster_noauto_list; do entries+=("$t@cluster-noautocreate"); done
 # Each entry, longest first, to the lane with the least expected time so far; a lane then runs
 # its entries in the list's order (entries of one broker scenario stay together).
-declare -A lane_of=() 
+declare -A lane_of=()
 lane_load=(); for ((l = 0; l < LANES; l++)); do lane_load[l]=0; done
 while read -r secs w; do
   best=0
