@@ -16,6 +16,10 @@ one producer sends 1 GB in about a second here. The machine may be shared: compa
 a run; each trial's with/without pair ran back to back, so their ratios are listed too, and
 the broker's CPU time per GB (what a loaded 2-core machine turns into throughput).
 
+``--pin``: the brokers run on core 0 and the producers on core 1, as when clients run on
+other machines. On two shared cores the producers need about all of the CPU, so an fsync's
+kernel work comes out of their share; pinned, it comes out of the broker's.
+
 ``--client java``: the producers are Kafka's own ``kafka-producer-perf-test.sh`` (from
 reference-kafka, the Java client at its defaults: idempotence on, up to 5 requests in flight
 per connection, 16 KiB batches, linger 5 ms), one process per producer, their MB/s summed.
@@ -42,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_scale import create, produce  # noqa: E402
-from peers import KAFKA_HOME, NAMES, cpu_seconds, make_broker, write_report  # noqa: E402
+from peers import KAFKA_HOME, NAMES, cpu_seconds, make_broker, pin, write_report  # noqa: E402
 
 
 def produce_parallel(bootstrap: str, topic: str, records: int, producers: int, extra: dict) -> float:
@@ -93,8 +97,12 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--idempotence", action="store_true", help="enable.idempotence=true")
     ap.add_argument("--client", default="librdkafka", choices=("librdkafka", "java"))
+    ap.add_argument("--pin", action="store_true",
+                    help="brokers on core 0, the producers on core 1 (as when clients run elsewhere)")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
+    if args.pin and len(os.sched_getaffinity(0)) < 2:
+        ap.error("--pin needs two cores")
     kinds = args.brokers.split(",")
     extra = {"enable.idempotence": True} if args.idempotence else {}
     counts = [int(x) for x in args.producers.split(",")]
@@ -107,6 +115,10 @@ def main() -> None:
     try:
         for k in kinds:
             brokers[k] = make_broker(k, tmp).start(timeout=180)
+            if args.pin:
+                pin(brokers[k].proc.pid, {0})
+        if args.pin:
+            os.sched_setaffinity(0, {1})   # this process, its producer threads and the JVMs it starts
         for k, b in brokers.items():
             for n in counts:
                 create(b.bootstrap, [(f"fs-{n}", 1)], {"flush.messages": "1"})
@@ -143,7 +155,8 @@ def report(res, pairs, cpu, errors, kinds, counts, args) -> None:
          f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; shared "
          f"with other jobs. One partition, acks=all, {args.records} x 1 KiB records per run"
          f"{', enable.idempotence=true' if args.idempotence else ''}"
-         f"{', the Java producer (kafka-producer-perf-test.sh, defaults)' if args.client == 'java' else ''}, median of "
+         f"{', the Java producer (kafka-producer-perf-test.sh, defaults)' if args.client == 'java' else ''}"
+         f"{'; each broker pinned to core 0 and the producers to core 1' if args.pin else ''}, median of "
          f"{args.trials} alternating trials (MB/s); each trial's ratio; the broker process's CPU "
          f"seconds per GB produced (median; less sensitive to the machine's load than MB/s).", "",
          "| producers | broker | flush.messages=1 | no fsync | with / without | per trial "

@@ -160,6 +160,17 @@ def process_tree(pid: int) -> list[int]:
         return [pid]
 
 
+def pin(pid: int, cpus: set[int]) -> None:
+    """Run a broker (every thread of it and its children) on ``cpus`` only; threads it
+    starts later inherit the mask."""
+    for p in process_tree(pid):
+        for tid in os.listdir(f"/proc/{p}/task"):
+            try:
+                os.sched_setaffinity(int(tid), cpus)
+            except ProcessLookupError:   # (a thread that just ended)
+                pass
+
+
 def rss_mb(pid: int) -> float:
     """Resident memory of a process and its children."""
     total = 0

@@ -303,6 +303,11 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("client.telemetry.metrics", "list", [],
               doc="KIP-714: client metric name prefixes to request (* = all); empty (default) disables telemetry"),
     ConfigDef("client.telemetry.push.interval.ms", "int", 30000, at_least(100)),
+    # Storage (kbroker.log.zero_fill): not in Kafka
+    ConfigDef("log.zero.fill.ahead", "boolean", True,
+              doc="Write zeros a few MiB ahead of the appends of partitions that fsync every append "
+                  "(flush.messages=1), so each fsync overwrites allocated blocks instead of growing "
+                  "the file. Turn off on copy-on-write filesystems (btrfs, ZFS), where it only adds writes"),
 ]
 
 BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_DEFS}

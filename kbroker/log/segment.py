@@ -25,6 +25,8 @@ from .config import INT_MAX, LogConfig
 from .errors import KafkaStorageError
 from .fd_cache import FileHandle
 from .index import OffsetIndex, TimeIndex
+from . import zero_fill
+from .zero_fill import ZeroFill
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +166,7 @@ class LogSegment:
         # True when every batch starts right after the previous one (no compaction gaps),
         # so offset translation never needs a batch header; known for what we wrote/scanned
         self.contiguous = create
+        self._zero_fill: ZeroFill | None = None   # group commit: zeros ahead of the appends
 
     # -- identity -----------------------------------------------------------------------
     @property
@@ -355,9 +358,27 @@ class LogSegment:
         position = self.size
         if self.contiguous and batches and position and batches[0].base_offset != self._next_offset:
             self.contiguous = False
+        if self._zero_fill is not None:
+            self._zero_fill.claim(position + (buf.nbytes if isinstance(buf, memoryview) else len(buf)))
         pwrite_all(self.handle.fileno(), buf, position)
         self._after_write(batches, position)
         self._next_offset = largest_offset + 1
+
+    def fill_ahead(self) -> None:
+        """After an append to a log that fsyncs every append: keep zeros written a few MiB
+        ahead of the log's end (kbroker.log.zero_fill), up to segment.bytes."""
+        zf = self._zero_fill
+        if zf is None:
+            if not self.active or self.handle.closed or not zero_fill.ENABLED:
+                return
+            zf = self._zero_fill = ZeroFill(self.size)
+        zf.ahead(self.config.segment_bytes, self.handle.fileno())
+
+    def _stop_zero_fill(self) -> None:
+        """Before the file is trimmed, truncated, closed or deleted: no zeros after this."""
+        if self._zero_fill is not None:
+            self._zero_fill.stop()
+            self._zero_fill = None
 
     def _after_write(self, batches, position: int) -> None:
         interval = self.config.index_interval_bytes
@@ -516,6 +537,7 @@ class LogSegment:
         if pos >= self.size:
             return 0
         removed = self.size - pos
+        self._stop_zero_fill()   # (the next append starts a new one from ``pos``)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         os.ftruncate(self.handle.fileno(), pos)
@@ -564,6 +586,7 @@ class LogSegment:
                                          skip_full_check=True)
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
+        self._stop_zero_fill()
         self._trim_file()
         self.active = False
         self.handle.unpin()
@@ -600,6 +623,7 @@ class LogSegment:
 
     def close(self) -> None:
         """Clean close: trims like a roll (the time index keeps its final entry)."""
+        self._stop_zero_fill()
         if self.active:
             try:
                 self.on_become_inactive()
@@ -611,6 +635,7 @@ class LogSegment:
 
     def detach_descriptors(self) -> None:
         """Before another thread closes this segment: out of the descriptor cache."""
+        self._stop_zero_fill()
         for h in (self.handle, self.offset_index._h, self.time_index._h):
             h.detach()
 
@@ -649,6 +674,7 @@ class LogSegment:
         """Unlink the files. The log descriptor is left to the FileHandle's last reference
         (regions in flight keep reading the unlinked file); the indexes close now.
         ``defer(paths)``: the unlinks run later (a worker thread) instead of now."""
+        self._stop_zero_fill()
         self.offset_index.close()
         self.time_index.close()
         if not self.handle.closed:

@@ -2,7 +2,10 @@
 acknowledged last offset on stdout (after append returned). Every record's value is its
 own offset, so the parent can check the reopened log record by record.
 
-usage: python crash_writer.py LOG_DIR PREALLOCATE(true|false) COMPRESSION(0..4)
+usage: python crash_writer.py LOG_DIR PREALLOCATE(true|false|zerofill) COMPRESSION(0..4)
+
+zerofill: flush.messages=1, whose active segment gets zeros written ahead of the appends
+(kbroker.log.zero_fill; nothing fsyncs here, the page cache outlives the process).
 """
 
 import sys
@@ -14,9 +17,10 @@ from kbroker.wire.records import BatchBuilder
 
 def main() -> None:
     d, prealloc, compression = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    cfg = LogConfig.from_props({"segment.bytes": "32768", "preallocate": prealloc,
+    cfg = LogConfig.from_props({"segment.bytes": "32768", "preallocate": str(prealloc == "true").lower(),
                                 "index.interval.bytes": "1024", "file.delete.delay.ms": "0",
-                                "segment.index.bytes": "4096"})
+                                "segment.index.bytes": "4096",
+                                **({"flush.messages": "1"} if prealloc == "zerofill" else {})})
     lm = LogManager([d], cfg)
     log = lm.get_or_create("crash", 0)
     out = sys.stdout

@@ -4,7 +4,7 @@ import struct
 
 import pytest
 
-from kbroker.log import errors
+from kbroker.log import errors, zero_fill
 from kbroker.log.config import LogConfig
 from kbroker.log.index import OffsetIndex, TimeIndex
 from kbroker.log.partition_log import (
@@ -594,6 +594,7 @@ def test_interrupted_clean_swap_and_deleted_files(tmp_path):
 
 
 def test_flush_and_group_commit(tmp_path, monkeypatch):
+    monkeypatch.setattr(zero_fill, "ENABLED", False)   # its fsyncs are not group commit's
     log = open_log(tmp_path, cfg(flush_messages=1))
     assert log.config.group_commit
     info = log.append(make_batch(2), 0)

@@ -1,0 +1,141 @@
+"""Zeros written ahead of a group-commit log's appends (kbroker.log.zero_fill): the file is
+longer than the log only while the segment is active, reads and recovery see the log alone,
+and the filler never overwrites bytes the log wrote."""
+
+import os
+import random
+import threading
+import time
+
+import pytest
+
+from kbroker.log import zero_fill
+from kbroker.log.zero_fill import ZeroFill
+
+from .helpers import make_batch
+from .test_partition_log import cfg, open_log, read_all
+
+
+def _wait_for_fill(log):
+    zf = log.active_segment._zero_fill
+    if zf is not None and zf._job is not None:
+        zf._job.result(timeout=10)
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    monkeypatch.setattr(zero_fill, "CHUNK", 64 << 10)
+    monkeypatch.setattr(zero_fill, "AHEAD", 32 << 10)
+    monkeypatch.setattr(zero_fill, "STEP", 4 << 10)
+
+
+def test_a_group_commit_log_writes_zeros_ahead_and_trims_them_at_the_roll(tmp_path, small_chunks):
+    c = cfg(flush_messages=1, segment_bytes=200_000)
+    log = open_log(tmp_path, c)
+    first = log.active_segment
+    log.append(make_batch(3), 0)
+    _wait_for_fill(log)
+    on_disk = os.path.getsize(first.path)
+    assert on_disk == first.size + (64 << 10)            # a chunk of zeros after the log
+    with open(first.path, "rb") as f:
+        f.seek(first.size)
+        assert f.read() == bytes(on_disk - first.size)
+    while log.active_segment is first:
+        log.append(make_batch(20, value=b"v" * 200), 0)
+        _wait_for_fill(log)
+    assert os.path.getsize(first.path) == first.size     # trimmed when it rolled
+    data = read_all(log)
+    log.close()
+    assert os.path.getsize(log.active_segment.path) == log.active_segment.size   # and at close
+    again = open_log(tmp_path, c, had_clean_shutdown=True)
+    assert read_all(again) == data
+    again.close()
+
+
+def test_a_log_without_fsync_on_every_append_writes_no_zeros(tmp_path, small_chunks):
+    log = open_log(tmp_path, cfg(segment_bytes=200_000))
+    log.append(make_batch(3), 0)
+    assert log.active_segment._zero_fill is None
+    assert os.path.getsize(log.active_segment.path) == log.active_segment.size
+    log.close()
+
+
+def test_recovery_after_a_crash_cuts_the_zeros_and_keeps_every_append(tmp_path, small_chunks):
+    c = cfg(flush_messages=1, segment_bytes=1_000_000)
+    log = open_log(tmp_path, c)
+    for i in range(40):
+        log.append(make_batch(1 + i % 5, value=b"x" * 300), 0)
+        _wait_for_fill(log)
+    data, end = read_all(log), log.log_end_offset
+    assert os.path.getsize(log.active_segment.path) > len(data)
+    log.close_without_trim()                             # as kill -9 leaves it
+    log = open_log(tmp_path, c)
+    rep = log.recovery
+    assert rep.zero_tail_bytes == rep.dropped_bytes > 0 and not rep.damaged, rep
+    assert read_all(log) == data and log.log_end_offset == end
+    assert log.append(make_batch(1), 0).first_offset == end
+    log.close()
+
+
+def test_a_truncation_stops_the_filler_and_appends_go_on_from_the_new_end(tmp_path, small_chunks):
+    c = cfg(flush_messages=1, segment_bytes=1_000_000)
+    log = open_log(tmp_path, c)
+    for _ in range(30):
+        log.append(make_batch(2, value=b"y" * 500), 0)
+    log.truncate_to(20)
+    _wait_for_fill(log)
+    assert log.active_segment._zero_fill is None         # a new one starts with the next append
+    for _ in range(30):
+        log.append(make_batch(2, value=b"z" * 500), 0)
+        _wait_for_fill(log)
+    assert [b.base_offset for b in log.batches(0)] == list(range(0, 80, 2))
+    log.close()
+
+
+def test_the_filler_never_overwrites_what_the_log_wrote(tmp_path, monkeypatch):
+    """Appends race a filler whose every step is slow: an append that reaches into the
+    range being filled must not be overwritten by that step's zeros."""
+    monkeypatch.setattr(zero_fill, "CHUNK", 256 << 10)
+    monkeypatch.setattr(zero_fill, "AHEAD", 128 << 10)
+    monkeypatch.setattr(zero_fill, "STEP", 8 << 10)
+    real = zero_fill._pwrite_zeros
+
+    def slow(fd, position, size):
+        time.sleep(0.0005)        # the step decided where to write; appends go on meanwhile
+        real(fd, position, size)
+    monkeypatch.setattr(zero_fill, "_pwrite_zeros", slow)
+    path = str(tmp_path / "f")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    rng = random.Random(11)
+    zf = ZeroFill(0)
+    written = bytearray()
+    try:
+        while len(written) < (2 << 20):
+            chunk = bytes([rng.randrange(1, 256)]) * rng.randrange(100, 6000)
+            zf.claim(len(written) + len(chunk))
+            os.pwrite(fd, chunk, len(written))
+            written += chunk
+            zf.ahead(4 << 20, fd)
+            if rng.random() < 0.2:
+                time.sleep(0.0002)
+        zf.stop()
+        if zf._job is not None:
+            zf._job.result(timeout=10)
+        with open(path, "rb") as f:
+            got = f.read(len(written))
+        bad = next((i for i in range(len(written)) if got[i] != written[i]), None)
+        assert bad is None, f"byte {bad} of {len(written)} was overwritten"
+    finally:
+        os.close(fd)
+
+
+def test_an_append_waits_at_most_for_the_step_in_progress():
+    """``claim`` takes the lock only when it reaches into a running job."""
+    zf = ZeroFill(0)
+    zf.lock.acquire()             # as a step in progress would hold it
+    try:
+        done = threading.Event()
+        threading.Thread(target=lambda: (zf.claim(10), done.set())).start()
+        assert done.wait(2)       # no job: no lock
+    finally:
+        zf.lock.release()
