@@ -640,6 +640,7 @@ class LogSegment:
             h.detach()
 
     def close_handles_only(self) -> None:
+        self._stop_zero_fill()
         self.offset_index.close()
         self.time_index.close()
         self.handle.close()

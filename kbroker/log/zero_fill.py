@@ -27,15 +27,18 @@ append (``Future.done()``), so a fill costs the loop no wake-up.
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import os
 import threading
+
+log = logging.getLogger(__name__)
 
 CHUNK = 8 << 20     # one job
 AHEAD = 4 << 20     # start the next job when less than this is left ahead of the log
 STEP = 1 << 20      # one pwrite (what an append reaching into a running job may wait for)
 ENABLED = True      # the broker's log.zero.fill.ahead; tests that count a log's fsyncs turn it off
 
-_ZEROS = bytes(STEP)
+_zeros = b""         # a step's worth, made on first use (a broker without such partitions pays nothing)
 _executor: concurrent.futures.ThreadPoolExecutor | None = None
 
 
@@ -75,15 +78,24 @@ class ZeroFill:
             if not job.done():
                 return
             self._job = None
-            if not job.cancelled() and job.exception() is None:
-                self.filled = max(self.filled, job.result())
+            err = job.exception()
+            if err is not None:   # (a full disk, say: the appends themselves report it)
+                log.warning("writing zeros ahead of the log failed, not retried for this file: %s", err)
+                self.stopped = True
+                return
+            self.filled = max(self.filled, job.result())
         start = max(self.filled, self.claimed)
         if self.stopped or start - self.claimed >= AHEAD or start >= limit:
             return
         end = min(start + CHUNK, limit)
         dup = os.dup(fd)
+        try:
+            self._job = _pool().submit(self._fill, dup, start, end)
+        except RuntimeError:   # the interpreter is exiting: no new threads
+            os.close(dup)
+            self.stopped = True
+            return
         self._job_start = start
-        self._job = _pool().submit(self._fill, dup, start, end)
 
     def stop(self) -> None:
         """Event loop: no more zeros from now on (before the file is trimmed, truncated,
@@ -113,7 +125,10 @@ class ZeroFill:
 
 
 def _pwrite_zeros(fd: int, position: int, size: int) -> None:
-    view = memoryview(_ZEROS)[:size]
+    global _zeros
+    if len(_zeros) < size:   # (the filler thread only)
+        _zeros = bytes(size)
+    view = memoryview(_zeros)[:size]
     while view:
         n = os.pwrite(fd, view, position)
         if n <= 0:

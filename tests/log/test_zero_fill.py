@@ -139,3 +139,23 @@ def test_an_append_waits_at_most_for_the_step_in_progress():
         assert done.wait(2)       # no job: no lock
     finally:
         zf.lock.release()
+
+
+def test_a_failed_fill_is_not_retried_for_that_file(tmp_path, monkeypatch, caplog):
+    def full(fd, position, size):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(zero_fill, "_pwrite_zeros", full)
+    path = str(tmp_path / "f")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        zf = ZeroFill(0)
+        zf.claim(100)
+        zf.ahead(1 << 30, fd)
+        zf._job.exception(timeout=10)
+        zf.ahead(1 << 30, fd)          # collects the failure
+        assert zf.stopped and zf._job is None
+        zf.ahead(1 << 30, fd)
+        assert zf._job is None         # no new job
+        assert "not retried" in caplog.text
+    finally:
+        os.close(fd)
