@@ -178,6 +178,23 @@ def test_dump_log_reads_segments_indexes_and_metadata(shared_broker):
     assert '"type":"TOPIC_RECORD"' in out and '"name":"tt-dump"' in out
 
 
+def test_dump_log_of_a_live_fsync_segment_stops_at_the_zeros_written_ahead(shared_broker):
+    b = ["--bootstrap-server", shared_broker.bootstrap]
+    kbroker("topics", *b, "--create", "--topic", "tt-dump-fsync", "--config", "flush.messages=1")
+    p = Producer({"bootstrap.servers": shared_broker.bootstrap, "acks": "all"})
+    for i in range(5):
+        p.produce("tt-dump-fsync", value=b"v%d" % i)
+        assert p.flush(T) == 0     # one append each
+    seg = Path(shared_broker.data_dir) / "logs" / "tt-dump-fsync-0" / "00000000000000000000.log"
+    for _ in range(100):           # the filler thread runs beside the appends
+        if seg.stat().st_size > 1 << 20:
+            break
+        time.sleep(0.05)
+    out = kbroker("dump-log", "--files", str(seg), "--print-data-log").stdout.decode()
+    assert re.findall(r"payload: (v\d)", out) == [f"v{i}" for i in range(5)]
+    assert re.search(r"Zero-filled tail of \d+ bytes from position \d+", out), out[-500:]
+
+
 def test_perf_produce_and_consume(shared_broker, admin, tmp_path):
     b = ["--bootstrap-server", shared_broker.bootstrap]
     kbroker("topics", *b, "--create", "--topic", "tt-perf", "--partitions", "2")

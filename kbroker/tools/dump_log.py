@@ -158,7 +158,7 @@ def _dump_log(path: str, args) -> None:
     print(f"Log starting offset: {base}")
     data = bytearray(open(path, "rb").read()[:args.max_bytes])
     pos = 0
-    for b in iter_batches(data):
+    for b in _batches_before_zeros(data):
         ts_type = "LogAppendTime" if b.timestamp_type else "CreateTime"
         last_seq = b.base_sequence + b.last_offset_delta if b.base_sequence >= 0 else -1
         print(f"baseOffset: {b.base_offset} lastOffset: {b.last_offset} count: {b.records_count} "
@@ -184,6 +184,22 @@ def _dump_log(path: str, args) -> None:
             elif args.print_data_log:
                 line += f" key: {_text(rec.key)} payload: {_text(rec.value)}"
             print(line)
+
+
+def _batches_before_zeros(data):
+    """The batches, stopping quietly at a zero-filled tail: an active segment of a
+    flush.messages=1 partition has zeros written ahead of its appends (kbroker.log.zero_fill),
+    and a preallocated one is zeros past its end."""
+    pos = 0
+    try:
+        for b in iter_batches(data):
+            yield b
+            pos += b.size
+    except Exception:
+        if any(data[pos:]):
+            raise
+        print(f"Zero-filled tail of {len(data) - pos} bytes from position {pos} "
+              "(written ahead of the appends or preallocated; not log data)")
 
 
 def _text(b):
