@@ -6,8 +6,9 @@ filesystem allocated for it (a journal commit on ext4). Over blocks already allo
 written it only writes the data. On this project's test machine (ext4 on virtio): a 16 KiB
 append + fdatasync took 113 us instead of 166-215, 1 MiB 0.38-0.49 ms instead of 0.69, with
 less kernel CPU (`benchmarks/results/fsync.md`). Group commit puts that fdatasync in every
-acknowledgement's path, so a worker thread writes zeros a few MiB ahead of the log's end and
-fsyncs them, off that path; appends then overwrite zeros. (Kafka's ``preallocate`` only sets
+acknowledgement's path, so a worker thread writes zeros ahead of the log's end and fsyncs
+them, off that path; appends then overwrite zeros. Each job writes as much as the file holds
+already, from 256 KiB up to 8 MiB, and the next starts when half of it is left. (Kafka's ``preallocate`` only sets
 the file's length: the blocks stay unallocated, which gains nothing here.)
 
 The file is longer than the log until a roll or close trims it (LogSegment); recovery after a
@@ -33,8 +34,9 @@ import threading
 
 log = logging.getLogger(__name__)
 
-CHUNK = 8 << 20     # one job
-AHEAD = 4 << 20     # start the next job when less than this is left ahead of the log
+CHUNK = 8 << 20     # the largest job
+MIN_CHUNK = 256 << 10   # the first job of a file: a job is as large as the log written so far,
+                        # so a quiet partition's file stays near its size (thousands of them)
 STEP = 1 << 20      # one pwrite (what an append reaching into a running job may wait for)
 ENABLED = True      # the broker's log.zero.fill.ahead; tests that count a log's fsyncs turn it off
 
@@ -70,7 +72,7 @@ class ZeroFill:
             self.claimed = end
 
     def ahead(self, limit: int, fd: int) -> None:
-        """Event loop, after an append: start a job when less than AHEAD bytes are filled
+        """Event loop, after an append: start a job when less than half a job is filled
         ahead of the log and the file (``fd``, duplicated for the job) has room below
         ``limit``."""
         job = self._job
@@ -85,9 +87,10 @@ class ZeroFill:
                 return
             self.filled = max(self.filled, job.result())
         start = max(self.filled, self.claimed)
-        if self.stopped or start - self.claimed >= AHEAD or start >= limit:
+        chunk = min(CHUNK, max(MIN_CHUNK, self.claimed))
+        if self.stopped or start - self.claimed >= chunk // 2 or start >= limit:
             return
-        end = min(start + CHUNK, limit)
+        end = min(start + chunk, limit)
         dup = os.dup(fd)
         try:
             self._job = _pool().submit(self._fill, dup, start, end)

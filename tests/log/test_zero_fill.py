@@ -25,7 +25,7 @@ def _wait_for_fill(log):
 @pytest.fixture
 def small_chunks(monkeypatch):
     monkeypatch.setattr(zero_fill, "CHUNK", 64 << 10)
-    monkeypatch.setattr(zero_fill, "AHEAD", 32 << 10)
+    monkeypatch.setattr(zero_fill, "MIN_CHUNK", 16 << 10)
     monkeypatch.setattr(zero_fill, "STEP", 4 << 10)
 
 
@@ -36,13 +36,17 @@ def test_a_group_commit_log_writes_zeros_ahead_and_trims_them_at_the_roll(tmp_pa
     log.append(make_batch(3), 0)
     _wait_for_fill(log)
     on_disk = os.path.getsize(first.path)
-    assert on_disk == first.size + (64 << 10)            # a chunk of zeros after the log
+    assert on_disk == first.size + (16 << 10)            # the first, smallest job of zeros
     with open(first.path, "rb") as f:
         f.seek(first.size)
         assert f.read() == bytes(on_disk - first.size)
+    ahead = []
     while log.active_segment is first:
         log.append(make_batch(20, value=b"v" * 200), 0)
         _wait_for_fill(log)
+        ahead.append(os.path.getsize(first.path) - first.size)
+    assert max(ahead) > 32 << 10                         # jobs grew with the file, up to CHUNK
+    assert max(ahead) <= (64 << 10) * 3 // 2            # (a job starts with half of one left)
     assert os.path.getsize(first.path) == first.size     # trimmed when it rolled
     data = read_all(log)
     log.close()
@@ -96,7 +100,7 @@ def test_the_filler_never_overwrites_what_the_log_wrote(tmp_path, monkeypatch):
     """Appends race a filler whose every step is slow: an append that reaches into the
     range being filled must not be overwritten by that step's zeros."""
     monkeypatch.setattr(zero_fill, "CHUNK", 256 << 10)
-    monkeypatch.setattr(zero_fill, "AHEAD", 128 << 10)
+    monkeypatch.setattr(zero_fill, "MIN_CHUNK", 64 << 10)
     monkeypatch.setattr(zero_fill, "STEP", 8 << 10)
     real = zero_fill._pwrite_zeros
 
@@ -159,3 +163,4 @@ def test_a_failed_fill_is_not_retried_for_that_file(tmp_path, monkeypatch, caplo
         assert "not retried" in caplog.text
     finally:
         os.close(fd)
+
