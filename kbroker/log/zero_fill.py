@@ -4,12 +4,13 @@
 An fdatasync after an append that grew the file also commits the new size and the blocks the
 filesystem allocated for it (a journal commit on ext4). Over blocks already allocated and
 written it only writes the data. On this project's test machine (ext4 on virtio): a 16 KiB
-append + fdatasync took 113 us instead of 166-215, 1 MiB 0.38-0.49 ms instead of 0.69, with
-less kernel CPU (`benchmarks/results/fsync.md`). Group commit puts that fdatasync in every
-acknowledgement's path, so a worker thread writes zeros ahead of the log's end and fsyncs
-them, off that path; appends then overwrite zeros. Each job writes as much as the file holds
-already, from 256 KiB up to 8 MiB, and the next starts when half of it is left. (Kafka's ``preallocate`` only sets
-the file's length: the blocks stay unallocated, which gains nothing here.)
+append + fdatasync took 113 us instead of 166-215, 1 MiB 0.38-0.49 ms instead of 0.69-0.72,
+with less kernel CPU (`benchmarks/results/fsync.md`). Group commit puts that fdatasync in
+every acknowledgement's path, so a worker thread writes zeros ahead of the log's end and
+fsyncs them, off that path; appends then overwrite zeros. Each job writes as much as the file
+holds already, from 256 KiB up to 8 MiB, and the next starts when half of it is left.
+(Kafka's ``preallocate`` only sets the file's length: the blocks stay unallocated, which
+gains nothing here.)
 
 The file is longer than the log until a roll or close trims it (LogSegment); recovery after a
 crash stops at the zeros as it does for a preallocated file (a zero-filled tail is not damage).
