@@ -305,7 +305,7 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("client.telemetry.push.interval.ms", "int", 30000, at_least(100)),
     # Storage (kbroker.log.zero_fill): not in Kafka
     ConfigDef("log.zero.fill.ahead", "boolean", True,
-              doc="Write zeros a few MiB ahead of the appends of partitions that fsync every append "
+              doc="Write zeros ahead of the appends (256 KiB to 8 MiB) of partitions that fsync every append "
                   "(flush.messages=1), so each fsync overwrites allocated blocks instead of growing "
                   "the file. Turn off on copy-on-write filesystems (btrfs, ZFS), where it only adds writes"),
 ]
