@@ -81,7 +81,16 @@ def test_acked_records_survive_sigkill(tmp_path, flush, zero_fill):
         try:
             for _ in range(KILLS):
                 time.sleep(1.5)
-                zeros.append(_zero_tail_bytes(broker.data_dir, topic))
+                # kill while the producer writes again (after a restart it may take a while),
+                # and, with zeros written ahead, once the filler has caught up with it
+                n0, deadline = len(acked), time.monotonic() + 30
+                while True:
+                    z = _zero_tail_bytes(broker.data_dir, topic)
+                    if len(acked) > n0 + 100 and (z or not (flush and zero_fill)) \
+                            or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.05)
+                zeros.append(z)
                 broker.kill()
                 time.sleep(0.3)
                 broker.start()
