@@ -470,10 +470,7 @@ class PartitionLog:
                 off_of_max = off - 1
         last = off - 1
         rolled = self._maybe_roll(total, max_ts, first, last, now_ms)
-        seg = self._segments[-1]
-        seg.append(mv, batches, last)
-        if cfg.group_commit:
-            seg.fill_ahead()
+        self._segments[-1].append(mv, batches, last)
         self._leo = off
         if leader_epoch is not None and leader_epoch > self.leader_epoch_cache.latest_epoch:
             self.leader_epoch_cache.assign(leader_epoch, first)
@@ -527,10 +524,7 @@ class PartitionLog:
         last = batches[-1].last_offset
         data = mv[:valid]
         rolled = self._maybe_roll(valid, max_ts, first, last, now_ms)
-        seg = self._segments[-1]
-        seg.append(data, batches, last)
-        if self.config.group_commit:
-            seg.fill_ahead()
+        self._segments[-1].append(data, batches, last)
         self._leo = last + 1
         for b in batches:
             e = b.partition_leader_epoch

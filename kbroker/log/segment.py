@@ -21,12 +21,11 @@ from typing import Iterator, NamedTuple
 from kbroker.wire import records as _records
 from kbroker.wire.records import LOG_OVERHEAD, RECORD_BATCH_OVERHEAD, RecordBatch
 
+from . import zero_fill
 from .config import INT_MAX, LogConfig
 from .errors import KafkaStorageError
 from .fd_cache import FileHandle
 from .index import OffsetIndex, TimeIndex
-from . import zero_fill
-from .zero_fill import ZeroFill
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +165,7 @@ class LogSegment:
         # True when every batch starts right after the previous one (no compaction gaps),
         # so offset translation never needs a batch header; known for what we wrote/scanned
         self.contiguous = create
-        self._zero_fill: ZeroFill | None = None   # group commit: zeros ahead of the appends
+        self._zero_fill: zero_fill.ZeroFill | None = None   # group commit: zeros ahead of the appends
 
     # -- identity -----------------------------------------------------------------------
     @property
@@ -363,15 +362,17 @@ class LogSegment:
         pwrite_all(self.handle.fileno(), buf, position)
         self._after_write(batches, position)
         self._next_offset = largest_offset + 1
+        if self.config.group_commit:
+            self._fill_ahead()
 
-    def fill_ahead(self) -> None:
-        """After an append to a log that fsyncs every append: keep zeros written a few MiB
-        ahead of the log's end (kbroker.log.zero_fill), up to segment.bytes."""
+    def _fill_ahead(self) -> None:
+        """After an append to a log that fsyncs every append: keep zeros written ahead of
+        the log's end (kbroker.log.zero_fill), up to segment.bytes."""
         zf = self._zero_fill
         if zf is None:
-            if not self.active or self.handle.closed or not zero_fill.ENABLED:
+            if self.handle.closed or not zero_fill.ENABLED:
                 return
-            zf = self._zero_fill = ZeroFill(self.size)
+            zf = self._zero_fill = zero_fill.ZeroFill(self.size)
         zf.ahead(self.config.segment_bytes, self.handle.fileno())
 
     def _stop_zero_fill(self) -> None:

@@ -14,7 +14,7 @@ import struct
 import sys
 import uuid
 
-from kbroker.wire.compression import CODEC_NAMES
+from kbroker.wire.compression import CODEC_NAMES, CorruptRecordError
 from kbroker.wire.records import iter_batches
 
 
@@ -195,7 +195,7 @@ def _batches_before_zeros(data):
         for b in iter_batches(data):
             yield b
             pos += b.size
-    except Exception:
+    except CorruptRecordError:   # (torn, zero length, magic 0: zeros read as a header)
         if any(data[pos:]):
             raise
         print(f"Zero-filled tail of {len(data) - pos} bytes from position {pos} "

@@ -133,7 +133,7 @@ def test_the_filler_never_overwrites_what_the_log_wrote(tmp_path, monkeypatch):
         os.close(fd)
 
 
-def test_an_append_waits_at_most_for_the_step_in_progress():
+def test_an_append_takes_no_lock_while_no_fill_runs():
     """``claim`` takes the lock only when it reaches into a running job."""
     zf = ZeroFill(0)
     zf.lock.acquire()             # as a step in progress would hold it
@@ -163,4 +163,3 @@ def test_a_failed_fill_is_not_retried_for_that_file(tmp_path, monkeypatch, caplo
         assert "not retried" in caplog.text
     finally:
         os.close(fd)
-
