@@ -4,21 +4,25 @@ peer, ``scripts/fetch-peer.sh``, in-memory storage). Each listens on 127.0.0.1 o
 port with its data in a temp dir, and is stopped by the PID we started."""
 from __future__ import annotations
 
-import base64
 import os
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from compat_tests.brokers import REPO, TANSU, BrokerProcess, free_port  # noqa: E402
+from kbroker.broker.storage import random_uuid, uuid_to_str  # noqa: E402
 
 KAFKA_HOME = REPO.parent.parent / "shared" / "reference-kafka"
 if not KAFKA_HOME.exists():
     KAFKA_HOME = REPO.parent / "shared" / "reference-kafka"
 NAMES = {"kbroker": "kbroker", "kafka": "Kafka", "tansu": "Tansu"}
+
+
+def new_cluster_id() -> str:
+    """A random cluster id that kafka-storage.sh takes (one starting with '-' reads as a flag)."""
+    return uuid_to_str(random_uuid())
 
 
 class KafkaProcess(BrokerProcess):
@@ -62,7 +66,7 @@ class KafkaProcess(BrokerProcess):
         env = {**os.environ, "LOG_DIR": str(self.data_dir / "applogs"),
                "KAFKA_HEAP_OPTS": f"-Xmx{self.heap} -Xms{self.heap}"}
         if fresh:
-            cluster_id = cluster_id or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            cluster_id = cluster_id or new_cluster_id()
             subprocess.run([str(KAFKA_HOME / "bin/kafka-storage.sh"), "format", "-t", cluster_id, "-c", str(cfg)],
                            check=True, env=env, capture_output=True)
         return self._launch(cfg, env, timeout, wait)
@@ -95,7 +99,7 @@ class KafkaCluster:
         voters = ",".join(f"{i}@127.0.0.1:{k.cport}" for i, k in self.nodes.items())
         for i, k in self.nodes.items():
             k.overrides = {"node.id": str(i), "controller.quorum.voters": voters, **(overrides or {})}
-        self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        self.cluster_id = new_cluster_id()
 
     @property
     def bootstrap(self) -> str:
