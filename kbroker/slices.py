@@ -4,6 +4,10 @@ runs it in one go (tests, tools); ``run_in_slices`` hands the loop back after ev
 ``slice_s`` seconds of work, so clients keep being served while it runs; ``run_for`` runs
 one slice here and says whether anything is left (short work then needs no task).
 
+A step may yield a ``concurrent.futures.Future`` (an fsync queued on an IO thread): the job
+then sits out until it is done, and the loop and the other jobs go on meanwhile; the step
+after it reads the future's result. ``run_to_end`` blocks on it.
+
 All sliced work of one loop takes turns in one runner: one slice per loop iteration, round
 robin. Fifty partitions loading at once as fifty tasks that each ran 4 ms per iteration
 held the loop for 200-300 ms per iteration; taking turns keeps it to one slice.
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import time
 import weakref
 from typing import Any, Callable, Generator, TypeVar
@@ -33,18 +38,22 @@ READ_WHOLE_S = 0.003
 def run_to_end(steps: Generator[None, None, T]) -> T:
     try:
         while True:
-            next(steps)
+            wait = next(steps)
+            if wait is not None:
+                concurrent.futures.wait([wait])
     except StopIteration as done:
         return done.value
 
 
 def run_for(steps: Generator[None, None, T], slice_s: float = 0.004) -> bool:
     """Run ``steps`` here for up to ``slice_s``; True if it finished, False if the rest is
-    left for ``run_in_slices`` (the caller hands the same generator on)."""
+    left for ``run_in_slices`` (the caller hands the same generator on). For steps that
+    never yield a future."""
     t0 = time.perf_counter()
     try:
         while True:
-            next(steps)
+            if next(steps) is not None:
+                raise TypeError("run_for: a step yielded a future (use run_in_slices)")
             if time.perf_counter() - t0 > slice_s:
                 return False
     except StopIteration:
@@ -103,9 +112,10 @@ class _Turns:
                 steps.close()
                 continue
             t0 = time.perf_counter()
+            wait = None
             try:
-                while True:
-                    next(steps)
+                while wait is None:
+                    wait = next(steps)
                     if time.perf_counter() - t0 > slice_s:
                         break
             except StopIteration as done:
@@ -115,8 +125,18 @@ class _Turns:
                 jobs.popleft()
                 fut.set_exception(e)
             else:
-                jobs.rotate(-1)
+                if wait is None:
+                    jobs.rotate(-1)
+                else:   # sits out until its future is done
+                    job = jobs.popleft()
+                    asyncio.wrap_future(wait, loop=self.loop).add_done_callback(
+                        lambda _f, job=job: self._resume(job))
             await asyncio.sleep(0)
+
+    def _resume(self, job) -> None:
+        self.jobs.append(job)
+        if self.task is None or self.task.done():
+            self.task = self.loop.create_task(self._run(), name="sliced-work")
 
 
 _turns: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Turns]" = weakref.WeakKeyDictionary()

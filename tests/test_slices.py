@@ -99,3 +99,46 @@ def test_batches_to_the_end_says_when_it_caught_up_and_reads_on(tmp_path):
             plog.append(make_batch(1), 0)
     assert seen == [0, "end", 2, "end"]
     assert list(batches_to_the_end(PartitionLog.open(str(tmp_path / "e-0"), None, 0), caught_up=end)) == []
+
+
+def test_a_job_waiting_for_a_future_sits_out_and_resumes_with_its_result():
+    """A step that yields a concurrent future (an fsync on an IO thread) parks its job: the
+    other jobs take their turns meanwhile, and the job goes on once the future is done."""
+    import concurrent.futures
+    import threading
+
+    release = threading.Event()
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+
+    def waiter(seen, tick):
+        f = pool.submit(lambda: release.wait(5) and "synced")
+        yield f
+        seen.append(("waiter", f.result(), tick[0]))
+        return "waiter done"
+
+    async def scenario():
+        tick, seen = await ticking(), []
+        w = asyncio.ensure_future(run_in_slices(waiter(seen, tick), slice_s=0))
+        other = await run_in_slices(job("other", 30, seen, tick), slice_s=0)
+        ran_while_parked = len(seen)
+        release.set()
+        return await w, other, ran_while_parked, seen
+    try:
+        w, other, ran_while_parked, seen = asyncio.run(scenario())
+    finally:
+        pool.shutdown()
+    assert (w, other) == ("waiter done", "other done")
+    assert ran_while_parked == 30                     # every step of the other job, none of its
+    assert seen[-1][:2] == ("waiter", "synced")
+
+
+def test_run_to_end_waits_for_a_yielded_future():
+    import concurrent.futures
+    import time
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        def steps():
+            f = pool.submit(lambda: time.sleep(0.05) or 42)
+            yield f
+            return f.done() and f.result()
+        assert run_to_end(steps()) == 42

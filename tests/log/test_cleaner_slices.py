@@ -66,3 +66,64 @@ def test_segments_changed_between_slices_stops_the_pass(tmp_path, caplog):
     assert after and after[0][0] >= start and {o for o, _k, _v in after} <= {o for o, _k, _v in before}
     assert not [n for n in __import__("os").listdir(log.dir) if n.endswith((".cleaned", ".swap"))]
     log.close()
+
+
+def test_a_large_batch_is_cleaned_in_several_steps(tmp_path):
+    """A batch of 1,000 records is decoded, filtered and re-encoded in steps of at most
+    RECORDS_PER_STEP records (a 1 MiB batch in one step held the loop 2-4 ms)."""
+    from kbroker.log.cleaner import RECORDS_PER_STEP
+    from kbroker.wire.records import BatchBuilder
+
+    log = PartitionLog.open(str(tmp_path / "big-0"), compact_cfg(**{"segment_bytes": 1 << 20}), 1000)
+    for rnd in range(2):
+        bb = BatchBuilder(base_offset=0)
+        for i in range(1000):
+            bb.append(key=b"k%d" % (i % 700), value=b"v%d-%d" % (rnd, i), timestamp=1000, offset=i)
+        log.append(bb.build(), 1000)
+    log.roll(1000)
+    log.high_watermark = log.log_end_offset
+    steps = LogCleaner().clean_steps(log, 5000)
+    n = 0
+    try:
+        while True:
+            assert next(steps) is None   # no IO thread here: the fsync runs in the step
+            n += 1
+    except StopIteration as done:
+        stats = done.value
+    assert stats.records_removed == 2000 - 700
+    # batch by batch it would be ~6 steps (two to map, two for the producers, two to filter)
+    assert n >= 3 * 2000 // RECORDS_PER_STEP
+    assert [(o, k) for o, k, _v in records(log)] == [(o, b"k%d" % ((o - 1000) % 700)) for o in range(1300, 2000)]
+    log.close()
+
+
+def test_the_cleaned_segment_is_fsynced_off_the_loop(tmp_path, monkeypatch):
+    """With an IO thread (as in the broker), the pass hands the cleaned segment's fsync to
+    it and sits out until it is done; the event loop's thread never fsyncs."""
+    import os
+    import threading
+
+    from kbroker.log.background import BackgroundIO
+
+    log, _other = _twin_logs(tmp_path)
+    log.io = BackgroundIO()
+    fsync_threads = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd):
+        fsync_threads.append(threading.current_thread().name)
+        return real_fsync(fd)
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+
+    async def main():
+        loop_thread = threading.current_thread().name
+        stats = await LogCleaner().clean_async(log, 5000)
+        return loop_thread, stats
+    try:
+        loop_thread, stats = asyncio.run(main())
+    finally:
+        log.io.close()
+    assert stats.records_removed > 0
+    assert fsync_threads and loop_thread not in fsync_threads
+    assert not [n for n in os.listdir(log.dir) if n.endswith((".cleaned", ".swap"))]
+    log.close()
