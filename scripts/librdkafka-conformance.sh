@@ -75,7 +75,7 @@ QUICK="0015 0038 0050 0051 0069 0113"
 # which trivup, the suite's own harness, keeps): they count the rebalances of consumers that
 # subscribe together and expect them to share the first generation. The others run with 0 ms
 # (every new group would wait 3 s otherwise).
-KAFKA_DELAY_TESTS="0102 0113:l_unsubscribe 0113:n_wildcard 0118"   # last in DEFAULT_TESTS: one broker restart
+KAFKA_DELAY_TESTS="0089 0102 0113:l_unsubscribe 0113:n_wildcard 0118"   # last in DEFAULT_TESTS: one broker restart
 # Entries run against a broker with Kafka's StandardAuthorizer and allow.everyone.if.no.acl.found
 # (the suite's principal is User:ANONYMOUS on PLAINTEXT): they add ACLs with kafka-acls.sh (our
 # stand-in runs `kbroker acls`) or call the ACL admin APIs, and expect the authorizer's errors.
