@@ -130,10 +130,12 @@ class _Turns:
                 else:   # sits out until its future is done
                     job = jobs.popleft()
                     asyncio.wrap_future(wait, loop=self.loop).add_done_callback(
-                        lambda _f, job=job: self._resume(job))
+                        lambda f, job=job: self._resume(job, f))
             await asyncio.sleep(0)
 
-    def _resume(self, job) -> None:
+    def _resume(self, job, waited: asyncio.Future) -> None:
+        if not waited.cancelled():
+            waited.exception()   # the job's next step reads the outcome (marked seen here)
         self.jobs.append(job)
         if self.task is None or self.task.done():
             self.task = self.loop.create_task(self._run(), name="sliced-work")

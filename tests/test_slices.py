@@ -142,3 +142,22 @@ def test_run_to_end_waits_for_a_yielded_future():
             yield f
             return f.done() and f.result()
         assert run_to_end(steps()) == 42
+
+
+def test_a_failed_future_reaches_the_job_and_its_caller():
+    import concurrent.futures
+
+    def boom():
+        raise OSError("fsync failed")
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        def steps():
+            f = pool.submit(boom)
+            yield f
+            f.result()   # what the cleaner does after its fsync
+            return "not reached"
+
+        async def scenario():
+            with pytest.raises(OSError, match="fsync failed"):
+                await run_in_slices(steps(), slice_s=0)
+        asyncio.run(scenario())
