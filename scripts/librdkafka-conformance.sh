@@ -85,11 +85,11 @@ ACL_TESTS="0109 0115 0119 0081:CreateAcls 0081:DescribeAcls 0081:DeleteAcls"
 # as trivup's SSL / SASL clusters do. SSL_TESTS also get trivup's SSL_* environment (the client
 # key, certificate and CA as PEM, DER and PKCS#12 files).
 SSL_TESTS="0097"
+SASL_TESTS="0135"
 # Entries that assert on the client's own timing run alone, after the lanes: 0110 checks the
 # producer's average batch size, which fell below its range with other lanes loading the 2
 # cores (3504 against 3900-5000 in a fresh-clone CI run, 3703 with four lanes).
 ALONE_TESTS="0110"
-SASL_TESTS="0135"
 # ---------------------------------------------------------------------------------------------
 
 # Tests that need nothing but the client library (mock cluster, config parsing ...) are not
@@ -494,6 +494,11 @@ for t in $noauto_list; do entries+=("$t@noautocreate"); done
 for t in $secure_list; do entries+=("$t@secure"); done
 for t in $cluster_list; do entries+=("$t@cluster"); done
 for t in $cluster_noauto_list; do entries+=("$t@cluster-noautocreate"); done
+alone=() lanes_entries=()   # ALONE_TESTS run after the lanes, in a lane of their own
+for w in "${entries[@]}"; do
+  case " $ALONE_TESTS " in *" ${w%@*} "*) alone+=("$w") ;; *) lanes_entries+=("$w") ;; esac
+done
+entries=("${lanes_entries[@]}")
 # Each entry, longest first, to the lane with the least expected time so far; a lane then runs
 # its entries in the list's order (entries of one broker scenario stay together).
 declare -A lane_of=()
@@ -503,11 +508,9 @@ while read -r secs w; do
   for ((l = 1; l < LANES; l++)); do [ "${lane_load[l]}" -lt "${lane_load[best]}" ] && best=$l; done
   lane_of[$w]=$best; lane_load[best]=$(( ${lane_load[best]} + secs ))
 done < <(for w in "${entries[@]}"; do echo "$(entry_seconds "${w%@*}") $w"; done | sort -k1,1nr -s)
-alone=()   # (run after the lanes, in a lane of their own)
-for w in "${entries[@]}"; do case " $ALONE_TESTS " in *" ${w%@*} "*) alone+=("$w"); unset "lane_of[$w]" ;; esac; done
 lane_pids=()
 for ((l = 0; l < LANES; l++)); do
-  mine=(); for w in "${entries[@]}"; do [ "${lane_of[$w]-}" = "$l" ] && mine+=("$w"); done
+  mine=(); for w in "${entries[@]}"; do [ "${lane_of[$w]}" = "$l" ] && mine+=("$w"); done
   [ ${#mine[@]} -gt 0 ] || continue
   log "lane $((l + 1)): ${#mine[@]} entries, ~${lane_load[l]} s"
   run_lane $((l + 1)) "${mine[@]}" &
