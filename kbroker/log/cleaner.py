@@ -25,6 +25,7 @@ Memory: the offset map (bounded), one batch, and an output buffer of ~1 MiB.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import os
 from dataclasses import dataclass
@@ -86,6 +87,14 @@ def _still_consecutive(segs: list, group: list) -> bool:
 # A step of a pass decodes, filters or re-encodes at most this many records (~0.4 ms): a
 # 1 MiB batch of 1 KiB records took 2-4 ms in one step, on top of the slice it ended.
 RECORDS_PER_STEP = 200
+
+
+def _chunks(items):
+    """``items`` (records, decoded lazily) in lists of up to RECORDS_PER_STEP: a pass takes
+    one step per chunk."""
+    it = iter(items)
+    while chunk := list(itertools.islice(it, RECORDS_PER_STEP)):
+        yield chunk
 
 
 def _key_hash(key: bytes) -> bytes:
@@ -226,11 +235,11 @@ class LogCleaner:
                     continue
                 if map_txns.on_data(b):
                     continue  # aborted: must not shadow committed values of its keys
-                for n, r in enumerate(b.records(), 1):
-                    if r.key is not None:
-                        seg_map[_key_hash(r.key)] = r.offset
-                    if n % RECORDS_PER_STEP == 0:
-                        yield
+                for chunk in _chunks(b.records()):
+                    for r in chunk:
+                        if r.key is not None:
+                            seg_map[_key_hash(r.key)] = r.offset
+                    yield
             if end_offset is not None:
                 new_keys = sum(1 for k in seg_map if k not in offset_map)
                 if len(offset_map) + new_keys > self.max_map_entries:
@@ -409,31 +418,28 @@ class LogCleaner:
         aborted = tracker.on_data(b)
         horizon = b.delete_horizon_ms
         can_drop_tombstones = horizon is not None and horizon <= now_ms
-        recs = []
-        for r in b.records():
-            recs.append(r)
-            if len(recs) % RECORDS_PER_STEP == 0:
-                yield
-        stats.records_read += len(recs)
+        n_read = 0
         kept = []
         tombstones = False
-        for n, r in enumerate(recs if not aborted else (), 1):
-            if n % RECORDS_PER_STEP == 0:
-                yield
-            if r.key is None:
-                continue
-            latest = offset_map.get(_key_hash(r.key))
-            if latest is not None and latest > r.offset:
-                continue
-            if r.value is None:
-                if can_drop_tombstones:
-                    stats.tombstones_removed += 1
+        for chunk in _chunks(b.records()):
+            n_read += len(chunk)
+            for r in chunk if not aborted else ():
+                if r.key is None:
                     continue
-                tombstones = True
-            kept.append(r)
-        stats.records_removed += len(recs) - len(kept)
+                latest = offset_map.get(_key_hash(r.key))
+                if latest is not None and latest > r.offset:
+                    continue
+                if r.value is None:
+                    if can_drop_tombstones:
+                        stats.tombstones_removed += 1
+                        continue
+                    tombstones = True
+                kept.append(r)
+            yield
+        stats.records_read += n_read
+        stats.records_removed += n_read - len(kept)
         set_horizon = tombstones and horizon is None
-        if len(kept) == len(recs) and not set_horizon and (recs or not aborted):
+        if len(kept) == n_read and not set_horizon and (n_read or not aborted):
             if tombstones and horizon is not None:
                 self._note_horizon(horizon)
             return b.buffer()
@@ -464,9 +470,9 @@ class LogCleaner:
             log_append_time=lat,
             delete_horizon_ms=new_horizon,
         )
-        for n, r in enumerate(kept, 1):
-            bb.append(key=r.key, value=r.value, headers=r.headers, timestamp=r.timestamp,
-                      offset=r.offset)
-            if n % RECORDS_PER_STEP == 0:
-                yield
+        for chunk in _chunks(kept):
+            for r in chunk:
+                bb.append(key=r.key, value=r.value, headers=r.headers, timestamp=r.timestamp,
+                          offset=r.offset)
+            yield
         return bb.build(last_offset_delta=b.last_offset_delta)
