@@ -362,7 +362,8 @@ class LogSegment:
         pwrite_all(self.handle.fileno(), buf, position)
         self._after_write(batches, position)
         self._next_offset = largest_offset + 1
-        if self.config.group_commit:
+        if self.config.group_commit and not self.suffix:
+            # (a .cleaned file being written by the cleaner is fsynced once, at its end)
             self._fill_ahead()
 
     def _fill_ahead(self) -> None:

@@ -163,3 +163,29 @@ def test_a_failed_fill_is_not_retried_for_that_file(tmp_path, monkeypatch, caplo
         assert "not retried" in caplog.text
     finally:
         os.close(fd)
+
+
+def test_the_cleaners_segments_get_no_zeros(tmp_path, small_chunks, monkeypatch):
+    """Compacting a group-commit log writes its cleaned segments with appends too; they are
+    not the log's live file (no fsync waits on them), so nothing is filled ahead of them."""
+    from kbroker.log.cleaner import LogCleaner
+
+    c = cfg(flush_messages=1, segment_bytes=1500, cleanup_policy="compact",
+            min_cleanable_dirty_ratio="0.0", index_interval_bytes=200)
+    log = open_log(tmp_path, c)
+    for i in range(40):
+        log.append(make_batch(2, keys=[b"k%d" % (i % 3)] * 2, values=[b"v%d" % i] * 2), 0)
+    log.high_watermark = log.log_end_offset
+    _wait_for_fill(log)
+    filled = []
+    real = zero_fill.ZeroFill
+
+    def recording(size):
+        zf = real(size)
+        filled.append(zf)
+        return zf
+    monkeypatch.setattr(zero_fill, "ZeroFill", recording)
+    stats = LogCleaner().clean(log, 5000)
+    assert stats.records_removed > 0
+    assert filled == []
+    log.close()
