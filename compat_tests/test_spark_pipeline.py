@@ -101,4 +101,7 @@ def test_orders_command_runs_everything_and_stops_cleanly(tmp_path):
     assert run.returncode == 0, out[-3000:]
     assert "equal the reference" in out and "dead letters" in out
     assert "equal to the reference" in out  # the batch replay
-    assert out.rstrip().endswith("kbroker stopped"), out[-1000:]
+    # The command's own report ends with the broker stopped. librdkafka may log to stderr as
+    # its handles are destroyed at interpreter exit (a purged background event), after that.
+    assert run.stdout.rstrip().endswith("kbroker stopped"), out[-1000:]
+    assert "Traceback" not in run.stderr, run.stderr[-3000:]
