@@ -17,7 +17,12 @@ from kbroker.broker.storage import random_uuid, uuid_to_str  # noqa: E402
 KAFKA_HOME = REPO.parent.parent / "shared" / "reference-kafka"
 if not KAFKA_HOME.exists():
     KAFKA_HOME = REPO.parent / "shared" / "reference-kafka"
-NAMES = {"kbroker": "kbroker", "kafka": "Kafka", "tansu": "Tansu"}
+class _Names(dict):
+    def __missing__(self, kind: str) -> str:   # a "kbroker+NAME=VALUE" variant names itself
+        return kind
+
+
+NAMES = _Names({"kbroker": "kbroker", "kafka": "Kafka", "tansu": "Tansu"})
 
 
 def new_cluster_id() -> str:
@@ -134,7 +139,11 @@ def make_broker(kind: str, data_dir: Path, kbroker_overrides: dict | None = None
         if not TANSU.exists():
             subprocess.run(["bash", str(REPO / "scripts/fetch-peer.sh")], check=True)
         return BrokerProcess(data_dir / "tansu", kind="tansu")
-    b = BrokerProcess(data_dir / "kbroker", overrides=kbroker_overrides, kind="kbroker")
+    # "kbroker+NAME=VALUE+...": a kbroker whose process alone gets those environment
+    # variables (an A/B run of one switch, e.g. kbroker+KBROKER_AIO_FSYNC=0)
+    own_env = dict(part.split("=", 1) for part in kind.split("+")[1:])
+    b = BrokerProcess(data_dir / kind.replace("=", "_"), overrides=kbroker_overrides, kind="kbroker",
+                      env=own_env)
     if env:
         os.environ.update(env)   # BrokerProcess passes our environment on
     return b

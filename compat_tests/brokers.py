@@ -50,8 +50,9 @@ class BrokerProcess:
     probe_ssl = None      # an ssl.SSLContext when the probed listener is SSL / SASL_SSL
 
     def __init__(self, data_dir: Path, port: int | None = None, overrides: dict | None = None,
-                 kind: str | None = None, node_id: int = 1):
+                 kind: str | None = None, node_id: int = 1, env: dict | None = None):
         self.kind = kind or os.environ.get("KBROKER_COMPAT_PEER", "kbroker")
+        self.env = dict(env or {})   # added to this process's environment only
         self.data_dir = Path(data_dir)
         self.port = port or free_port(self.host)
         self.overrides = dict(overrides or {})
@@ -83,7 +84,7 @@ class BrokerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
-                                     cwd=self.data_dir, env={**os.environ, "PYTHONPATH": str(REPO)},
+                                     cwd=self.data_dir, env={**os.environ, "PYTHONPATH": str(REPO), **self.env},
                                      start_new_session=True)
         try:
             self.wait_serving(self.port, timeout, self.kind)
@@ -192,7 +193,7 @@ class ClusterNode(BrokerProcess):
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
-                                     cwd=self.data_dir, env={**os.environ, "PYTHONPATH": str(REPO)},
+                                     cwd=self.data_dir, env={**os.environ, "PYTHONPATH": str(REPO), **self.env},
                                      start_new_session=True)
         if wait:
             self.wait_ready(timeout)

@@ -30,6 +30,7 @@ from .checkpoint import (
     LeaderEpochCache,
     PartitionMetadataFile,
 )
+from . import aio_fsync
 from .commit_chain import follow_rounds
 from .config import INT_MAX, LogConfig
 from .errors import (
@@ -1175,11 +1176,19 @@ class PartitionLog:
                     fds = s.dup_fds(with_indexes=s is not active)
                     jobs += [(fd, i == 0 and s is active) for i, fd in enumerate(fds)]
                 follow = jobs and jobs[-1][1]   # the active log is in this round
-                chain_fd = os.dup(jobs[-1][0]) if follow else None
-                covered = await asyncio.to_thread(
-                    _sync_rounds, jobs, upto, chain_fd,
-                    lambda c: self._next_round_end(gen, c),
-                    lambda c: loop.call_soon_threadsafe(self._follow_round_done, gen, c, active))
+                aio = aio_fsync.for_loop(loop) if len(jobs) == 1 and follow else None
+                rounds = self._aio_rounds(aio, jobs[0][0], upto, gen, active) if aio else None
+                if rounds is not None:
+                    covered = await rounds
+                    if covered is None:   # the rounds answered their appends themselves
+                        self._sync_floor = None
+                        continue
+                else:
+                    chain_fd = os.dup(jobs[-1][0]) if follow else None
+                    covered = await asyncio.to_thread(
+                        _sync_rounds, jobs, upto, chain_fd,
+                        lambda c: self._next_round_end(gen, c),
+                        lambda c: loop.call_soon_threadsafe(self._follow_round_done, gen, c, active))
             except Exception as e:  # pragma: no cover - disk failure
                 self._sync_floor = None
                 waiters, self._sync_waiters = self._sync_waiters, []
@@ -1191,6 +1200,52 @@ class PartitionLog:
             # (below ``upto`` again) may have missed this round
             covered, self._sync_floor = min(self._sync_floor, covered), None
             self._round_done(covered, active)
+
+    def _aio_rounds(self, aio, fd: int, upto: int, gen: int, active: LogSegment) -> asyncio.Future | None:
+        """The active log's rounds through native AIO (kbroker.log.aio_fsync): commit_chain's
+        follow-on rounds, run by the completion callback on the loop instead of a thread. Each
+        round's end answers its appends and starts the next round at once if more was written
+        to the same file. ``fd`` (a duplicate) is closed once the rounds end. The future gets
+        None if the last round answered its appends too, else the end it made durable for
+        the round loop to settle (after a truncation), or the fsync's error. None instead of
+        a future if the kernel refuses the first round (``fd`` still open)."""
+        done: asyncio.Future = asyncio.get_running_loop().create_future()
+        covering = upto
+
+        def finish(result=None, error=None) -> None:
+            os.close(fd)
+            if not done.done():
+                if error is not None:
+                    done.set_exception(error)
+                else:
+                    done.set_result(result)
+
+        def ended(errno: int) -> None:
+            nonlocal covering
+            if errno:
+                finish(error=OSError(errno, f"fdatasync: {os.strerror(errno)}"))
+                return
+            nxt = self._next_round_end(gen, covering) if not self.closed else None
+            if nxt is not None:
+                try:   # the next round first: the disk does not wait for the answers
+                    aio.fdatasync(fd, ended)
+                except OSError:  # pragma: no cover - the round loop starts it instead
+                    finish(covering)
+                    return
+                covering, prev = nxt, covering
+                self._follow_round_done(gen, prev, active)
+            elif gen == self._commit_gen and not self.closed:
+                self._round_done(covering, active)   # answered here, not an iteration later
+                finish(None)
+            else:   # truncated meanwhile: the round loop settles it with the floor
+                finish(covering)
+
+        try:
+            aio.fdatasync(fd, ended)
+        except OSError as e:   # this file's filesystem refuses it: the thread does the rounds
+            log.info("fsync rounds of %s run in a thread: %s", self.dir, e)
+            return None
+        return done
 
     def _next_round_end(self, gen: int, covered: int) -> int | None:
         """Worker thread (commit_chain): the end of what was appended to the same active file

@@ -1,5 +1,6 @@
-"""flush.messages=1: the produce answer waits for an fsync that runs in a thread (the event
-loop keeps serving), and produces that arrive while it runs share the next one."""
+"""flush.messages=1: the produce answer waits for an fsync that runs off the loop (in a thread,
+or in the kernel through native AIO; the event loop keeps serving), and produces that arrive
+while it runs share the next one."""
 
 import asyncio
 import os
@@ -7,7 +8,7 @@ import threading
 
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.deferred import Deferred
-from kbroker.log import zero_fill
+from kbroker.log import aio_fsync, zero_fill
 from kbroker.wire.generated.metadata_request import MetadataRequest
 from kbroker.wire.generated.produce_request import ProduceRequest
 
@@ -24,7 +25,7 @@ def _produce_req(topic, records, acks=1):
         T(name=topic, partition_data=[T.PartitionProduceData(index=0, records=records)])])
 
 
-def test_acks_wait_for_a_shared_fsync_off_the_loop(broker, monkeypatch):
+def test_acks_wait_for_a_shared_fsync_off_the_loop(broker, monkeypatch, fsync_path):
     monkeypatch.setattr(zero_fill, "ENABLED", False)   # its fsyncs are not group commit's
     assert create(broker, "durable", configs={"flush.messages": "1"}).topics[0].error_code == 0
     server = broker.server
@@ -32,7 +33,7 @@ def test_acks_wait_for_a_shared_fsync_off_the_loop(broker, monkeypatch):
     gate = threading.Event()
     started = threading.Event()
     calls = []
-    real_fdatasync = os.fdatasync
+    real_fdatasync, real_aio = os.fdatasync, aio_fsync.AioFsync.fdatasync
 
     def slow_fdatasync(fd):   # the first fsync blocks until the test lets it go
         calls.append(threading.current_thread() is threading.main_thread())
@@ -41,7 +42,22 @@ def test_acks_wait_for_a_shared_fsync_off_the_loop(broker, monkeypatch):
             gate.wait(10)
         return real_fdatasync(fd)
 
+    def slow_aio(aio, fd, callback):   # submitted on the loop; the kernel runs it
+        calls.append(False)
+        started.set()
+        if len(calls) > 1:
+            return real_aio(aio, fd, callback)
+        loop = asyncio.get_running_loop()
+
+        def held(errno):   # the first one's end is held until the test lets it go
+            if gate.is_set():
+                callback(errno)
+            else:
+                loop.call_later(0.001, held, errno)
+        real_aio(aio, fd, held)
+
     monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
+    monkeypatch.setattr(aio_fsync.AioFsync, "fdatasync", slow_aio)
     spec = server.api_specs[0]
 
     async def main():
@@ -64,7 +80,7 @@ def test_acks_wait_for_a_shared_fsync_off_the_loop(broker, monkeypatch):
     first, later = broker.loop.run_until_complete(main())
     assert first.responses[0].partition_responses[0].error_code == 0
     assert all(r.responses[0].partition_responses[0].error_code == 0 for r in later)
-    # every fsync ran in a thread; the 20 produces made during the first one shared the next
+    # no fsync ran on the loop's thread; the 20 produces made during the first one shared the next
     assert calls and not any(calls)
     assert len(calls) == 2 and plog.sync_rounds == 2
 
@@ -137,7 +153,7 @@ def test_a_deferred_answer():
     assert asyncio.run(awaited()) == "no"
 
 
-def test_a_failed_fsync_answers_that_partition_with_a_storage_error(broker, monkeypatch):
+def test_a_failed_fsync_answers_that_partition_with_a_storage_error(broker, monkeypatch, fsync_path):
     """The error reaches the partition's answer (KAFKA_STORAGE_ERROR, retriable); the request
     itself is answered, so the connection stays up."""
     from kbroker.handlers.dispatcher import Dispatcher
@@ -149,8 +165,12 @@ def test_a_failed_fsync_answers_that_partition_with_a_storage_error(broker, monk
 
     def broken(fd):
         raise OSError(5, "Input/output error")
+
+    def broken_aio(aio, fd, callback):   # the kernel reports EIO at the fsync's end
+        asyncio.get_running_loop().call_soon(callback, 5)
     monkeypatch.setattr(os, "fdatasync", broken)
     monkeypatch.setattr(os, "fsync", broken)
+    monkeypatch.setattr(aio_fsync.AioFsync, "fdatasync", broken_aio)
     frame = memoryview(encode_request(5, "t", _produce_req("failing", batch(1), acks=-1), 9)[4:])
 
     async def main():

@@ -1,6 +1,8 @@
-"""Group commit's follow-on rounds (kbroker.log.commit_chain): the worker thread fsyncs again
-while appends arrive, and no append is answered before an fsync that started after its
-bytes were written, in the file they were written to (segments roll under the rounds)."""
+"""Group commit's follow-on rounds: the worker thread (kbroker.log.commit_chain), or the
+completion of a native AIO fdatasync (kbroker.log.aio_fsync), fsyncs again while appends
+arrive, and no append is answered before an fsync that started after its bytes were
+written, in the file they were written to (segments roll under the rounds). Each test runs
+on both paths."""
 
 import asyncio
 import os
@@ -10,6 +12,7 @@ import time
 
 import pytest
 
+from kbroker.log import aio_fsync
 from kbroker.log import partition_log as pl
 from kbroker.log import zero_fill
 
@@ -24,9 +27,10 @@ def _no_zero_fill(monkeypatch):
 
 
 class _Disk:
-    """Spy on fsync/fdatasync. Appends are numbered as they are written; for each file
-    (device, inode) ``synced`` keeps the highest number written before an fsync of that file
-    started (and completed): those appends are on disk."""
+    """Spy on fsync/fdatasync, in threads and through native AIO. Appends are numbered as
+    they are written; for each file (device, inode) ``synced`` keeps the highest number
+    written before an fsync of that file started (and completed): those appends are on
+    disk."""
 
     def __init__(self, monkeypatch, delay_s):
         self.written = 0
@@ -34,15 +38,31 @@ class _Disk:
         self.calls: list = []
         monkeypatch.setattr(os, "fsync", self._wrap(os.fsync, delay_s))
         monkeypatch.setattr(os, "fdatasync", self._wrap(os.fdatasync, delay_s))
+        monkeypatch.setattr(aio_fsync.AioFsync, "fdatasync", self._wrap_aio(aio_fsync.AioFsync.fdatasync, delay_s))
 
     def _wrap(self, real, delay_s):
         def spy(fd):
             st, upto = os.fstat(fd), self.written
             time.sleep(delay_s)   # a slow disk: appends arrive during each round
             real(fd)
-            key = (st.st_dev, st.st_ino)
-            self.synced[key] = max(self.synced.get(key, 0), upto)
+            self._synced(st, upto)
         return spy
+
+    def _wrap_aio(self, real, delay_s):
+        def spy(aio, fd, callback):
+            st, upto = os.fstat(fd), self.written
+
+            def ended(errno):
+                def report():
+                    self._synced(st, upto)
+                    callback(errno)
+                asyncio.get_running_loop().call_later(delay_s, report)   # a slow disk
+            real(aio, fd, ended)
+        return spy
+
+    def _synced(self, st, upto) -> None:
+        key = (st.st_dev, st.st_ino)
+        self.synced[key] = max(self.synced.get(key, 0), upto)
 
     def wrote(self, log):
         """After an append: its number and file."""
@@ -55,14 +75,16 @@ class _Disk:
 
 
 def _count_started_rounds(monkeypatch) -> list:
-    """Rounds the event loop started (the others followed on in the worker thread)."""
+    """Rounds the log's round loop started (the others followed on by themselves)."""
     started = []
-    real = pl._fsync_jobs
-    monkeypatch.setattr(pl, "_fsync_jobs", lambda jobs: (started.append(len(jobs)), real(jobs)))
+    real, real_aio = pl._fsync_jobs, pl.PartitionLog._aio_rounds
+    monkeypatch.setattr(pl, "_fsync_jobs", lambda jobs: (started.append(len(jobs)), real(jobs))[1])
+    monkeypatch.setattr(pl.PartitionLog, "_aio_rounds",
+                        lambda log, *a: (started.append(1), real_aio(log, *a))[1])
     return started
 
 
-def test_no_append_is_answered_before_an_fsync_covers_it(tmp_path, monkeypatch):
+def test_no_append_is_answered_before_an_fsync_covers_it(tmp_path, monkeypatch, fsync_path):
     log = open_log(tmp_path, cfg(flush_messages=1, segment_bytes=2500))
     disk = _Disk(monkeypatch, 0.002)
     started = _count_started_rounds(monkeypatch)
@@ -94,14 +116,16 @@ def test_no_append_is_answered_before_an_fsync_covers_it(tmp_path, monkeypatch):
     assert log.sync_rounds > len(started) > 0           # and the worker went on by itself
 
 
-def test_a_truncation_during_a_follow_on_round(tmp_path, monkeypatch):
-    """The log is truncated and appended to again while a round the worker thread went on
-    to by itself runs: the new records below that round's end wait for a later fsync."""
+def test_a_truncation_during_a_follow_on_round(tmp_path, monkeypatch, fsync_path):
+    """The log is truncated and appended to again while a round that went on by itself
+    runs: the new records below that round's end wait for a later fsync. (A thread's round
+    is held before its fdatasync; an AIO round after its submission, so the records
+    appended meanwhile are not in it.)"""
     log = open_log(tmp_path, cfg(flush_messages=1))
     disk = _Disk(monkeypatch, 0)
     started = _count_started_rounds(monkeypatch)
     gates = [(threading.Event(), threading.Event()) for _ in range(2)]
-    real = os.fdatasync
+    real, real_aio = os.fdatasync, aio_fsync.AioFsync.fdatasync
 
     def gated(fd):
         n = len(disk.calls)
@@ -111,6 +135,22 @@ def test_a_truncation_during_a_follow_on_round(tmp_path, monkeypatch):
             gates[n][1].wait(10)
         real(fd)
     monkeypatch.setattr(os, "fdatasync", gated)
+
+    def gated_aio(aio, fd, callback):
+        n = len(disk.calls)
+        disk.calls.append(fd)
+        if n >= 2:
+            return real_aio(aio, fd, callback)
+        gates[n][0].set()
+        loop = asyncio.get_running_loop()
+
+        def held(errno):
+            if gates[n][1].is_set():
+                callback(errno)
+            else:
+                loop.call_later(0.001, held, errno)
+        real_aio(aio, fd, held)
+    monkeypatch.setattr(aio_fsync.AioFsync, "fdatasync", gated_aio)
 
     async def wait_for(event):
         for _ in range(5000):
@@ -140,4 +180,4 @@ def test_a_truncation_during_a_follow_on_round(tmp_path, monkeypatch):
         return disk.covers(mark), info.last_offset
 
     assert asyncio.run(main()) == (True, 7)
-    assert len(disk.calls) == 3 and len(started) == 2   # round 2 followed on in the thread
+    assert len(disk.calls) == 3 and len(started) == 2   # round 2 followed on by itself

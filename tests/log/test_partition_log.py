@@ -4,7 +4,7 @@ import struct
 
 import pytest
 
-from kbroker.log import errors, zero_fill
+from kbroker.log import aio_fsync, errors, zero_fill
 from kbroker.log.config import LogConfig
 from kbroker.log.index import OffsetIndex, TimeIndex
 from kbroker.log.partition_log import (
@@ -593,20 +593,25 @@ def test_interrupted_clean_swap_and_deleted_files(tmp_path):
 # ---------------------------------------------------------------------------- flush
 
 
-def test_flush_and_group_commit(tmp_path, monkeypatch):
+def test_flush_and_group_commit(tmp_path, monkeypatch, fsync_path):
     monkeypatch.setattr(zero_fill, "ENABLED", False)   # its fsyncs are not group commit's
     log = open_log(tmp_path, cfg(flush_messages=1))
     assert log.config.group_commit
     info = log.append(make_batch(2), 0)
     assert info.flush_required
     syncs = []
-    real = os.fdatasync
+    real, real_aio = os.fdatasync, aio_fsync.AioFsync.fdatasync
 
     def spy(fd):
         syncs.append(fd)
         return real(fd)
 
+    def spy_aio(aio, fd, callback):
+        syncs.append(fd)
+        return real_aio(aio, fd, callback)
+
     monkeypatch.setattr(os, "fdatasync", spy)
+    monkeypatch.setattr(aio_fsync.AioFsync, "fdatasync", spy_aio)
 
     async def main():
         async def one(i):
@@ -625,7 +630,7 @@ def test_flush_and_group_commit(tmp_path, monkeypatch):
     assert 1 <= log.sync_rounds <= 3 and len(syncs) == log.sync_rounds
 
 
-def test_a_truncation_during_an_fsync_round_keeps_later_appends_waiting(tmp_path, monkeypatch):
+def test_a_truncation_during_an_fsync_round_keeps_later_appends_waiting(tmp_path, monkeypatch, fsync_path):
     """An fsync round covers what was written when it started. If the log is truncated and
     appended to again while it runs, the new records below its old end were not covered:
     their waiters wait for the next round (the old code called them durable)."""
@@ -637,15 +642,30 @@ def test_a_truncation_during_an_fsync_round_keeps_later_appends_waiting(tmp_path
     for _ in range(5):
         log.append(make_batch(2), 0)             # offsets 0..9, batches of two
     release, started, rounds = threading.Event(), threading.Event(), []
-    real = pl._fsync_jobs
+    real, real_aio = pl._fsync_jobs, aio_fsync.AioFsync.fdatasync
 
-    def slow_first(jobs):
+    def slow_first(jobs):                        # a thread's round: held before it syncs
         rounds.append(len(jobs))
         if len(rounds) == 1:
             started.set()
             release.wait(10)
         real(jobs)
     monkeypatch.setattr(pl, "_fsync_jobs", slow_first)
+
+    def slow_first_aio(aio, fd, callback):       # an AIO round: its end held back
+        rounds.append(1)
+        if len(rounds) > 1:
+            return real_aio(aio, fd, callback)
+        started.set()
+        loop = asyncio.get_running_loop()
+
+        def held(errno):
+            if release.is_set():
+                callback(errno)
+            else:
+                loop.call_later(0.001, held, errno)
+        real_aio(aio, fd, held)
+    monkeypatch.setattr(aio_fsync.AioFsync, "fdatasync", slow_first_aio)
 
     async def main():
         first = asyncio.ensure_future(log.sync(10))
