@@ -1150,6 +1150,8 @@ class PartitionLog:
         return True
 
     async def _sync_loop(self) -> None:
+        """Run fsync rounds until every requested end is durable. (Starting the first round
+        at once from ``sync_soon`` instead of a task's first step measured the same.)"""
         loop = asyncio.get_running_loop()
         while self._sync_waiters or self._sync_requested > max(self._durable_offset, self._recovery_point):
             epoch_write = self.leader_epoch_cache.pending
@@ -1161,34 +1163,9 @@ class PartitionLog:
                     pass
                 if self.leader_epoch_cache.pending is epoch_write:
                     self.leader_epoch_cache.pending = None
-            upto = self._leo
-            active = self._segments[-1]
-            segs = [s for s in self._segments_from(self._recovery_point) if s.base_offset < upto]
-            # log data of every segment; indexes of the closed ones (the active segment's
-            # are rebuilt by recovery, so the recovery point stops at its base). fdatasync
-            # for the active log: it still writes the size an append changed.
-            # (duplicated descriptors: the cache may close the originals meanwhile)
-            self._sync_floor = _NO_FLOOR
-            gen = self._commit_gen
+            running, active = self._begin_round(loop)
             try:
-                jobs = []
-                for s in segs:
-                    fds = s.dup_fds(with_indexes=s is not active)
-                    jobs += [(fd, i == 0 and s is active) for i, fd in enumerate(fds)]
-                follow = jobs and jobs[-1][1]   # the active log is in this round
-                aio = aio_fsync.for_loop(loop) if len(jobs) == 1 and follow else None
-                rounds = self._aio_rounds(aio, jobs[0][0], upto, gen, active) if aio else None
-                if rounds is not None:
-                    covered = await rounds
-                    if covered is None:   # the rounds answered their appends themselves
-                        self._sync_floor = None
-                        continue
-                else:
-                    chain_fd = os.dup(jobs[-1][0]) if follow else None
-                    covered = await asyncio.to_thread(
-                        _sync_rounds, jobs, upto, chain_fd,
-                        lambda c: self._next_round_end(gen, c),
-                        lambda c: loop.call_soon_threadsafe(self._follow_round_done, gen, c, active))
+                covered = await running
             except Exception as e:  # pragma: no cover - disk failure
                 self._sync_floor = None
                 waiters, self._sync_waiters = self._sync_waiters, []
@@ -1196,10 +1173,48 @@ class PartitionLog:
                     if not f.done():
                         f.set_exception(KafkaStorageError(f"fsync failed: {e}"))
                 return
+            if covered is None:   # AIO rounds that answered their appends themselves
+                self._sync_floor = None
+                continue
             # a truncation during the fsync lowered the floor: what was appended after it
             # (below ``upto`` again) may have missed this round
             covered, self._sync_floor = min(self._sync_floor, covered), None
             self._round_done(covered, active)
+
+    def _begin_round(self, loop) -> tuple[asyncio.Future, LogSegment]:
+        """Start a round over everything appended so far: log data of every segment since
+        the recovery point, indexes of the closed ones (the active segment's are rebuilt by
+        recovery, so the recovery point stops at its base), fdatasync for the active log (it
+        still writes the size an append changed), through duplicated descriptors (the cache
+        may close the originals meanwhile). The active log alone goes through native AIO;
+        otherwise a worker thread runs the round and its follow-ons. Returns the round's
+        future (its end, see ``_aio_rounds``) and the active segment."""
+        upto = self._leo
+        active = self._segments[-1]
+        segs = [s for s in self._segments_from(self._recovery_point) if s.base_offset < upto]
+        self._sync_floor = _NO_FLOOR
+        gen = self._commit_gen
+        jobs = []
+        try:
+            for s in segs:
+                fds = s.dup_fds(with_indexes=s is not active)
+                jobs += [(fd, i == 0 and s is active) for i, fd in enumerate(fds)]
+            follow = jobs and jobs[-1][1]   # the active log is in this round
+            aio = aio_fsync.for_loop(loop) if len(jobs) == 1 and follow else None
+            rounds = self._aio_rounds(aio, jobs[0][0], upto, gen, active) if aio else None
+            if rounds is not None:
+                return rounds, active
+            chain_fd = os.dup(jobs[-1][0]) if follow else None
+            return loop.run_in_executor(
+                None, _sync_rounds, jobs, upto, chain_fd,
+                lambda c: self._next_round_end(gen, c),
+                lambda c: loop.call_soon_threadsafe(self._follow_round_done, gen, c, active)), active
+        except OSError as e:  # pragma: no cover - out of descriptors
+            for fd, _ in jobs:
+                os.close(fd)
+            failed = loop.create_future()
+            failed.set_exception(e)
+            return failed, active
 
     def _aio_rounds(self, aio, fd: int, upto: int, gen: int, active: LogSegment) -> asyncio.Future | None:
         """The active log's rounds through native AIO (kbroker.log.aio_fsync): commit_chain's
