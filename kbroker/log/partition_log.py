@@ -183,6 +183,7 @@ class PartitionLog:
         # bumped when the active file may change under a worker thread's follow-on fsync
         # rounds (roll, truncation, close): they stop (kbroker.log.commit_chain)
         self._commit_gen = 0
+        self._aio_refused = False   # this log's filesystem refused a native AIO fdatasync
         self.closed = False
         self.recovery: RecoveryReport = RecoveryReport(clean_shutdown=True)
         self.leader_epoch_cache = LeaderEpochCache(None)
@@ -1200,7 +1201,7 @@ class PartitionLog:
                 fds = s.dup_fds(with_indexes=s is not active)
                 jobs += [(fd, i == 0 and s is active) for i, fd in enumerate(fds)]
             follow = jobs and jobs[-1][1]   # the active log is in this round
-            aio = aio_fsync.for_loop(loop) if len(jobs) == 1 and follow else None
+            aio = aio_fsync.for_loop(loop) if len(jobs) == 1 and follow and not self._aio_refused else None
             rounds = self._aio_rounds(aio, jobs[0][0], upto, gen, active) if aio else None
             if rounds is not None:
                 return rounds, active
@@ -1259,16 +1260,18 @@ class PartitionLog:
             aio.fdatasync(fd, ended)
         except OSError as e:   # this file's filesystem refuses it: the thread does the rounds
             log.info("fsync rounds of %s run in a thread: %s", self.dir, e)
+            self._aio_refused = True
             return None
         return done
 
     def _next_round_end(self, gen: int, covered: int) -> int | None:
-        """Worker thread (commit_chain): the end of what was appended to the same active file
-        since ``covered``, or None to stop. Reads loop-owned fields without a lock (atomic
-        under the GIL), in this order: the loop raises ``_sync_requested`` only after the
-        bytes are written, and bumps ``_commit_gen`` (or queues an epoch checkpoint)
-        before it writes anywhere else, so a requested end read first is in this file if
-        the generation read after it is unchanged."""
+        """Worker thread (commit_chain), or an AIO round's end on the loop: the end of what
+        was appended to the same active file since ``covered``, or None to stop. Reads
+        loop-owned fields without a lock (atomic under the GIL), in this order: the loop
+        raises ``_sync_requested`` only after the bytes are written, and bumps
+        ``_commit_gen`` (or queues an epoch checkpoint) before it writes anywhere else, so a
+        requested end read first is in this file if the generation read after it is
+        unchanged."""
         want = self._sync_requested
         if self._commit_gen != gen or self.leader_epoch_cache.pending is not None:
             return None

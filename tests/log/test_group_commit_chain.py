@@ -181,3 +181,35 @@ def test_a_truncation_during_a_follow_on_round(tmp_path, monkeypatch, fsync_path
 
     assert asyncio.run(main()) == (True, 7)
     assert len(disk.calls) == 3 and len(started) == 2   # round 2 followed on by itself
+
+
+def test_a_filesystem_that_refuses_native_aio_gets_the_thread(tmp_path, monkeypatch):
+    """io_submit refuses the fdatasync (EINVAL: a file without an fsync operation): the rounds
+    run in the thread, every append is answered after its fsync, and the log does not ask
+    the kernel again."""
+    monkeypatch.setenv("KBROKER_AIO_FSYNC", "1")
+    log = open_log(tmp_path, cfg(flush_messages=1))
+    disk = _Disk(monkeypatch, 0)
+    refused, real = [], os.fdatasync
+
+    def refuse(aio, fd, callback):
+        refused.append(fd)
+        raise OSError(22, "io_submit: Invalid argument")
+    monkeypatch.setattr(aio_fsync.AioFsync, "fdatasync", refuse)
+    threads = []
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (threads.append(fd), real(fd))[1])
+
+    async def main():
+        if aio_fsync.for_loop(asyncio.get_running_loop()) is None:
+            pytest.skip("native AIO unavailable here (io_setup failed; see kbroker.log.aio_fsync)")
+        marks = []
+        for _ in range(3):
+            info = log.append(make_batch(2), 0)
+            marks.append(disk.wrote(log))
+            await log.sync(info.last_offset + 1)
+        return marks
+
+    marks = asyncio.run(main())
+    assert len(refused) == 1 and len(threads) >= 3
+    assert log.sync_rounds >= 3 and log._durable_offset == 6
+    assert all(disk.covers(m) for m in marks)
