@@ -18,3 +18,20 @@ def fsync_path(request, monkeypatch):
         if not asyncio.run(available()):
             pytest.skip("native AIO unavailable here (io_setup failed; see kbroker.log.aio_fsync)")
     return request.param
+
+
+@pytest.fixture
+def submit_held():
+    """``submit_held(real, aio, fd, callback, release)``: submit the fdatasync through
+    ``real`` (the unpatched AioFsync.fdatasync) and keep its end from ``callback`` until
+    ``release`` (a threading.Event) is set: a slow disk, gated by the test."""
+    def submit(real, aio, fd, callback, release):
+        loop = asyncio.get_running_loop()
+
+        def held(errno):
+            if release.is_set():
+                callback(errno)
+            else:
+                loop.call_later(0.001, held, errno)
+        real(aio, fd, held)
+    return submit

@@ -56,7 +56,7 @@ class AioFsync:
         nums = _SYSCALLS.get(platform.machine())
         if nums is None or not hasattr(os, "eventfd"):
             raise OSError("no native AIO on this platform")
-        self._setup, self._destroy, self._getevents, self._submit = nums
+        setup, self._destroy, self._getevents, self._submit = nums
         # PyDLL keeps the GIL through the call: io_submit of an fsync and io_getevents with
         # no wait return at once, and dropping the GIL would let another thread take it for
         # up to a switch interval before the loop got it back.
@@ -64,32 +64,23 @@ class AioFsync:
         self._syscall = libc.syscall
         self._syscall.restype = ctypes.c_long
         self._ctx = ctypes.c_ulong(0)
-        if self._syscall(ctypes.c_long(self._setup), ctypes.c_long(_DEPTH), ctypes.byref(self._ctx)) != 0:
+        if self._syscall(ctypes.c_long(setup), ctypes.c_long(_DEPTH), ctypes.byref(self._ctx)) != 0:
             e = ctypes.get_errno()
             raise OSError(e, f"io_setup: {os.strerror(e)}")
         self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-        # released when this object goes (with its loop), or by close()
-        self._release = weakref.finalize(self, _release, self._syscall, self._destroy,
-                                         self._ctx.value, self._efd)
-        self._loop = weakref.ref(loop)   # the loop's reader holds this object, not the reverse
+        # released when this object goes, with its loop (whose reader is what holds it)
+        weakref.finalize(self, _release, self._syscall, self._destroy, self._ctx.value, self._efd)
         self._callbacks: dict[int, Callable[[int], None]] = {}
         self._token = 0
         self._iocb = _Iocb()
         self._iocbs = (ctypes.POINTER(_Iocb) * 1)(ctypes.pointer(self._iocb))
         self._events = (_IoEvent * _EVENTS_PER_REAP)()
         self._no_wait = _Timespec(0, 0)
-        self.closed = False
         loop.add_reader(self._efd, self._reap)
-
-    @property
-    def in_flight(self) -> int:
-        return len(self._callbacks)
 
     def fdatasync(self, fd: int, callback: Callable[[int], None]) -> None:
         """Start an fdatasync of ``fd``; ``callback(errno)`` runs on the loop when it ends
         (errno 0: done). Raises OSError if the kernel refuses it (the caller falls back)."""
-        if self.closed:
-            raise OSError("AIO context closed")
         self._token += 1
         cb = self._iocb   # the kernel copies it in io_submit: one is enough
         ctypes.memset(ctypes.byref(cb), 0, ctypes.sizeof(cb))
@@ -121,18 +112,6 @@ class AioFsync:
             if n < _EVENTS_PER_REAP:
                 return
 
-    def close(self) -> None:
-        """Wait for the fsyncs in flight (io_destroy does), then release the context. Their
-        callbacks do not run."""
-        if self.closed:
-            return
-        self.closed = True
-        loop = self._loop()
-        if loop is not None and not loop.is_closed():
-            loop.remove_reader(self._efd)
-        self._release()
-        self._callbacks.clear()
-
 
 def _release(syscall, destroy: int, ctx: int, efd: int) -> None:
     syscall(ctypes.c_long(destroy), ctypes.c_ulong(ctx))
@@ -147,7 +126,7 @@ def for_loop(loop) -> AioFsync | None:
     if os.environ.get("KBROKER_AIO_FSYNC", "1") == "0":
         return None
     aio = _by_loop.get(loop, False)
-    if aio is False or (aio is not None and aio.closed):
+    if aio is False:
         try:
             aio = AioFsync(loop)
         except OSError as e:
@@ -156,9 +135,3 @@ def for_loop(loop) -> AioFsync | None:
         _by_loop[loop] = aio
     return aio
 
-
-def close_for_loop(loop) -> None:
-    """Release the loop's context (at shutdown, on the loop's thread)."""
-    aio = _by_loop.pop(loop, None)
-    if aio:
-        aio.close()

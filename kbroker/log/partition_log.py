@@ -1178,7 +1178,7 @@ class PartitionLog:
                 self._sync_floor = None
                 continue
             # a truncation during the fsync lowered the floor: what was appended after it
-            # (below ``upto`` again) may have missed this round
+            # (below the round's end again) may have missed this round
             covered, self._sync_floor = min(self._sync_floor, covered), None
             self._round_done(covered, active)
 
@@ -1250,9 +1250,8 @@ class PartitionLog:
                     return
                 covering, prev = nxt, covering
                 self._follow_round_done(gen, prev, active)
-            elif gen == self._commit_gen and not self.closed:
-                self._round_done(covering, active)   # answered here, not an iteration later
-                finish(None)
+            elif self._follow_round_done(gen, covering, active):
+                finish(None)   # answered here, not an iteration later
             else:   # truncated meanwhile: the round loop settles it with the floor
                 finish(covering)
 
@@ -1277,11 +1276,13 @@ class PartitionLog:
             return None
         return want if want > covered else None
 
-    def _follow_round_done(self, gen: int, covered: int, active: LogSegment) -> None:
-        """A worker thread's follow-on round finished: answer its appends now. (After a
-        roll or truncation the round loop settles it with the truncation floor.)"""
+    def _follow_round_done(self, gen: int, covered: int, active: LogSegment) -> bool:
+        """A follow-on round finished: answer its appends now, and say so. (After a roll
+        or truncation the round loop settles it with the truncation floor.)"""
         if gen == self._commit_gen and not self.closed:
             self._round_done(covered, active)
+            return True
+        return False
 
     def _round_done(self, covered: int, active: LogSegment) -> None:
         """Everything below ``covered`` is fsynced: answer the waiters it covers."""

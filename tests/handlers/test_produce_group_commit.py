@@ -25,7 +25,7 @@ def _produce_req(topic, records, acks=1):
         T(name=topic, partition_data=[T.PartitionProduceData(index=0, records=records)])])
 
 
-def test_acks_wait_for_a_shared_fsync_off_the_loop(broker, monkeypatch, fsync_path):
+def test_acks_wait_for_a_shared_fsync_off_the_loop(broker, monkeypatch, fsync_path, submit_held):
     monkeypatch.setattr(zero_fill, "ENABLED", False)   # its fsyncs are not group commit's
     assert create(broker, "durable", configs={"flush.messages": "1"}).topics[0].error_code == 0
     server = broker.server
@@ -47,14 +47,7 @@ def test_acks_wait_for_a_shared_fsync_off_the_loop(broker, monkeypatch, fsync_pa
         started.set()
         if len(calls) > 1:
             return real_aio(aio, fd, callback)
-        loop = asyncio.get_running_loop()
-
-        def held(errno):   # the first one's end is held until the test lets it go
-            if gate.is_set():
-                callback(errno)
-            else:
-                loop.call_later(0.001, held, errno)
-        real_aio(aio, fd, held)
+        submit_held(real_aio, aio, fd, callback, gate)   # its end held until the test lets it go
 
     monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
     monkeypatch.setattr(aio_fsync.AioFsync, "fdatasync", slow_aio)

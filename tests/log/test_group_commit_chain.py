@@ -116,7 +116,7 @@ def test_no_append_is_answered_before_an_fsync_covers_it(tmp_path, monkeypatch, 
     assert log.sync_rounds > len(started) > 0           # and the worker went on by itself
 
 
-def test_a_truncation_during_a_follow_on_round(tmp_path, monkeypatch, fsync_path):
+def test_a_truncation_during_a_follow_on_round(tmp_path, monkeypatch, fsync_path, submit_held):
     """The log is truncated and appended to again while a round that went on by itself
     runs: the new records below that round's end wait for a later fsync. (A thread's round
     is held before its fdatasync; an AIO round after its submission, so the records
@@ -142,14 +142,7 @@ def test_a_truncation_during_a_follow_on_round(tmp_path, monkeypatch, fsync_path
         if n >= 2:
             return real_aio(aio, fd, callback)
         gates[n][0].set()
-        loop = asyncio.get_running_loop()
-
-        def held(errno):
-            if gates[n][1].is_set():
-                callback(errno)
-            else:
-                loop.call_later(0.001, held, errno)
-        real_aio(aio, fd, held)
+        submit_held(real_aio, aio, fd, callback, gates[n][1])
     monkeypatch.setattr(aio_fsync.AioFsync, "fdatasync", gated_aio)
 
     async def wait_for(event):

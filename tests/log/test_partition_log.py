@@ -630,7 +630,8 @@ def test_flush_and_group_commit(tmp_path, monkeypatch, fsync_path):
     assert 1 <= log.sync_rounds <= 3 and len(syncs) == log.sync_rounds
 
 
-def test_a_truncation_during_an_fsync_round_keeps_later_appends_waiting(tmp_path, monkeypatch, fsync_path):
+def test_a_truncation_during_an_fsync_round_keeps_later_appends_waiting(tmp_path, monkeypatch, fsync_path,
+                                                                        submit_held):
     """An fsync round covers what was written when it started. If the log is truncated and
     appended to again while it runs, the new records below its old end were not covered:
     their waiters wait for the next round (the old code called them durable)."""
@@ -657,14 +658,7 @@ def test_a_truncation_during_an_fsync_round_keeps_later_appends_waiting(tmp_path
         if len(rounds) > 1:
             return real_aio(aio, fd, callback)
         started.set()
-        loop = asyncio.get_running_loop()
-
-        def held(errno):
-            if release.is_set():
-                callback(errno)
-            else:
-                loop.call_later(0.001, held, errno)
-        real_aio(aio, fd, held)
+        submit_held(real_aio, aio, fd, callback, release)
     monkeypatch.setattr(aio_fsync.AioFsync, "fdatasync", slow_first_aio)
 
     async def main():
