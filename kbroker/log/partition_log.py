@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import errno
 import logging
 import os
 from dataclasses import dataclass, field
@@ -1236,10 +1237,10 @@ class PartitionLog:
                 else:
                     done.set_result(result)
 
-        def ended(errno: int) -> None:
+        def ended(err: int) -> None:
             nonlocal covering
-            if errno:
-                finish(error=OSError(errno, f"fdatasync: {os.strerror(errno)}"))
+            if err:
+                finish(error=OSError(err, f"fdatasync: {os.strerror(err)}"))
                 return
             nxt = self._next_round_end(gen, covering) if not self.closed else None
             if nxt is not None:
@@ -1257,9 +1258,10 @@ class PartitionLog:
 
         try:
             aio.fdatasync(fd, ended)
-        except OSError as e:   # this file's filesystem refuses it: the thread does the rounds
-            log.info("fsync rounds of %s run in a thread: %s", self.dir, e)
-            self._aio_refused = True
+        except OSError as e:   # the thread does these rounds
+            if e.errno != errno.EAGAIN:   # (EAGAIN: the loop's context is full just now)
+                log.info("fsync rounds of %s run in a thread: %s", self.dir, e)
+                self._aio_refused = True   # this file's filesystem refuses it: from now on
             return None
         return done
 
