@@ -139,11 +139,14 @@ def make_broker(kind: str, data_dir: Path, kbroker_overrides: dict | None = None
         if not TANSU.exists():
             subprocess.run(["bash", str(REPO / "scripts/fetch-peer.sh")], check=True)
         return BrokerProcess(data_dir / "tansu", kind="tansu")
-    # "kbroker+NAME=VALUE+...": a kbroker whose process alone gets those environment
-    # variables (an A/B run of one switch, e.g. kbroker+KBROKER_AIO_FSYNC=0)
-    own_env = dict(part.split("=", 1) for part in kind.split("+")[1:])
-    b = BrokerProcess(data_dir / kind.replace("=", "_"), overrides=kbroker_overrides, kind="kbroker",
-                      env=own_env)
+    # "kbroker+NAME=VALUE+...": a kbroker with those settings alone (an A/B run of one
+    # switch): a dotted NAME is a broker config (kbroker+log.zero.fill.ahead=false), any
+    # other an environment variable of its process (kbroker+KBROKER_AIO_FSYNC=0)
+    own = dict(part.split("=", 1) for part in kind.split("+")[1:])
+    own_env = {k: v for k, v in own.items() if "." not in k}
+    own_config = {k: v for k, v in own.items() if "." in k}
+    b = BrokerProcess(data_dir / kind.replace("=", "_"), overrides={**(kbroker_overrides or {}), **own_config},
+                      kind="kbroker", env=own_env)
     if env:
         os.environ.update(env)   # BrokerProcess passes our environment on
     return b
