@@ -25,7 +25,9 @@ reference-kafka, the Java client at its defaults: idempotence on, up to 5 reques
 per connection, 16 KiB batches, linger 5 ms), one process per producer, their MB/s summed.
 librdkafka with idempotence keeps one request in flight per partition (it counts in-flight
 messages against its limit of 5 requests), so there it leaves nothing to group; the Java
-client keeps several.
+client keeps several. Give the Java client 1,000,000 records or more: in a ~10 s run its JVM
+spends 40-50 % of a core compiling, and the rate is then the compiler's (session 16,
+``benchmarks/results/fsync.md``).
 """
 from __future__ import annotations
 
