@@ -101,6 +101,9 @@ def main() -> None:
     ap.add_argument("--client", default="librdkafka", choices=("librdkafka", "java"))
     ap.add_argument("--pin", action="store_true",
                     help="brokers on core 0, the producers on core 1 (as when clients run elsewhere)")
+    ap.add_argument("--warmup", action="store_true",
+                    help="one untimed run per broker, producer count and mode before the trials "
+                         "(the first writes of a run go into a fresh page cache and a cold JVM)")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     if args.pin and len(os.sched_getaffinity(0)) < 2:
@@ -114,6 +117,12 @@ def main() -> None:
     pairs: dict[tuple[str, int, int], dict[str, float]] = {}   # one trial's back-to-back runs
     cpu: dict[tuple[str, int, str], list[float]] = {}   # broker CPU seconds per GB produced
     errors: list[str] = []
+
+    def run(bootstrap: str, topic: str, producers: int) -> float:
+        if args.client == "java":
+            return produce_java(bootstrap, topic, args.records, producers)
+        return produce_parallel(bootstrap, topic, args.records, producers, extra)
+
     try:
         for k in kinds:
             brokers[k] = make_broker(k, tmp).start(timeout=180)
@@ -125,6 +134,14 @@ def main() -> None:
             for n in counts:
                 create(b.bootstrap, [(f"fs-{n}", 1)], {"flush.messages": "1"})
                 create(b.bootstrap, [(f"nofs-{n}", 1)])
+        if args.warmup:
+            for n in counts:
+                for k in kinds:
+                    for mode in ("with", "without"):
+                        topic = f"{'fs' if mode == 'with' else 'nofs'}-{n}"
+                        r = run(brokers[k].bootstrap, topic, n)
+                        print(f"warm-up {NAMES[k]:8s} producers={n} {mode:7s} fsync: {r:.1f} MB/s (not counted)",
+                              flush=True)
         for trial in range(args.trials):
             for n in counts:
                 for k in kinds if trial % 2 == 0 else kinds[::-1]:
@@ -132,10 +149,7 @@ def main() -> None:
                         topic = f"{'fs' if mode == 'with' else 'nofs'}-{n}"
                         try:
                             c0 = cpu_seconds(brokers[k].proc.pid)
-                            if args.client == "java":
-                                r = produce_java(brokers[k].bootstrap, topic, args.records, n)
-                            else:
-                                r = produce_parallel(brokers[k].bootstrap, topic, args.records, n, extra)
+                            r = run(brokers[k].bootstrap, topic, n)
                             gb = args.records * 1024 / 1e9
                             cpu.setdefault((k, n, mode), []).append((cpu_seconds(brokers[k].proc.pid) - c0) / gb)
                         except Exception as e:  # noqa: BLE001 - reported in the table
@@ -158,7 +172,8 @@ def report(res, pairs, cpu, errors, kinds, counts, args) -> None:
          f"with other jobs. One partition, acks=all, {args.records} x 1 KiB records per run"
          f"{', enable.idempotence=true' if args.idempotence else ''}"
          f"{', the Java producer (kafka-producer-perf-test.sh, defaults)' if args.client == 'java' else ''}"
-         f"{'; each broker pinned to core 0 and the producers to core 1' if args.pin else ''}, median of "
+         f"{'; each broker pinned to core 0 and the producers to core 1' if args.pin else ''}"
+         f"{'; one untimed warm-up run of each first' if args.warmup else ''}, median of "
          f"{args.trials} alternating trials (MB/s); each trial's ratio; the broker process's CPU "
          f"seconds per GB produced (median; less sensitive to the machine's load than MB/s).", "",
          "| producers | broker | flush.messages=1 | no fsync | with / without | per trial "

@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 RUNS = {
     "bench_clients": ["--kbroker-only", "--quick", "--repeat", "1", "--only", "1024 B, acks=1, none"],
-    "bench_fsync": ["--brokers", "kbroker", "--records", "400", "--producers", "1,2", "--trials", "1"],
+    "bench_fsync": ["--brokers", "kbroker", "--records", "400", "--producers", "1,2", "--trials", "1", "--warmup"],
     "bench_many_clients": ["--brokers", "kbroker", "--connections", "30", "--crowds", "2,3", "--records", "50"],
     "bench_offsets_load": ["--brokers", "kbroker", "--commits", "20", "--partitions", "20", "--groups", "3"],
     "bench_cores": ["--partitions", "6", "--records", "300", "--trials", "1"],
