@@ -8,7 +8,9 @@ append + fdatasync took 113 us instead of 166-215, 1 MiB 0.38-0.49 ms instead of
 with less kernel CPU (`benchmarks/results/fsync.md`). Group commit puts that fdatasync in
 every acknowledgement's path, so a worker thread writes zeros ahead of the log's end and
 fsyncs them, off that path; appends then overwrite zeros. Each job writes as much as the file
-holds already, from 256 KiB up to 8 MiB, and the next starts when half of it is left.
+holds already, from 256 KiB up to 8 MiB, and the next starts when half of it is left. Each
+1 MiB step is fsynced as soon as it is written: an append's fdatasync writes out every dirty
+page of the file, the zeros ahead included.
 (Kafka's ``preallocate`` only sets the file's length: the blocks stay unallocated, which
 gains nothing here.)
 
@@ -108,9 +110,10 @@ class ZeroFill:
             self.stopped = True
 
     def _fill(self, fd: int, start: int, end: int) -> int:
-        """Worker thread: zeros over [start, end) where the log has not claimed it, then an
-        fdatasync (the size and the blocks become durable before appends rely on them).
-        Returns the end filled (``start`` if stopped before any step)."""
+        """Worker thread: zeros over [start, end) where the log has not claimed it, each
+        step followed by an fdatasync (the size and the blocks become durable before
+        appends rely on them). Returns the end filled (``start`` if stopped before any
+        step)."""
         pos = start
         try:
             while pos < end:
@@ -121,8 +124,12 @@ class ZeroFill:
                     at = max(pos, self.claimed)
                     if at < nxt:
                         _pwrite_zeros(fd, at, nxt - at)
+                if at < nxt:
+                    # at once, not at the job's end: an append's fdatasync writes out every
+                    # dirty page of the file, and zeros left dirty for a whole 8 MiB job
+                    # came with it (1 MiB appends: p90 4.6 ms instead of 0.9)
+                    os.fdatasync(fd)
                 pos = nxt
-            os.fdatasync(fd)
             return pos
         finally:
             os.close(fd)

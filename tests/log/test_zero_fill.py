@@ -189,3 +189,22 @@ def test_the_cleaners_segments_get_no_zeros(tmp_path, small_chunks, monkeypatch)
     assert stats.records_removed > 0
     assert filled == []
     log.close()
+
+
+def test_each_step_of_zeros_is_fsynced_before_the_next_is_written(tmp_path, small_chunks, monkeypatch):
+    """An append's fdatasync writes out every dirty page of the file, zeros ahead of the log
+    included: the filler leaves at most one step of them unsynced (fsyncing once per job left
+    up to a whole job for the appends' fsyncs to write)."""
+    events = []
+    real_write, real_sync = zero_fill._pwrite_zeros, os.fdatasync
+    monkeypatch.setattr(zero_fill, "_pwrite_zeros",
+                        lambda fd, pos, size: (events.append(("zeros", size)), real_write(fd, pos, size))[1])
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (events.append(("sync", fd)), real_sync(fd))[1])
+    log = open_log(tmp_path, cfg(flush_messages=1, segment_bytes=200_000))
+    for _ in range(12):
+        log.append(make_batch(20, value=b"v" * 200), 0)
+        _wait_for_fill(log)
+    kinds = [k for k, _ in events]
+    assert kinds.count("zeros") > 10
+    assert all(kinds[i + 1] == "sync" for i, k in enumerate(kinds) if k == "zeros")
+    log.close()
