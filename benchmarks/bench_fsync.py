@@ -91,6 +91,11 @@ def produce_java(bootstrap: str, topic: str, records: int, producers: int) -> fl
     return total
 
 
+def _topic(mode: str, producers: int) -> str:
+    """The topic a run with (flush.messages=1) or without fsync writes to."""
+    return f"{'fs' if mode == 'with' else 'nofs'}-{producers}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--brokers", default="kbroker,kafka")
@@ -132,24 +137,22 @@ def main() -> None:
             os.sched_setaffinity(0, {1})   # this process, its producer threads and the JVMs it starts
         for k, b in brokers.items():
             for n in counts:
-                create(b.bootstrap, [(f"fs-{n}", 1)], {"flush.messages": "1"})
-                create(b.bootstrap, [(f"nofs-{n}", 1)])
+                create(b.bootstrap, [(_topic("with", n), 1)], {"flush.messages": "1"})
+                create(b.bootstrap, [(_topic("without", n), 1)])
         if args.warmup:
             for n in counts:
                 for k in kinds:
                     for mode in ("with", "without"):
-                        topic = f"{'fs' if mode == 'with' else 'nofs'}-{n}"
-                        r = run(brokers[k].bootstrap, topic, n)
+                        r = run(brokers[k].bootstrap, _topic(mode, n), n)
                         print(f"warm-up {NAMES[k]:8s} producers={n} {mode:7s} fsync: {r:.1f} MB/s (not counted)",
                               flush=True)
         for trial in range(args.trials):
             for n in counts:
                 for k in kinds if trial % 2 == 0 else kinds[::-1]:
                     for mode in ("with", "without") if trial % 2 == 0 else ("without", "with"):
-                        topic = f"{'fs' if mode == 'with' else 'nofs'}-{n}"
                         try:
                             c0 = cpu_seconds(brokers[k].proc.pid)
-                            r = run(brokers[k].bootstrap, topic, n)
+                            r = run(brokers[k].bootstrap, _topic(mode, n), n)
                             gb = args.records * 1024 / 1e9
                             cpu.setdefault((k, n, mode), []).append((cpu_seconds(brokers[k].proc.pid) - c0) / gb)
                         except Exception as e:  # noqa: BLE001 - reported in the table
