@@ -4,7 +4,8 @@ import os
 import threading
 
 from kbroker.log.background import BackgroundIO
-from kbroker.log.checkpoint import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, RECOVERY_POINT_CHECKPOINT
+from kbroker.log.checkpoint import (LEADER_EPOCH_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, PARTITION_METADATA,
+                                     RECOVERY_POINT_CHECKPOINT)
 from kbroker.log.config import LogConfig
 from kbroker.log.log_manager import LogManager
 
@@ -195,3 +196,23 @@ def test_offsets_checkpoint_goes_to_the_log_dirs_io_thread(tmp_path, monkeypatch
     # without the IO thread: written at once
     checkpoint.write_offsets(str(tmp_path), "replication-offset-checkpoint", {("t", 0): 7})
     assert checkpoint.OffsetCheckpointFile(str(tmp_path / "replication-offset-checkpoint")).read() == {("t", 0): 7}
+
+
+def test_offsets_checkpoint_reads_the_logs_in_the_io_thread_when_it_writes(tmp_path):
+    # Deleting a topic checkpoints every log's offsets. Reading 10,000 logs took the loop
+    # 3-5 ms per deleted topic, so the IO thread reads them when it writes the file: a value
+    # changed and a log deleted after the call are what the file shows.
+    lm = LogManager([str(tmp_path)], LogConfig(), now_ms=0)
+    lm.start_background_io()
+    for p in range(3):
+        lm.get_or_create("t", p).append(make_batch(5), 0)
+    gate = threading.Event()
+    lm.io.submit(gate.wait)                             # hold the IO thread
+    lm.checkpoint_after_deletes()
+    lm.get("t", 1).flush()                              # recovery point 0 -> 5 after the call
+    lm.delete_many([("t", 2)], 0, checkpoint=False)     # gone before the write
+    gate.set()
+    lm.io.drain()
+    assert (tmp_path / RECOVERY_POINT_CHECKPOINT).read_text() == "0\n2\nt 0 0\nt 1 5\n"
+    assert (tmp_path / LOG_START_OFFSET_CHECKPOINT).read_text() == "0\n2\nt 0 0\nt 1 0\n"
+    lm.shutdown()
