@@ -605,25 +605,24 @@ class LogManager:
         return n
 
     # ------------------------------------------------------------------ checkpoints
-    def _write_offsets(self, d: str, name: str, offsets: dict | Callable[[], dict], sync: bool) -> None:
+    def _write_offsets(self, d: str, name: str, offsets: Callable[[], dict], sync: bool) -> None:
         """Write one offsets checkpoint. With the IO thread running, the (fsynced, atomic)
-        write happens there, one writer per file at a time, and ``offsets`` given as a
-        function is called there too."""
-        snapshot = offsets if callable(offsets) else (lambda: offsets)
+        write happens there, one writer per file at a time, and ``offsets()`` is called
+        there too."""
         if sync and self.io is not None:
-            self.io.write_file(d, name, lambda: offsets_text(snapshot()))   # formatted in the thread
+            self.io.write_file(d, name, lambda: offsets_text(offsets()))   # taken and formatted in the thread
         else:
-            write_atomic(os.path.join(d, name), offsets_text(snapshot()), sync)
+            write_atomic(os.path.join(d, name), offsets_text(offsets()), sync)
 
     def _offsets_of(self, d: str, attr: str) -> Callable[[], dict]:
         """A function taking one offset of every log in dir ``d`` when it is called: in the
         IO thread, where a checkpoint is written, since reading 10,000 logs held the loop
         ~3-5 ms for each topic a deletion removed. The values it reads are current, so
         never ahead of what they claim (a recovery point moves only after its flush), and
-        a log deleted before it runs is out of the map already. (The map is copied in one
-        C call, which another thread's changes cannot interleave.)"""
+        a log deleted before it runs is out of the map already. (``logs()`` copies the map
+        in one C call, which another thread's changes cannot interleave.)"""
         def snapshot() -> dict:
-            logs = list(self._logs.items())
+            logs = self.logs().items()
             if len(self.log_dirs) > 1:
                 logs = [(k, p) for k, p in logs if self._dir_of.get(k) == d]
             return {k: getattr(p, attr) for k, p in logs}
@@ -653,7 +652,7 @@ class LogManager:
         for d, offs in by_dir.items():
             path = os.path.join(d, CLEANER_OFFSET_CHECKPOINT)
             if offs or os.path.exists(path):
-                self._write_offsets(d, CLEANER_OFFSET_CHECKPOINT, offs, True)
+                self._write_offsets(d, CLEANER_OFFSET_CHECKPOINT, lambda offs=offs: offs, True)
 
     def checkpoint_after_deletes(self) -> None:
         """The checkpoints without the deleted logs (with the IO thread: written there)."""

@@ -201,9 +201,16 @@ def test_each_step_of_zeros_is_fsynced_before_the_next_is_written(tmp_path, smal
     def mine(kind):
         if threading.current_thread().name.startswith("kbroker-zero-fill"):
             events.append(kind)
-    monkeypatch.setattr(zero_fill, "_pwrite_zeros",
-                        lambda fd, pos, size: (mine("zeros"), real_write(fd, pos, size))[1])
-    monkeypatch.setattr(os, "fdatasync", lambda fd: (mine("sync"), real_sync(fd))[1])
+
+    def zeros(fd, pos, size):
+        mine("zeros")
+        return real_write(fd, pos, size)
+
+    def sync(fd):
+        mine("sync")
+        return real_sync(fd)
+    monkeypatch.setattr(zero_fill, "_pwrite_zeros", zeros)
+    monkeypatch.setattr(os, "fdatasync", sync)
     log = open_log(tmp_path, cfg(flush_messages=1, segment_bytes=200_000))
     for _ in range(12):
         log.append(make_batch(20, value=b"v" * 200), 0)
