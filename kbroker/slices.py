@@ -45,19 +45,22 @@ def run_to_end(steps: Generator[None, None, T]) -> T:
         return done.value
 
 
-def run_for(steps: Generator[None, None, T], slice_s: float = 0.004) -> bool:
-    """Run ``steps`` here for up to ``slice_s``; True if it finished, False if the rest is
-    left for ``run_in_slices`` (the caller hands the same generator on). For steps that
-    never yield a future."""
+LEFT = object()   # run_for: the work is not finished
+
+
+def run_for(steps: Generator[None, None, T], slice_s: float = 0.004) -> T | object:
+    """Run ``steps`` here for up to ``slice_s``: what it returned if it finished, else
+    ``LEFT``, the rest left for ``run_in_slices`` (the caller hands the same generator on).
+    For steps that never yield a future."""
     t0 = time.perf_counter()
     try:
         while True:
             if next(steps) is not None:
                 raise TypeError("run_for: a step yielded a future (use run_in_slices)")
             if time.perf_counter() - t0 > slice_s:
-                return False
-    except StopIteration:
-        return True
+                return LEFT
+    except StopIteration as done:
+        return done.value
 
 
 def each(items, fn: Callable[[Any], object]) -> Generator[None, None, None]:

@@ -42,7 +42,7 @@ from kbroker.kraft.loader import MetadataLoader
 from kbroker.kraft.raft import LEADER, CommittedBatch, NotLeaderError, SnapshotLoaded
 from kbroker.kraft.records import decode_record, encode_record
 from kbroker.kraft.snapshots import SnapshotPolicy
-from kbroker.slices import run_for, run_in_slices
+from kbroker.slices import LEFT, run_for, run_in_slices
 
 INLINE_RECORDS = 64        # operations up to this many records are encoded at once
 APPLY_SLICE_S = 0.004      # metadata work holds the loop about this long at a time
@@ -109,7 +109,7 @@ class RaftControllerRuntime:
         of a large one (a 1,000-partition topic: ~50 ms of decoding, applying and publishing)
         goes on in a task, in slices, and every batch after it queues behind it (log order)."""
         steps = self._apply_steps(item)
-        if not self._queue and run_for(steps, INLINE_SLICE_S):
+        if not self._queue and run_for(steps, INLINE_SLICE_S) is not LEFT:
             return
         self._queue.append(steps)
         if self._worker is None:

@@ -597,6 +597,23 @@ class Message:
             raise CodecError(f"malformed {cls.__qualname__} v{version}: {e}") from e
         return obj
 
+    # A request with arrays of structs also has a generated steps reader: it decodes as
+    # ``_read`` does but pauses in its arrays (codegen's STEP_ELEMENTS). None: no such arrays.
+    _steps = None
+
+    @classmethod
+    def read_steps(cls, r: Reader, version: int):
+        """Generator (kbroker.slices) decoding like ``read``, pausing every few hundred array
+        elements: a Fetch naming 10,000 partitions took ~5 ms to decode in one go."""
+        cls._check_version(version)
+        try:
+            obj, r.pos = yield from cls._steps(r.buf, r.pos, version)
+        except CodecError:
+            raise
+        except _DECODE_ERRORS as e:
+            raise CodecError(f"malformed {cls.__qualname__} v{version}: {e}") from e
+        return obj
+
     def encode_into(self, w: Writer, version: int) -> None:
         self._check_version(version)
         try:

@@ -239,3 +239,46 @@ def test_a_muted_connection_answers_then_reads_nothing_until_the_throttle_passes
         conn.close()
         peer.close()
     asyncio.run(main())
+
+
+class HoldingDispatcher(Dispatcher):
+    """'hold:<ms>' is handled <ms> later, and the connection's later frames wait for that (a
+    request the dispatcher decodes in slices)."""
+
+    def __init__(self):
+        super().__init__()
+        self.handled = []
+
+    def dispatch(self, conn, fr):
+        n, mode = bytes(fr).decode().split(":", 1)
+        if not mode.startswith("hold:"):
+            self.handled.append(n)
+            return super().dispatch(conn, fr)
+        loop = asyncio.get_running_loop()
+        handled = loop.create_future()
+        conn.hold_frames_until(handled)
+
+        async def later():
+            await asyncio.sleep(int(mode.split(":")[1]) / 1000)
+            self.handled.append(n)
+            handled.set_result(None)
+            return [frame(n.encode())]
+        return later()
+
+
+def test_frames_after_a_held_one_are_handled_after_it_in_order():
+    async def main():
+        d = HoldingDispatcher()
+        conn, peer = await start(d)
+        loop = asyncio.get_running_loop()
+        # in one read, and one more while the first is held
+        await loop.sock_sendall(peer, frame(b"1:hold:200") + frame(b"2:sync") + frame(b"3:hold:50"))
+        await asyncio.sleep(0.05)
+        assert d.handled == []
+        await loop.sock_sendall(peer, frame(b"4:sync"))
+        got = await read_frames(peer, 4)
+        assert got == [b"1", b"2", b"3", b"4"]
+        assert d.handled == ["1", "2", "3", "4"]
+        conn.close()
+        peer.close()
+    asyncio.run(main())

@@ -187,6 +187,71 @@ def _read_AddPartitionsToTxnRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_AddPartitionsToTxnRequest(buf, pos, version):
+    self = _new(_C_AddPartitionsToTxnRequest)
+    if version >= 4:
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field AddPartitionsToTxnRequest.transactions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction(buf, pos, version)
+                _a(_o)
+            self.transactions = _l
+        self.v3_and_below_transactional_id = ''
+        self.v3_and_below_producer_id = 0
+        self.v3_and_below_producer_epoch = 0
+        self.v3_and_below_topics = []
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 3:
+        self.transactions = []
+        self.v3_and_below_transactional_id, pos = rd_cstring(buf, pos)
+        self.v3_and_below_producer_id, self.v3_and_below_producer_epoch = _u_qh(buf, pos)
+        pos += 10
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field AddPartitionsToTxnRequest.v3_and_below_topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.v3_and_below_topics = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.transactions = []
+        self.v3_and_below_transactional_id, pos = rd_string(buf, pos)
+        self.v3_and_below_producer_id, self.v3_and_below_producer_epoch = _u_qh(buf, pos)
+        pos += 10
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field AddPartitionsToTxnRequest.v3_and_below_topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.v3_and_below_topics = _l
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_AddPartitionsToTxnRequest(self, w, version):
     if version >= 4:
         if not (self.v3_and_below_transactional_id == ''):
@@ -326,6 +391,31 @@ def _read_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction(buf, pos, vers
     return self, pos
 
 
+def _steps_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction(buf, pos, version):
+    self = _new(_C_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction)
+    self.transactional_id, pos = rd_cstring(buf, pos)
+    self.producer_id, self.producer_epoch, self.verify_only = _u_qhz(buf, pos)
+    pos += 11
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field AddPartitionsToTxnTransaction.topics was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = _read_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic(buf, pos, version)
+            _a(_o)
+            if _i & 127 == 127:
+                yield
+        self.topics = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
 def _write_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction(self, w, version):
     wr_cstring(w, self.transactional_id)
     w += _p_qhz(self.producer_id, self.producer_epoch, self.verify_only)
@@ -344,7 +434,9 @@ def _write_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction(self, w, vers
 
 AddPartitionsToTxnRequest._read = staticmethod(_read_AddPartitionsToTxnRequest)
 AddPartitionsToTxnRequest._write = _write_AddPartitionsToTxnRequest
+AddPartitionsToTxnRequest._steps = staticmethod(_steps_AddPartitionsToTxnRequest)
 AddPartitionsToTxnRequest.AddPartitionsToTxnTopic._read = staticmethod(_read_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic)
 AddPartitionsToTxnRequest.AddPartitionsToTxnTopic._write = _write_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic
 AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction._read = staticmethod(_read_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction)
 AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction._write = _write_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction
+AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction._steps = staticmethod(_steps_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction)

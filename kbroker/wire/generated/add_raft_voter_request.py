@@ -123,6 +123,32 @@ def _read_AddRaftVoterRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_AddRaftVoterRequest(buf, pos, version):
+    self = _new(_C_AddRaftVoterRequest)
+    self.cluster_id, pos = rd_cnstring(buf, pos)
+    self.timeout_ms, self.voter_id = _u_ii(buf, pos)
+    pos += 8
+    self.voter_directory_id, pos = rd_uuid(buf, pos)
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field AddRaftVoterRequest.listeners was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = _read_AddRaftVoterRequest_Listener(buf, pos, version)
+            _a(_o)
+            if _i & 127 == 127:
+                yield
+        self.listeners = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
 def _write_AddRaftVoterRequest(self, w, version):
     wr_cnstring(w, self.cluster_id)
     w += _p_ii(self.timeout_ms, self.voter_id)
@@ -175,5 +201,6 @@ def _write_AddRaftVoterRequest_Listener(self, w, version):
 
 AddRaftVoterRequest._read = staticmethod(_read_AddRaftVoterRequest)
 AddRaftVoterRequest._write = _write_AddRaftVoterRequest
+AddRaftVoterRequest._steps = staticmethod(_steps_AddRaftVoterRequest)
 AddRaftVoterRequest.Listener._read = staticmethod(_read_AddRaftVoterRequest_Listener)
 AddRaftVoterRequest.Listener._write = _write_AddRaftVoterRequest_Listener

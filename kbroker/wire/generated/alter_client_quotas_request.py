@@ -166,6 +166,43 @@ def _read_AlterClientQuotasRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_AlterClientQuotasRequest(buf, pos, version):
+    self = _new(_C_AlterClientQuotasRequest)
+    if version >= 1:
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field AlterClientQuotasRequest.entries was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_AlterClientQuotasRequest_EntryData(buf, pos, version)
+                _a(_o)
+            self.entries = _l
+        self.validate_only, = _u_z(buf, pos)
+        pos += 1
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field AlterClientQuotasRequest.entries was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_AlterClientQuotasRequest_EntryData(buf, pos, version)
+                _a(_o)
+            self.entries = _l
+        self.validate_only, = _u_z(buf, pos)
+        pos += 1
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_AlterClientQuotasRequest(self, w, version):
     if version >= 1:
         _l = self.entries
@@ -249,6 +286,67 @@ def _read_AlterClientQuotasRequest_EntryData(buf, pos, version):
             for _ in range(_n):
                 _o, pos = _read_AlterClientQuotasRequest_EntryData_OpData(buf, pos, version)
                 _a(_o)
+            self.ops = _l
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
+def _steps_AlterClientQuotasRequest_EntryData(buf, pos, version):
+    self = _new(_C_AlterClientQuotasRequest_EntryData)
+    if version >= 1:
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field EntryData.entity was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_AlterClientQuotasRequest_EntryData_EntityData(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.entity = _l
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field EntryData.ops was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_AlterClientQuotasRequest_EntryData_OpData(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.ops = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field EntryData.entity was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_AlterClientQuotasRequest_EntryData_EntityData(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.entity = _l
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field EntryData.ops was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_AlterClientQuotasRequest_EntryData_OpData(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
             self.ops = _l
         self.unknown_tagged_fields = None
     return self, pos
@@ -378,8 +476,10 @@ def _write_AlterClientQuotasRequest_EntryData_OpData(self, w, version):
 
 AlterClientQuotasRequest._read = staticmethod(_read_AlterClientQuotasRequest)
 AlterClientQuotasRequest._write = _write_AlterClientQuotasRequest
+AlterClientQuotasRequest._steps = staticmethod(_steps_AlterClientQuotasRequest)
 AlterClientQuotasRequest.EntryData._read = staticmethod(_read_AlterClientQuotasRequest_EntryData)
 AlterClientQuotasRequest.EntryData._write = _write_AlterClientQuotasRequest_EntryData
+AlterClientQuotasRequest.EntryData._steps = staticmethod(_steps_AlterClientQuotasRequest_EntryData)
 AlterClientQuotasRequest.EntryData.EntityData._read = staticmethod(_read_AlterClientQuotasRequest_EntryData_EntityData)
 AlterClientQuotasRequest.EntryData.EntityData._write = _write_AlterClientQuotasRequest_EntryData_EntityData
 AlterClientQuotasRequest.EntryData.OpData._read = staticmethod(_read_AlterClientQuotasRequest_EntryData_OpData)

@@ -145,6 +145,43 @@ def _read_AlterConfigsRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_AlterConfigsRequest(buf, pos, version):
+    self = _new(_C_AlterConfigsRequest)
+    if version >= 2:
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field AlterConfigsRequest.resources was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_AlterConfigsRequest_AlterConfigsResource(buf, pos, version)
+                _a(_o)
+            self.resources = _l
+        self.validate_only, = _u_z(buf, pos)
+        pos += 1
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field AlterConfigsRequest.resources was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_AlterConfigsRequest_AlterConfigsResource(buf, pos, version)
+                _a(_o)
+            self.resources = _l
+        self.validate_only, = _u_z(buf, pos)
+        pos += 1
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_AlterConfigsRequest(self, w, version):
     if version >= 2:
         _l = self.resources
@@ -215,6 +252,49 @@ def _read_AlterConfigsRequest_AlterConfigsResource(buf, pos, version):
             for _ in range(_n):
                 _o, pos = _read_AlterConfigsRequest_AlterConfigsResource_AlterableConfig(buf, pos, version)
                 _a(_o)
+            self.configs = _l
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
+def _steps_AlterConfigsRequest_AlterConfigsResource(buf, pos, version):
+    self = _new(_C_AlterConfigsRequest_AlterConfigsResource)
+    if version >= 2:
+        self.resource_type, = _u_b(buf, pos)
+        pos += 1
+        self.resource_name, pos = rd_cstring(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field AlterConfigsResource.configs was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_AlterConfigsRequest_AlterConfigsResource_AlterableConfig(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.configs = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.resource_type, = _u_b(buf, pos)
+        pos += 1
+        self.resource_name, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field AlterConfigsResource.configs was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_AlterConfigsRequest_AlterConfigsResource_AlterableConfig(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
             self.configs = _l
         self.unknown_tagged_fields = None
     return self, pos
@@ -291,7 +371,9 @@ def _write_AlterConfigsRequest_AlterConfigsResource_AlterableConfig(self, w, ver
 
 AlterConfigsRequest._read = staticmethod(_read_AlterConfigsRequest)
 AlterConfigsRequest._write = _write_AlterConfigsRequest
+AlterConfigsRequest._steps = staticmethod(_steps_AlterConfigsRequest)
 AlterConfigsRequest.AlterConfigsResource._read = staticmethod(_read_AlterConfigsRequest_AlterConfigsResource)
 AlterConfigsRequest.AlterConfigsResource._write = _write_AlterConfigsRequest_AlterConfigsResource
+AlterConfigsRequest.AlterConfigsResource._steps = staticmethod(_steps_AlterConfigsRequest_AlterConfigsResource)
 AlterConfigsRequest.AlterConfigsResource.AlterableConfig._read = staticmethod(_read_AlterConfigsRequest_AlterConfigsResource_AlterableConfig)
 AlterConfigsRequest.AlterConfigsResource.AlterableConfig._write = _write_AlterConfigsRequest_AlterConfigsResource_AlterableConfig

@@ -124,6 +124,28 @@ def _read_AlterPartitionReassignmentsRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_AlterPartitionReassignmentsRequest(buf, pos, version):
+    self = _new(_C_AlterPartitionReassignmentsRequest)
+    self.timeout_ms, = _u_i(buf, pos)
+    pos += 4
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field AlterPartitionReassignmentsRequest.topics was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = yield from _steps_AlterPartitionReassignmentsRequest_ReassignableTopic(buf, pos, version)
+            _a(_o)
+        self.topics = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
 def _write_AlterPartitionReassignmentsRequest(self, w, version):
     w += _p_i(self.timeout_ms)
     _l = self.topics
@@ -159,6 +181,29 @@ def _read_AlterPartitionReassignmentsRequest_ReassignableTopic(buf, pos, version
         for _ in range(_n):
             _o, pos = _read_AlterPartitionReassignmentsRequest_ReassignableTopic_ReassignablePartition(buf, pos, version)
             _a(_o)
+        self.partitions = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
+def _steps_AlterPartitionReassignmentsRequest_ReassignableTopic(buf, pos, version):
+    self = _new(_C_AlterPartitionReassignmentsRequest_ReassignableTopic)
+    self.name, pos = rd_cstring(buf, pos)
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field ReassignableTopic.partitions was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = _read_AlterPartitionReassignmentsRequest_ReassignableTopic_ReassignablePartition(buf, pos, version)
+            _a(_o)
+            if _i & 127 == 127:
+                yield
         self.partitions = _l
     self.unknown_tagged_fields = None
     if buf[pos]:
@@ -219,7 +264,9 @@ def _write_AlterPartitionReassignmentsRequest_ReassignableTopic_ReassignablePart
 
 AlterPartitionReassignmentsRequest._read = staticmethod(_read_AlterPartitionReassignmentsRequest)
 AlterPartitionReassignmentsRequest._write = _write_AlterPartitionReassignmentsRequest
+AlterPartitionReassignmentsRequest._steps = staticmethod(_steps_AlterPartitionReassignmentsRequest)
 AlterPartitionReassignmentsRequest.ReassignableTopic._read = staticmethod(_read_AlterPartitionReassignmentsRequest_ReassignableTopic)
 AlterPartitionReassignmentsRequest.ReassignableTopic._write = _write_AlterPartitionReassignmentsRequest_ReassignableTopic
+AlterPartitionReassignmentsRequest.ReassignableTopic._steps = staticmethod(_steps_AlterPartitionReassignmentsRequest_ReassignableTopic)
 AlterPartitionReassignmentsRequest.ReassignableTopic.ReassignablePartition._read = staticmethod(_read_AlterPartitionReassignmentsRequest_ReassignableTopic_ReassignablePartition)
 AlterPartitionReassignmentsRequest.ReassignableTopic.ReassignablePartition._write = _write_AlterPartitionReassignmentsRequest_ReassignableTopic_ReassignablePartition

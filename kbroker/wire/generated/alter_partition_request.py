@@ -173,6 +173,28 @@ def _read_AlterPartitionRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_AlterPartitionRequest(buf, pos, version):
+    self = _new(_C_AlterPartitionRequest)
+    self.broker_id, self.broker_epoch = _u_iq(buf, pos)
+    pos += 12
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field AlterPartitionRequest.topics was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = yield from _steps_AlterPartitionRequest_TopicData(buf, pos, version)
+            _a(_o)
+        self.topics = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
 def _write_AlterPartitionRequest(self, w, version):
     w += _p_iq(self.broker_id, self.broker_epoch)
     _l = self.topics
@@ -228,6 +250,47 @@ def _read_AlterPartitionRequest_TopicData(buf, pos, version):
             _a = _l.append
             for _ in range(_n):
                 _o, pos = _read_AlterPartitionRequest_TopicData_PartitionData(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    return self, pos
+
+
+def _steps_AlterPartitionRequest_TopicData(buf, pos, version):
+    self = _new(_C_AlterPartitionRequest_TopicData)
+    if version >= 2:
+        self.topic_name = ''
+        self.topic_id, pos = rd_uuid(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field TopicData.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_AlterPartitionRequest_TopicData_PartitionData(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.topic_name, pos = rd_cstring(buf, pos)
+        self.topic_id = ZERO_UUID
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field TopicData.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_AlterPartitionRequest_TopicData_PartitionData(buf, pos, version)
                 _a(_o)
             self.partitions = _l
         self.unknown_tagged_fields = None
@@ -294,6 +357,63 @@ def _read_AlterPartitionRequest_TopicData_PartitionData(buf, pos, version):
             for _ in range(_n):
                 _o, pos = _read_AlterPartitionRequest_TopicData_PartitionData_BrokerState(buf, pos, version)
                 _a(_o)
+            self.new_isr_with_epochs = _l
+        self.leader_recovery_state, self.partition_epoch = _u_bi(buf, pos)
+        pos += 5
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 1:
+        self.partition_index, self.leader_epoch = _u_ii(buf, pos)
+        pos += 8
+        self.new_isr, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.new_isr is None:
+            raise CodecError('non-nullable field PartitionData.new_isr was serialized as null')
+        self.new_isr_with_epochs = []
+        self.leader_recovery_state, self.partition_epoch = _u_bi(buf, pos)
+        pos += 5
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.partition_index, self.leader_epoch = _u_ii(buf, pos)
+        pos += 8
+        self.new_isr, pos = rd_cfixed_array(buf, pos, 'i', 4)
+        if self.new_isr is None:
+            raise CodecError('non-nullable field PartitionData.new_isr was serialized as null')
+        self.new_isr_with_epochs = []
+        self.leader_recovery_state = 0
+        self.partition_epoch, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    return self, pos
+
+
+def _steps_AlterPartitionRequest_TopicData_PartitionData(buf, pos, version):
+    self = _new(_C_AlterPartitionRequest_TopicData_PartitionData)
+    if version >= 3:
+        self.partition_index, self.leader_epoch = _u_ii(buf, pos)
+        pos += 8
+        self.new_isr = []
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field PartitionData.new_isr_with_epochs was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_AlterPartitionRequest_TopicData_PartitionData_BrokerState(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
             self.new_isr_with_epochs = _l
         self.leader_recovery_state, self.partition_epoch = _u_bi(buf, pos)
         pos += 5
@@ -413,9 +533,12 @@ def _write_AlterPartitionRequest_TopicData_PartitionData_BrokerState(self, w, ve
 
 AlterPartitionRequest._read = staticmethod(_read_AlterPartitionRequest)
 AlterPartitionRequest._write = _write_AlterPartitionRequest
+AlterPartitionRequest._steps = staticmethod(_steps_AlterPartitionRequest)
 AlterPartitionRequest.TopicData._read = staticmethod(_read_AlterPartitionRequest_TopicData)
 AlterPartitionRequest.TopicData._write = _write_AlterPartitionRequest_TopicData
+AlterPartitionRequest.TopicData._steps = staticmethod(_steps_AlterPartitionRequest_TopicData)
 AlterPartitionRequest.TopicData.PartitionData._read = staticmethod(_read_AlterPartitionRequest_TopicData_PartitionData)
 AlterPartitionRequest.TopicData.PartitionData._write = _write_AlterPartitionRequest_TopicData_PartitionData
+AlterPartitionRequest.TopicData.PartitionData._steps = staticmethod(_steps_AlterPartitionRequest_TopicData_PartitionData)
 AlterPartitionRequest.TopicData.PartitionData.BrokerState._read = staticmethod(_read_AlterPartitionRequest_TopicData_PartitionData_BrokerState)
 AlterPartitionRequest.TopicData.PartitionData.BrokerState._write = _write_AlterPartitionRequest_TopicData_PartitionData_BrokerState

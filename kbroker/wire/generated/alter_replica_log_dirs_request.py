@@ -128,6 +128,39 @@ def _read_AlterReplicaLogDirsRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_AlterReplicaLogDirsRequest(buf, pos, version):
+    self = _new(_C_AlterReplicaLogDirsRequest)
+    if version >= 2:
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field AlterReplicaLogDirsRequest.dirs was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_AlterReplicaLogDirsRequest_AlterReplicaLogDir(buf, pos, version)
+                _a(_o)
+            self.dirs = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field AlterReplicaLogDirsRequest.dirs was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_AlterReplicaLogDirsRequest_AlterReplicaLogDir(buf, pos, version)
+                _a(_o)
+            self.dirs = _l
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_AlterReplicaLogDirsRequest(self, w, version):
     if version >= 2:
         _l = self.dirs
@@ -191,6 +224,45 @@ def _read_AlterReplicaLogDirsRequest_AlterReplicaLogDir(buf, pos, version):
             for _ in range(_n):
                 _o, pos = _read_AlterReplicaLogDirsRequest_AlterReplicaLogDir_AlterReplicaLogDirTopic(buf, pos, version)
                 _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
+def _steps_AlterReplicaLogDirsRequest_AlterReplicaLogDir(buf, pos, version):
+    self = _new(_C_AlterReplicaLogDirsRequest_AlterReplicaLogDir)
+    if version >= 2:
+        self.path, pos = rd_cstring(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field AlterReplicaLogDir.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_AlterReplicaLogDirsRequest_AlterReplicaLogDir_AlterReplicaLogDirTopic(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.topics = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.path, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field AlterReplicaLogDir.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_AlterReplicaLogDirsRequest_AlterReplicaLogDir_AlterReplicaLogDirTopic(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
             self.topics = _l
         self.unknown_tagged_fields = None
     return self, pos
@@ -277,7 +349,9 @@ def _write_AlterReplicaLogDirsRequest_AlterReplicaLogDir_AlterReplicaLogDirTopic
 
 AlterReplicaLogDirsRequest._read = staticmethod(_read_AlterReplicaLogDirsRequest)
 AlterReplicaLogDirsRequest._write = _write_AlterReplicaLogDirsRequest
+AlterReplicaLogDirsRequest._steps = staticmethod(_steps_AlterReplicaLogDirsRequest)
 AlterReplicaLogDirsRequest.AlterReplicaLogDir._read = staticmethod(_read_AlterReplicaLogDirsRequest_AlterReplicaLogDir)
 AlterReplicaLogDirsRequest.AlterReplicaLogDir._write = _write_AlterReplicaLogDirsRequest_AlterReplicaLogDir
+AlterReplicaLogDirsRequest.AlterReplicaLogDir._steps = staticmethod(_steps_AlterReplicaLogDirsRequest_AlterReplicaLogDir)
 AlterReplicaLogDirsRequest.AlterReplicaLogDir.AlterReplicaLogDirTopic._read = staticmethod(_read_AlterReplicaLogDirsRequest_AlterReplicaLogDir_AlterReplicaLogDirTopic)
 AlterReplicaLogDirsRequest.AlterReplicaLogDir.AlterReplicaLogDirTopic._write = _write_AlterReplicaLogDirsRequest_AlterReplicaLogDir_AlterReplicaLogDirTopic

@@ -144,6 +144,40 @@ def _read_AlterUserScramCredentialsRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_AlterUserScramCredentialsRequest(buf, pos, version):
+    self = _new(_C_AlterUserScramCredentialsRequest)
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field AlterUserScramCredentialsRequest.deletions was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = _read_AlterUserScramCredentialsRequest_ScramCredentialDeletion(buf, pos, version)
+            _a(_o)
+            if _i & 127 == 127:
+                yield
+        self.deletions = _l
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field AlterUserScramCredentialsRequest.upsertions was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = _read_AlterUserScramCredentialsRequest_ScramCredentialUpsertion(buf, pos, version)
+            _a(_o)
+            if _i & 127 == 127:
+                yield
+        self.upsertions = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
 def _write_AlterUserScramCredentialsRequest(self, w, version):
     _l = self.deletions
     if _l is None:
@@ -234,6 +268,7 @@ def _write_AlterUserScramCredentialsRequest_ScramCredentialUpsertion(self, w, ve
 
 AlterUserScramCredentialsRequest._read = staticmethod(_read_AlterUserScramCredentialsRequest)
 AlterUserScramCredentialsRequest._write = _write_AlterUserScramCredentialsRequest
+AlterUserScramCredentialsRequest._steps = staticmethod(_steps_AlterUserScramCredentialsRequest)
 AlterUserScramCredentialsRequest.ScramCredentialDeletion._read = staticmethod(_read_AlterUserScramCredentialsRequest_ScramCredentialDeletion)
 AlterUserScramCredentialsRequest.ScramCredentialDeletion._write = _write_AlterUserScramCredentialsRequest_ScramCredentialDeletion
 AlterUserScramCredentialsRequest.ScramCredentialUpsertion._read = staticmethod(_read_AlterUserScramCredentialsRequest_ScramCredentialUpsertion)

@@ -149,6 +149,28 @@ def _read_AssignReplicasToDirsRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_AssignReplicasToDirsRequest(buf, pos, version):
+    self = _new(_C_AssignReplicasToDirsRequest)
+    self.broker_id, self.broker_epoch = _u_iq(buf, pos)
+    pos += 12
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field AssignReplicasToDirsRequest.directories was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = yield from _steps_AssignReplicasToDirsRequest_DirectoryData(buf, pos, version)
+            _a(_o)
+        self.directories = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
 def _write_AssignReplicasToDirsRequest(self, w, version):
     w += _p_iq(self.broker_id, self.broker_epoch)
     _l = self.directories
@@ -183,6 +205,27 @@ def _read_AssignReplicasToDirsRequest_DirectoryData(buf, pos, version):
         _a = _l.append
         for _ in range(_n):
             _o, pos = _read_AssignReplicasToDirsRequest_DirectoryData_TopicData(buf, pos, version)
+            _a(_o)
+        self.topics = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
+def _steps_AssignReplicasToDirsRequest_DirectoryData(buf, pos, version):
+    self = _new(_C_AssignReplicasToDirsRequest_DirectoryData)
+    self.id, pos = rd_uuid(buf, pos)
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field DirectoryData.topics was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = yield from _steps_AssignReplicasToDirsRequest_DirectoryData_TopicData(buf, pos, version)
             _a(_o)
         self.topics = _l
     self.unknown_tagged_fields = None
@@ -237,6 +280,29 @@ def _read_AssignReplicasToDirsRequest_DirectoryData_TopicData(buf, pos, version)
     return self, pos
 
 
+def _steps_AssignReplicasToDirsRequest_DirectoryData_TopicData(buf, pos, version):
+    self = _new(_C_AssignReplicasToDirsRequest_DirectoryData_TopicData)
+    self.topic_id, pos = rd_uuid(buf, pos)
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field TopicData.partitions was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = _read_AssignReplicasToDirsRequest_DirectoryData_TopicData_PartitionData(buf, pos, version)
+            _a(_o)
+            if _i & 127 == 127:
+                yield
+        self.partitions = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
 def _write_AssignReplicasToDirsRequest_DirectoryData_TopicData(self, w, version):
     w += self.topic_id.bytes
     _l = self.partitions
@@ -281,9 +347,12 @@ def _write_AssignReplicasToDirsRequest_DirectoryData_TopicData_PartitionData(sel
 
 AssignReplicasToDirsRequest._read = staticmethod(_read_AssignReplicasToDirsRequest)
 AssignReplicasToDirsRequest._write = _write_AssignReplicasToDirsRequest
+AssignReplicasToDirsRequest._steps = staticmethod(_steps_AssignReplicasToDirsRequest)
 AssignReplicasToDirsRequest.DirectoryData._read = staticmethod(_read_AssignReplicasToDirsRequest_DirectoryData)
 AssignReplicasToDirsRequest.DirectoryData._write = _write_AssignReplicasToDirsRequest_DirectoryData
+AssignReplicasToDirsRequest.DirectoryData._steps = staticmethod(_steps_AssignReplicasToDirsRequest_DirectoryData)
 AssignReplicasToDirsRequest.DirectoryData.TopicData._read = staticmethod(_read_AssignReplicasToDirsRequest_DirectoryData_TopicData)
 AssignReplicasToDirsRequest.DirectoryData.TopicData._write = _write_AssignReplicasToDirsRequest_DirectoryData_TopicData
+AssignReplicasToDirsRequest.DirectoryData.TopicData._steps = staticmethod(_steps_AssignReplicasToDirsRequest_DirectoryData_TopicData)
 AssignReplicasToDirsRequest.DirectoryData.TopicData.PartitionData._read = staticmethod(_read_AssignReplicasToDirsRequest_DirectoryData_TopicData_PartitionData)
 AssignReplicasToDirsRequest.DirectoryData.TopicData.PartitionData._write = _write_AssignReplicasToDirsRequest_DirectoryData_TopicData_PartitionData

@@ -195,6 +195,57 @@ def _read_BeginQuorumEpochRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_BeginQuorumEpochRequest(buf, pos, version):
+    self = _new(_C_BeginQuorumEpochRequest)
+    if version >= 1:
+        self.cluster_id, pos = rd_cnstring(buf, pos)
+        self.voter_id, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field BeginQuorumEpochRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_BeginQuorumEpochRequest_TopicData(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field BeginQuorumEpochRequest.leader_endpoints was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_BeginQuorumEpochRequest_LeaderEndpoint(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.leader_endpoints = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.cluster_id, pos = rd_nstring(buf, pos)
+        self.voter_id = -1
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field BeginQuorumEpochRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_BeginQuorumEpochRequest_TopicData(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.leader_endpoints = []
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_BeginQuorumEpochRequest(self, w, version):
     if version >= 1:
         wr_cnstring(w, self.cluster_id)
@@ -268,6 +319,45 @@ def _read_BeginQuorumEpochRequest_TopicData(buf, pos, version):
             for _ in range(_n):
                 _o, pos = _read_BeginQuorumEpochRequest_TopicData_PartitionData(buf, pos, version)
                 _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
+def _steps_BeginQuorumEpochRequest_TopicData(buf, pos, version):
+    self = _new(_C_BeginQuorumEpochRequest_TopicData)
+    if version >= 1:
+        self.topic_name, pos = rd_cstring(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field TopicData.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_BeginQuorumEpochRequest_TopicData_PartitionData(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.partitions = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.topic_name, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field TopicData.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_BeginQuorumEpochRequest_TopicData_PartitionData(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
             self.partitions = _l
         self.unknown_tagged_fields = None
     return self, pos
@@ -384,8 +474,10 @@ def _write_BeginQuorumEpochRequest_LeaderEndpoint(self, w, version):
 
 BeginQuorumEpochRequest._read = staticmethod(_read_BeginQuorumEpochRequest)
 BeginQuorumEpochRequest._write = _write_BeginQuorumEpochRequest
+BeginQuorumEpochRequest._steps = staticmethod(_steps_BeginQuorumEpochRequest)
 BeginQuorumEpochRequest.TopicData._read = staticmethod(_read_BeginQuorumEpochRequest_TopicData)
 BeginQuorumEpochRequest.TopicData._write = _write_BeginQuorumEpochRequest_TopicData
+BeginQuorumEpochRequest.TopicData._steps = staticmethod(_steps_BeginQuorumEpochRequest_TopicData)
 BeginQuorumEpochRequest.TopicData.PartitionData._read = staticmethod(_read_BeginQuorumEpochRequest_TopicData_PartitionData)
 BeginQuorumEpochRequest.TopicData.PartitionData._write = _write_BeginQuorumEpochRequest_TopicData_PartitionData
 BeginQuorumEpochRequest.LeaderEndpoint._read = staticmethod(_read_BeginQuorumEpochRequest_LeaderEndpoint)

@@ -314,6 +314,185 @@ def _read_BrokerRegistrationRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_BrokerRegistrationRequest(buf, pos, version):
+    self = _new(_C_BrokerRegistrationRequest)
+    if version >= 3:
+        self.broker_id, = _u_i(buf, pos)
+        pos += 4
+        self.cluster_id, pos = rd_cstring(buf, pos)
+        self.incarnation_id, pos = rd_uuid(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field BrokerRegistrationRequest.listeners was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_BrokerRegistrationRequest_Listener(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.listeners = _l
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field BrokerRegistrationRequest.features was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_BrokerRegistrationRequest_Feature(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.features = _l
+        self.rack, pos = rd_cnstring(buf, pos)
+        self.is_migrating_zk_broker, = _u_z(buf, pos)
+        pos += 1
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field BrokerRegistrationRequest.log_dirs was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = rd_uuid(buf, pos)
+                _a(_o)
+            self.log_dirs = _l
+        self.previous_broker_epoch, = _u_q(buf, pos)
+        pos += 8
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 2:
+        self.broker_id, = _u_i(buf, pos)
+        pos += 4
+        self.cluster_id, pos = rd_cstring(buf, pos)
+        self.incarnation_id, pos = rd_uuid(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field BrokerRegistrationRequest.listeners was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_BrokerRegistrationRequest_Listener(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.listeners = _l
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field BrokerRegistrationRequest.features was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_BrokerRegistrationRequest_Feature(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.features = _l
+        self.rack, pos = rd_cnstring(buf, pos)
+        self.is_migrating_zk_broker, = _u_z(buf, pos)
+        pos += 1
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field BrokerRegistrationRequest.log_dirs was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = rd_uuid(buf, pos)
+                _a(_o)
+            self.log_dirs = _l
+        self.previous_broker_epoch = -1
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 1:
+        self.broker_id, = _u_i(buf, pos)
+        pos += 4
+        self.cluster_id, pos = rd_cstring(buf, pos)
+        self.incarnation_id, pos = rd_uuid(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field BrokerRegistrationRequest.listeners was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_BrokerRegistrationRequest_Listener(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.listeners = _l
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field BrokerRegistrationRequest.features was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_BrokerRegistrationRequest_Feature(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.features = _l
+        self.rack, pos = rd_cnstring(buf, pos)
+        self.is_migrating_zk_broker, = _u_z(buf, pos)
+        pos += 1
+        self.log_dirs = []
+        self.previous_broker_epoch = -1
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.broker_id, = _u_i(buf, pos)
+        pos += 4
+        self.cluster_id, pos = rd_cstring(buf, pos)
+        self.incarnation_id, pos = rd_uuid(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field BrokerRegistrationRequest.listeners was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_BrokerRegistrationRequest_Listener(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.listeners = _l
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field BrokerRegistrationRequest.features was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_BrokerRegistrationRequest_Feature(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.features = _l
+        self.rack, pos = rd_cnstring(buf, pos)
+        self.is_migrating_zk_broker = False
+        self.log_dirs = []
+        self.previous_broker_epoch = -1
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    return self, pos
+
+
 def _write_BrokerRegistrationRequest(self, w, version):
     if version >= 3:
         w += _p_i(self.broker_id)
@@ -496,6 +675,7 @@ def _write_BrokerRegistrationRequest_Feature(self, w, version):
 
 BrokerRegistrationRequest._read = staticmethod(_read_BrokerRegistrationRequest)
 BrokerRegistrationRequest._write = _write_BrokerRegistrationRequest
+BrokerRegistrationRequest._steps = staticmethod(_steps_BrokerRegistrationRequest)
 BrokerRegistrationRequest.Listener._read = staticmethod(_read_BrokerRegistrationRequest_Listener)
 BrokerRegistrationRequest.Listener._write = _write_BrokerRegistrationRequest_Listener
 BrokerRegistrationRequest.Feature._read = staticmethod(_read_BrokerRegistrationRequest_Feature)

@@ -190,6 +190,87 @@ def _read_ConsumerGroupHeartbeatRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_ConsumerGroupHeartbeatRequest(buf, pos, version):
+    self = _new(_C_ConsumerGroupHeartbeatRequest)
+    if version >= 1:
+        self.group_id, pos = rd_cstring(buf, pos)
+        self.member_id, pos = rd_cstring(buf, pos)
+        self.member_epoch, = _u_i(buf, pos)
+        pos += 4
+        self.instance_id, pos = rd_cnstring(buf, pos)
+        self.rack_id, pos = rd_cnstring(buf, pos)
+        self.rebalance_timeout_ms, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            self.subscribed_topic_names = None
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = rd_cstring(buf, pos)
+                _a(_o)
+            self.subscribed_topic_names = _l
+        self.subscribed_topic_regex, pos = rd_cnstring(buf, pos)
+        self.server_assignor, pos = rd_cnstring(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            self.topic_partitions = None
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_ConsumerGroupHeartbeatRequest_TopicPartitions(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.topic_partitions = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.group_id, pos = rd_cstring(buf, pos)
+        self.member_id, pos = rd_cstring(buf, pos)
+        self.member_epoch, = _u_i(buf, pos)
+        pos += 4
+        self.instance_id, pos = rd_cnstring(buf, pos)
+        self.rack_id, pos = rd_cnstring(buf, pos)
+        self.rebalance_timeout_ms, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            self.subscribed_topic_names = None
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = rd_cstring(buf, pos)
+                _a(_o)
+            self.subscribed_topic_names = _l
+        self.subscribed_topic_regex = None
+        self.server_assignor, pos = rd_cnstring(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            self.topic_partitions = None
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_ConsumerGroupHeartbeatRequest_TopicPartitions(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.topic_partitions = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    return self, pos
+
+
 def _write_ConsumerGroupHeartbeatRequest(self, w, version):
     if version >= 1:
         wr_cstring(w, self.group_id)
@@ -285,5 +366,6 @@ def _write_ConsumerGroupHeartbeatRequest_TopicPartitions(self, w, version):
 
 ConsumerGroupHeartbeatRequest._read = staticmethod(_read_ConsumerGroupHeartbeatRequest)
 ConsumerGroupHeartbeatRequest._write = _write_ConsumerGroupHeartbeatRequest
+ConsumerGroupHeartbeatRequest._steps = staticmethod(_steps_ConsumerGroupHeartbeatRequest)
 ConsumerGroupHeartbeatRequest.TopicPartitions._read = staticmethod(_read_ConsumerGroupHeartbeatRequest_TopicPartitions)
 ConsumerGroupHeartbeatRequest.TopicPartitions._write = _write_ConsumerGroupHeartbeatRequest_TopicPartitions

@@ -167,6 +167,45 @@ def _read_ControllerRegistrationRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_ControllerRegistrationRequest(buf, pos, version):
+    self = _new(_C_ControllerRegistrationRequest)
+    self.controller_id, = _u_i(buf, pos)
+    pos += 4
+    self.incarnation_id, pos = rd_uuid(buf, pos)
+    self.zk_migration_ready, = _u_z(buf, pos)
+    pos += 1
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field ControllerRegistrationRequest.listeners was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = _read_ControllerRegistrationRequest_Listener(buf, pos, version)
+            _a(_o)
+            if _i & 127 == 127:
+                yield
+        self.listeners = _l
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field ControllerRegistrationRequest.features was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = _read_ControllerRegistrationRequest_Feature(buf, pos, version)
+            _a(_o)
+            if _i & 127 == 127:
+                yield
+        self.features = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
 def _write_ControllerRegistrationRequest(self, w, version):
     w += _p_i(self.controller_id)
     w += self.incarnation_id.bytes
@@ -258,6 +297,7 @@ def _write_ControllerRegistrationRequest_Feature(self, w, version):
 
 ControllerRegistrationRequest._read = staticmethod(_read_ControllerRegistrationRequest)
 ControllerRegistrationRequest._write = _write_ControllerRegistrationRequest
+ControllerRegistrationRequest._steps = staticmethod(_steps_ControllerRegistrationRequest)
 ControllerRegistrationRequest.Listener._read = staticmethod(_read_ControllerRegistrationRequest_Listener)
 ControllerRegistrationRequest.Listener._write = _write_ControllerRegistrationRequest_Listener
 ControllerRegistrationRequest.Feature._read = staticmethod(_read_ControllerRegistrationRequest_Feature)

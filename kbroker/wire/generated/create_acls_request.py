@@ -128,6 +128,43 @@ def _read_CreateAclsRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_CreateAclsRequest(buf, pos, version):
+    self = _new(_C_CreateAclsRequest)
+    if version >= 2:
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field CreateAclsRequest.creations was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_CreateAclsRequest_AclCreation(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.creations = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field CreateAclsRequest.creations was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_CreateAclsRequest_AclCreation(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.creations = _l
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_CreateAclsRequest(self, w, version):
     if version >= 2:
         _l = self.creations
@@ -242,5 +279,6 @@ def _write_CreateAclsRequest_AclCreation(self, w, version):
 
 CreateAclsRequest._read = staticmethod(_read_CreateAclsRequest)
 CreateAclsRequest._write = _write_CreateAclsRequest
+CreateAclsRequest._steps = staticmethod(_steps_CreateAclsRequest)
 CreateAclsRequest.AclCreation._read = staticmethod(_read_CreateAclsRequest_AclCreation)
 CreateAclsRequest.AclCreation._write = _write_CreateAclsRequest_AclCreation

@@ -150,6 +150,73 @@ def _read_CreateDelegationTokenRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_CreateDelegationTokenRequest(buf, pos, version):
+    self = _new(_C_CreateDelegationTokenRequest)
+    if version >= 3:
+        self.owner_principal_type, pos = rd_cnstring(buf, pos)
+        self.owner_principal_name, pos = rd_cnstring(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field CreateDelegationTokenRequest.renewers was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_CreateDelegationTokenRequest_CreatableRenewers(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.renewers = _l
+        self.max_lifetime_ms, = _u_q(buf, pos)
+        pos += 8
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 2:
+        self.owner_principal_type = ''
+        self.owner_principal_name = ''
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field CreateDelegationTokenRequest.renewers was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_CreateDelegationTokenRequest_CreatableRenewers(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.renewers = _l
+        self.max_lifetime_ms, = _u_q(buf, pos)
+        pos += 8
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.owner_principal_type = ''
+        self.owner_principal_name = ''
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field CreateDelegationTokenRequest.renewers was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_CreateDelegationTokenRequest_CreatableRenewers(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.renewers = _l
+        self.max_lifetime_ms, = _u_q(buf, pos)
+        pos += 8
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_CreateDelegationTokenRequest(self, w, version):
     if version >= 3:
         wr_cnstring(w, self.owner_principal_type)
@@ -242,5 +309,6 @@ def _write_CreateDelegationTokenRequest_CreatableRenewers(self, w, version):
 
 CreateDelegationTokenRequest._read = staticmethod(_read_CreateDelegationTokenRequest)
 CreateDelegationTokenRequest._write = _write_CreateDelegationTokenRequest
+CreateDelegationTokenRequest._steps = staticmethod(_steps_CreateDelegationTokenRequest)
 CreateDelegationTokenRequest.CreatableRenewers._read = staticmethod(_read_CreateDelegationTokenRequest_CreatableRenewers)
 CreateDelegationTokenRequest.CreatableRenewers._write = _write_CreateDelegationTokenRequest_CreatableRenewers

@@ -146,6 +146,43 @@ def _read_CreatePartitionsRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_CreatePartitionsRequest(buf, pos, version):
+    self = _new(_C_CreatePartitionsRequest)
+    if version >= 2:
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field CreatePartitionsRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_CreatePartitionsRequest_CreatePartitionsTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.timeout_ms, self.validate_only = _u_iz(buf, pos)
+        pos += 5
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field CreatePartitionsRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_CreatePartitionsRequest_CreatePartitionsTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.timeout_ms, self.validate_only = _u_iz(buf, pos)
+        pos += 5
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_CreatePartitionsRequest(self, w, version):
     if version >= 2:
         _l = self.topics
@@ -216,6 +253,49 @@ def _read_CreatePartitionsRequest_CreatePartitionsTopic(buf, pos, version):
             for _ in range(_n):
                 _o, pos = _read_CreatePartitionsRequest_CreatePartitionsTopic_CreatePartitionsAssignment(buf, pos, version)
                 _a(_o)
+            self.assignments = _l
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
+def _steps_CreatePartitionsRequest_CreatePartitionsTopic(buf, pos, version):
+    self = _new(_C_CreatePartitionsRequest_CreatePartitionsTopic)
+    if version >= 2:
+        self.name, pos = rd_cstring(buf, pos)
+        self.count, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            self.assignments = None
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_CreatePartitionsRequest_CreatePartitionsTopic_CreatePartitionsAssignment(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.assignments = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.name, pos = rd_string(buf, pos)
+        self.count, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            self.assignments = None
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_CreatePartitionsRequest_CreatePartitionsTopic_CreatePartitionsAssignment(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
             self.assignments = _l
         self.unknown_tagged_fields = None
     return self, pos
@@ -299,7 +379,9 @@ def _write_CreatePartitionsRequest_CreatePartitionsTopic_CreatePartitionsAssignm
 
 CreatePartitionsRequest._read = staticmethod(_read_CreatePartitionsRequest)
 CreatePartitionsRequest._write = _write_CreatePartitionsRequest
+CreatePartitionsRequest._steps = staticmethod(_steps_CreatePartitionsRequest)
 CreatePartitionsRequest.CreatePartitionsTopic._read = staticmethod(_read_CreatePartitionsRequest_CreatePartitionsTopic)
 CreatePartitionsRequest.CreatePartitionsTopic._write = _write_CreatePartitionsRequest_CreatePartitionsTopic
+CreatePartitionsRequest.CreatePartitionsTopic._steps = staticmethod(_steps_CreatePartitionsRequest_CreatePartitionsTopic)
 CreatePartitionsRequest.CreatePartitionsTopic.CreatePartitionsAssignment._read = staticmethod(_read_CreatePartitionsRequest_CreatePartitionsTopic_CreatePartitionsAssignment)
 CreatePartitionsRequest.CreatePartitionsTopic.CreatePartitionsAssignment._write = _write_CreatePartitionsRequest_CreatePartitionsTopic_CreatePartitionsAssignment

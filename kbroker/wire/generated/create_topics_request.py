@@ -194,6 +194,58 @@ def _read_CreateTopicsRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_CreateTopicsRequest(buf, pos, version):
+    self = _new(_C_CreateTopicsRequest)
+    if version >= 5:
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field CreateTopicsRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_CreateTopicsRequest_CreatableTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.timeout_ms, self.validate_only = _u_iz(buf, pos)
+        pos += 5
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 1:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field CreateTopicsRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_CreateTopicsRequest_CreatableTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.timeout_ms, self.validate_only = _u_iz(buf, pos)
+        pos += 5
+        self.unknown_tagged_fields = None
+    else:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field CreateTopicsRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_CreateTopicsRequest_CreatableTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.timeout_ms, = _u_i(buf, pos)
+        pos += 4
+        self.validate_only = False
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_CreateTopicsRequest(self, w, version):
     if version >= 5:
         _l = self.topics
@@ -299,6 +351,73 @@ def _read_CreateTopicsRequest_CreatableTopic(buf, pos, version):
             for _ in range(_n):
                 _o, pos = _read_CreateTopicsRequest_CreatableTopic_CreatableTopicConfig(buf, pos, version)
                 _a(_o)
+            self.configs = _l
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
+def _steps_CreateTopicsRequest_CreatableTopic(buf, pos, version):
+    self = _new(_C_CreateTopicsRequest_CreatableTopic)
+    if version >= 5:
+        self.name, pos = rd_cstring(buf, pos)
+        self.num_partitions, self.replication_factor = _u_ih(buf, pos)
+        pos += 6
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field CreatableTopic.assignments was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_CreateTopicsRequest_CreatableTopic_CreatableReplicaAssignment(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.assignments = _l
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field CreatableTopic.configs was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_CreateTopicsRequest_CreatableTopic_CreatableTopicConfig(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.configs = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.name, pos = rd_string(buf, pos)
+        self.num_partitions, self.replication_factor = _u_ih(buf, pos)
+        pos += 6
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field CreatableTopic.assignments was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_CreateTopicsRequest_CreatableTopic_CreatableReplicaAssignment(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.assignments = _l
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field CreatableTopic.configs was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_CreateTopicsRequest_CreatableTopic_CreatableTopicConfig(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
             self.configs = _l
         self.unknown_tagged_fields = None
     return self, pos
@@ -443,8 +562,10 @@ def _write_CreateTopicsRequest_CreatableTopic_CreatableTopicConfig(self, w, vers
 
 CreateTopicsRequest._read = staticmethod(_read_CreateTopicsRequest)
 CreateTopicsRequest._write = _write_CreateTopicsRequest
+CreateTopicsRequest._steps = staticmethod(_steps_CreateTopicsRequest)
 CreateTopicsRequest.CreatableTopic._read = staticmethod(_read_CreateTopicsRequest_CreatableTopic)
 CreateTopicsRequest.CreatableTopic._write = _write_CreateTopicsRequest_CreatableTopic
+CreateTopicsRequest.CreatableTopic._steps = staticmethod(_steps_CreateTopicsRequest_CreatableTopic)
 CreateTopicsRequest.CreatableTopic.CreatableReplicaAssignment._read = staticmethod(_read_CreateTopicsRequest_CreatableTopic_CreatableReplicaAssignment)
 CreateTopicsRequest.CreatableTopic.CreatableReplicaAssignment._write = _write_CreateTopicsRequest_CreatableTopic_CreatableReplicaAssignment
 CreateTopicsRequest.CreatableTopic.CreatableTopicConfig._read = staticmethod(_read_CreateTopicsRequest_CreatableTopic_CreatableTopicConfig)

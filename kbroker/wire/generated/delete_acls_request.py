@@ -128,6 +128,43 @@ def _read_DeleteAclsRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_DeleteAclsRequest(buf, pos, version):
+    self = _new(_C_DeleteAclsRequest)
+    if version >= 2:
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DeleteAclsRequest.filters was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_DeleteAclsRequest_DeleteAclsFilter(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.filters = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DeleteAclsRequest.filters was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_DeleteAclsRequest_DeleteAclsFilter(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.filters = _l
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_DeleteAclsRequest(self, w, version):
     if version >= 2:
         _l = self.filters
@@ -242,5 +279,6 @@ def _write_DeleteAclsRequest_DeleteAclsFilter(self, w, version):
 
 DeleteAclsRequest._read = staticmethod(_read_DeleteAclsRequest)
 DeleteAclsRequest._write = _write_DeleteAclsRequest
+DeleteAclsRequest._steps = staticmethod(_steps_DeleteAclsRequest)
 DeleteAclsRequest.DeleteAclsFilter._read = staticmethod(_read_DeleteAclsRequest_DeleteAclsFilter)
 DeleteAclsRequest.DeleteAclsFilter._write = _write_DeleteAclsRequest_DeleteAclsFilter

@@ -142,6 +142,43 @@ def _read_DeleteRecordsRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_DeleteRecordsRequest(buf, pos, version):
+    self = _new(_C_DeleteRecordsRequest)
+    if version >= 2:
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DeleteRecordsRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_DeleteRecordsRequest_DeleteRecordsTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.timeout_ms, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DeleteRecordsRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_DeleteRecordsRequest_DeleteRecordsTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.timeout_ms, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_DeleteRecordsRequest(self, w, version):
     if version >= 2:
         _l = self.topics
@@ -207,6 +244,45 @@ def _read_DeleteRecordsRequest_DeleteRecordsTopic(buf, pos, version):
             for _ in range(_n):
                 _o, pos = _read_DeleteRecordsRequest_DeleteRecordsTopic_DeleteRecordsPartition(buf, pos, version)
                 _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
+def _steps_DeleteRecordsRequest_DeleteRecordsTopic(buf, pos, version):
+    self = _new(_C_DeleteRecordsRequest_DeleteRecordsTopic)
+    if version >= 2:
+        self.name, pos = rd_cstring(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DeleteRecordsTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_DeleteRecordsRequest_DeleteRecordsTopic_DeleteRecordsPartition(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.partitions = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.name, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DeleteRecordsTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_DeleteRecordsRequest_DeleteRecordsTopic_DeleteRecordsPartition(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
             self.partitions = _l
         self.unknown_tagged_fields = None
     return self, pos
@@ -279,7 +355,9 @@ def _write_DeleteRecordsRequest_DeleteRecordsTopic_DeleteRecordsPartition(self, 
 
 DeleteRecordsRequest._read = staticmethod(_read_DeleteRecordsRequest)
 DeleteRecordsRequest._write = _write_DeleteRecordsRequest
+DeleteRecordsRequest._steps = staticmethod(_steps_DeleteRecordsRequest)
 DeleteRecordsRequest.DeleteRecordsTopic._read = staticmethod(_read_DeleteRecordsRequest_DeleteRecordsTopic)
 DeleteRecordsRequest.DeleteRecordsTopic._write = _write_DeleteRecordsRequest_DeleteRecordsTopic
+DeleteRecordsRequest.DeleteRecordsTopic._steps = staticmethod(_steps_DeleteRecordsRequest_DeleteRecordsTopic)
 DeleteRecordsRequest.DeleteRecordsTopic.DeleteRecordsPartition._read = staticmethod(_read_DeleteRecordsRequest_DeleteRecordsTopic_DeleteRecordsPartition)
 DeleteRecordsRequest.DeleteRecordsTopic.DeleteRecordsPartition._write = _write_DeleteRecordsRequest_DeleteRecordsTopic_DeleteRecordsPartition

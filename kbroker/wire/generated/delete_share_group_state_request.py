@@ -120,6 +120,27 @@ def _read_DeleteShareGroupStateRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_DeleteShareGroupStateRequest(buf, pos, version):
+    self = _new(_C_DeleteShareGroupStateRequest)
+    self.group_id, pos = rd_cstring(buf, pos)
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field DeleteShareGroupStateRequest.topics was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = yield from _steps_DeleteShareGroupStateRequest_DeleteStateData(buf, pos, version)
+            _a(_o)
+        self.topics = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
 def _write_DeleteShareGroupStateRequest(self, w, version):
     wr_cstring(w, self.group_id)
     _l = self.topics
@@ -155,6 +176,29 @@ def _read_DeleteShareGroupStateRequest_DeleteStateData(buf, pos, version):
         for _ in range(_n):
             _o, pos = _read_DeleteShareGroupStateRequest_DeleteStateData_PartitionData(buf, pos, version)
             _a(_o)
+        self.partitions = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
+def _steps_DeleteShareGroupStateRequest_DeleteStateData(buf, pos, version):
+    self = _new(_C_DeleteShareGroupStateRequest_DeleteStateData)
+    self.topic_id, pos = rd_uuid(buf, pos)
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field DeleteStateData.partitions was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = _read_DeleteShareGroupStateRequest_DeleteStateData_PartitionData(buf, pos, version)
+            _a(_o)
+            if _i & 127 == 127:
+                yield
         self.partitions = _l
     self.unknown_tagged_fields = None
     if buf[pos]:
@@ -208,7 +252,9 @@ def _write_DeleteShareGroupStateRequest_DeleteStateData_PartitionData(self, w, v
 
 DeleteShareGroupStateRequest._read = staticmethod(_read_DeleteShareGroupStateRequest)
 DeleteShareGroupStateRequest._write = _write_DeleteShareGroupStateRequest
+DeleteShareGroupStateRequest._steps = staticmethod(_steps_DeleteShareGroupStateRequest)
 DeleteShareGroupStateRequest.DeleteStateData._read = staticmethod(_read_DeleteShareGroupStateRequest_DeleteStateData)
 DeleteShareGroupStateRequest.DeleteStateData._write = _write_DeleteShareGroupStateRequest_DeleteStateData
+DeleteShareGroupStateRequest.DeleteStateData._steps = staticmethod(_steps_DeleteShareGroupStateRequest_DeleteStateData)
 DeleteShareGroupStateRequest.DeleteStateData.PartitionData._read = staticmethod(_read_DeleteShareGroupStateRequest_DeleteStateData_PartitionData)
 DeleteShareGroupStateRequest.DeleteStateData.PartitionData._write = _write_DeleteShareGroupStateRequest_DeleteStateData_PartitionData

@@ -143,6 +143,66 @@ def _read_DeleteTopicsRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_DeleteTopicsRequest(buf, pos, version):
+    self = _new(_C_DeleteTopicsRequest)
+    if version >= 6:
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DeleteTopicsRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_DeleteTopicsRequest_DeleteTopicState(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.topics = _l
+        self.topic_names = []
+        self.timeout_ms, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 4:
+        self.topics = []
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DeleteTopicsRequest.topic_names was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = rd_cstring(buf, pos)
+                _a(_o)
+            self.topic_names = _l
+        self.timeout_ms, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.topics = []
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DeleteTopicsRequest.topic_names was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _ in range(_n):
+                _o, pos = rd_string(buf, pos)
+                _a(_o)
+            self.topic_names = _l
+        self.timeout_ms, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_DeleteTopicsRequest(self, w, version):
     if version >= 6:
         _l = self.topics
@@ -218,5 +278,6 @@ def _write_DeleteTopicsRequest_DeleteTopicState(self, w, version):
 
 DeleteTopicsRequest._read = staticmethod(_read_DeleteTopicsRequest)
 DeleteTopicsRequest._write = _write_DeleteTopicsRequest
+DeleteTopicsRequest._steps = staticmethod(_steps_DeleteTopicsRequest)
 DeleteTopicsRequest.DeleteTopicState._read = staticmethod(_read_DeleteTopicsRequest_DeleteTopicState)
 DeleteTopicsRequest.DeleteTopicState._write = _write_DeleteTopicsRequest_DeleteTopicState

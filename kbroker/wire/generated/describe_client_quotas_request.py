@@ -124,6 +124,47 @@ def _read_DescribeClientQuotasRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_DescribeClientQuotasRequest(buf, pos, version):
+    self = _new(_C_DescribeClientQuotasRequest)
+    if version >= 1:
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeClientQuotasRequest.components was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_DescribeClientQuotasRequest_ComponentData(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.components = _l
+        self.strict, = _u_z(buf, pos)
+        pos += 1
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeClientQuotasRequest.components was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_DescribeClientQuotasRequest_ComponentData(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.components = _l
+        self.strict, = _u_z(buf, pos)
+        pos += 1
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_DescribeClientQuotasRequest(self, w, version):
     if version >= 1:
         _l = self.components
@@ -200,5 +241,6 @@ def _write_DescribeClientQuotasRequest_ComponentData(self, w, version):
 
 DescribeClientQuotasRequest._read = staticmethod(_read_DescribeClientQuotasRequest)
 DescribeClientQuotasRequest._write = _write_DescribeClientQuotasRequest
+DescribeClientQuotasRequest._steps = staticmethod(_steps_DescribeClientQuotasRequest)
 DescribeClientQuotasRequest.ComponentData._read = staticmethod(_read_DescribeClientQuotasRequest_ComponentData)
 DescribeClientQuotasRequest.ComponentData._write = _write_DescribeClientQuotasRequest_ComponentData

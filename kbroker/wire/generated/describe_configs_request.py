@@ -160,6 +160,80 @@ def _read_DescribeConfigsRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_DescribeConfigsRequest(buf, pos, version):
+    self = _new(_C_DescribeConfigsRequest)
+    if version >= 4:
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeConfigsRequest.resources was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_DescribeConfigsRequest_DescribeConfigsResource(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.resources = _l
+        self.include_synonyms, self.include_documentation = _u_zz(buf, pos)
+        pos += 2
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 3:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeConfigsRequest.resources was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_DescribeConfigsRequest_DescribeConfigsResource(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.resources = _l
+        self.include_synonyms, self.include_documentation = _u_zz(buf, pos)
+        pos += 2
+        self.unknown_tagged_fields = None
+    elif version >= 1:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeConfigsRequest.resources was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_DescribeConfigsRequest_DescribeConfigsResource(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.resources = _l
+        self.include_synonyms, = _u_z(buf, pos)
+        pos += 1
+        self.include_documentation = False
+        self.unknown_tagged_fields = None
+    else:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field DescribeConfigsRequest.resources was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_DescribeConfigsRequest_DescribeConfigsResource(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.resources = _l
+        self.include_synonyms = False
+        self.include_documentation = False
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_DescribeConfigsRequest(self, w, version):
     if version >= 4:
         _l = self.resources
@@ -293,5 +367,6 @@ def _write_DescribeConfigsRequest_DescribeConfigsResource(self, w, version):
 
 DescribeConfigsRequest._read = staticmethod(_read_DescribeConfigsRequest)
 DescribeConfigsRequest._write = _write_DescribeConfigsRequest
+DescribeConfigsRequest._steps = staticmethod(_steps_DescribeConfigsRequest)
 DescribeConfigsRequest.DescribeConfigsResource._read = staticmethod(_read_DescribeConfigsRequest_DescribeConfigsResource)
 DescribeConfigsRequest.DescribeConfigsResource._write = _write_DescribeConfigsRequest_DescribeConfigsResource

@@ -107,6 +107,43 @@ def _read_DescribeDelegationTokenRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_DescribeDelegationTokenRequest(buf, pos, version):
+    self = _new(_C_DescribeDelegationTokenRequest)
+    if version >= 2:
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            self.owners = None
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.owners = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            self.owners = None
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.owners = _l
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_DescribeDelegationTokenRequest(self, w, version):
     if version >= 2:
         _l = self.owners
@@ -174,5 +211,6 @@ def _write_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner(self, w, 
 
 DescribeDelegationTokenRequest._read = staticmethod(_read_DescribeDelegationTokenRequest)
 DescribeDelegationTokenRequest._write = _write_DescribeDelegationTokenRequest
+DescribeDelegationTokenRequest._steps = staticmethod(_steps_DescribeDelegationTokenRequest)
 DescribeDelegationTokenRequest.DescribeDelegationTokenOwner._read = staticmethod(_read_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner)
 DescribeDelegationTokenRequest.DescribeDelegationTokenOwner._write = _write_DescribeDelegationTokenRequest_DescribeDelegationTokenOwner

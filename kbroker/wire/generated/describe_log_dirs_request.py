@@ -107,6 +107,43 @@ def _read_DescribeLogDirsRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_DescribeLogDirsRequest(buf, pos, version):
+    self = _new(_C_DescribeLogDirsRequest)
+    if version >= 2:
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            self.topics = None
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_DescribeLogDirsRequest_DescribableLogDirTopic(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.topics = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            self.topics = None
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_DescribeLogDirsRequest_DescribableLogDirTopic(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.topics = _l
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_DescribeLogDirsRequest(self, w, version):
     if version >= 2:
         _l = self.topics
@@ -186,5 +223,6 @@ def _write_DescribeLogDirsRequest_DescribableLogDirTopic(self, w, version):
 
 DescribeLogDirsRequest._read = staticmethod(_read_DescribeLogDirsRequest)
 DescribeLogDirsRequest._write = _write_DescribeLogDirsRequest
+DescribeLogDirsRequest._steps = staticmethod(_steps_DescribeLogDirsRequest)
 DescribeLogDirsRequest.DescribableLogDirTopic._read = staticmethod(_read_DescribeLogDirsRequest_DescribableLogDirTopic)
 DescribeLogDirsRequest.DescribableLogDirTopic._write = _write_DescribeLogDirsRequest_DescribableLogDirTopic

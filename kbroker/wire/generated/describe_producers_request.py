@@ -94,6 +94,28 @@ def _read_DescribeProducersRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_DescribeProducersRequest(buf, pos, version):
+    self = _new(_C_DescribeProducersRequest)
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field DescribeProducersRequest.topics was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = _read_DescribeProducersRequest_TopicRequest(buf, pos, version)
+            _a(_o)
+            if _i & 127 == 127:
+                yield
+        self.topics = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
 def _write_DescribeProducersRequest(self, w, version):
     _l = self.topics
     if _l is None:
@@ -145,5 +167,6 @@ def _write_DescribeProducersRequest_TopicRequest(self, w, version):
 
 DescribeProducersRequest._read = staticmethod(_read_DescribeProducersRequest)
 DescribeProducersRequest._write = _write_DescribeProducersRequest
+DescribeProducersRequest._steps = staticmethod(_steps_DescribeProducersRequest)
 DescribeProducersRequest.TopicRequest._read = staticmethod(_read_DescribeProducersRequest_TopicRequest)
 DescribeProducersRequest.TopicRequest._write = _write_DescribeProducersRequest_TopicRequest

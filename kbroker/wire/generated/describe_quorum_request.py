@@ -115,6 +115,26 @@ def _read_DescribeQuorumRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_DescribeQuorumRequest(buf, pos, version):
+    self = _new(_C_DescribeQuorumRequest)
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field DescribeQuorumRequest.topics was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = yield from _steps_DescribeQuorumRequest_TopicData(buf, pos, version)
+            _a(_o)
+        self.topics = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
 def _write_DescribeQuorumRequest(self, w, version):
     _l = self.topics
     if _l is None:
@@ -149,6 +169,29 @@ def _read_DescribeQuorumRequest_TopicData(buf, pos, version):
         for _ in range(_n):
             _o, pos = _read_DescribeQuorumRequest_TopicData_PartitionData(buf, pos, version)
             _a(_o)
+        self.partitions = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
+def _steps_DescribeQuorumRequest_TopicData(buf, pos, version):
+    self = _new(_C_DescribeQuorumRequest_TopicData)
+    self.topic_name, pos = rd_cstring(buf, pos)
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field TopicData.partitions was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = _read_DescribeQuorumRequest_TopicData_PartitionData(buf, pos, version)
+            _a(_o)
+            if _i & 127 == 127:
+                yield
         self.partitions = _l
     self.unknown_tagged_fields = None
     if buf[pos]:
@@ -202,7 +245,9 @@ def _write_DescribeQuorumRequest_TopicData_PartitionData(self, w, version):
 
 DescribeQuorumRequest._read = staticmethod(_read_DescribeQuorumRequest)
 DescribeQuorumRequest._write = _write_DescribeQuorumRequest
+DescribeQuorumRequest._steps = staticmethod(_steps_DescribeQuorumRequest)
 DescribeQuorumRequest.TopicData._read = staticmethod(_read_DescribeQuorumRequest_TopicData)
 DescribeQuorumRequest.TopicData._write = _write_DescribeQuorumRequest_TopicData
+DescribeQuorumRequest.TopicData._steps = staticmethod(_steps_DescribeQuorumRequest_TopicData)
 DescribeQuorumRequest.TopicData.PartitionData._read = staticmethod(_read_DescribeQuorumRequest_TopicData_PartitionData)
 DescribeQuorumRequest.TopicData.PartitionData._write = _write_DescribeQuorumRequest_TopicData_PartitionData

@@ -134,6 +134,36 @@ def _read_DescribeTopicPartitionsRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_DescribeTopicPartitionsRequest(buf, pos, version):
+    self = _new(_C_DescribeTopicPartitionsRequest)
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field DescribeTopicPartitionsRequest.topics was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = _read_DescribeTopicPartitionsRequest_TopicRequest(buf, pos, version)
+            _a(_o)
+            if _i & 127 == 127:
+                yield
+        self.topics = _l
+    self.response_partition_limit, = _u_i(buf, pos)
+    pos += 4
+    _m, = _u_b(buf, pos)
+    pos += 1
+    if _m < 0:
+        self.cursor = None
+    else:
+        self.cursor, pos = _read_DescribeTopicPartitionsRequest_Cursor(buf, pos, version)
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
 def _write_DescribeTopicPartitionsRequest(self, w, version):
     _l = self.topics
     if _l is None:
@@ -213,6 +243,7 @@ def _write_DescribeTopicPartitionsRequest_Cursor(self, w, version):
 
 DescribeTopicPartitionsRequest._read = staticmethod(_read_DescribeTopicPartitionsRequest)
 DescribeTopicPartitionsRequest._write = _write_DescribeTopicPartitionsRequest
+DescribeTopicPartitionsRequest._steps = staticmethod(_steps_DescribeTopicPartitionsRequest)
 DescribeTopicPartitionsRequest.TopicRequest._read = staticmethod(_read_DescribeTopicPartitionsRequest_TopicRequest)
 DescribeTopicPartitionsRequest.TopicRequest._write = _write_DescribeTopicPartitionsRequest_TopicRequest
 DescribeTopicPartitionsRequest.Cursor._read = staticmethod(_read_DescribeTopicPartitionsRequest_Cursor)

@@ -91,6 +91,28 @@ def _read_DescribeUserScramCredentialsRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_DescribeUserScramCredentialsRequest(buf, pos, version):
+    self = _new(_C_DescribeUserScramCredentialsRequest)
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        self.users = None
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = _read_DescribeUserScramCredentialsRequest_UserName(buf, pos, version)
+            _a(_o)
+            if _i & 127 == 127:
+                yield
+        self.users = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
 def _write_DescribeUserScramCredentialsRequest(self, w, version):
     _l = self.users
     if _l is None:
@@ -133,5 +155,6 @@ def _write_DescribeUserScramCredentialsRequest_UserName(self, w, version):
 
 DescribeUserScramCredentialsRequest._read = staticmethod(_read_DescribeUserScramCredentialsRequest)
 DescribeUserScramCredentialsRequest._write = _write_DescribeUserScramCredentialsRequest
+DescribeUserScramCredentialsRequest._steps = staticmethod(_steps_DescribeUserScramCredentialsRequest)
 DescribeUserScramCredentialsRequest.UserName._read = staticmethod(_read_DescribeUserScramCredentialsRequest_UserName)
 DescribeUserScramCredentialsRequest.UserName._write = _write_DescribeUserScramCredentialsRequest_UserName

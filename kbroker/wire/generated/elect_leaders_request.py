@@ -144,6 +144,68 @@ def _read_ElectLeadersRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_ElectLeadersRequest(buf, pos, version):
+    self = _new(_C_ElectLeadersRequest)
+    if version >= 2:
+        self.election_type, = _u_b(buf, pos)
+        pos += 1
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            self.topic_partitions = None
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_ElectLeadersRequest_TopicPartitions(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.topic_partitions = _l
+        self.timeout_ms, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 1:
+        self.election_type, = _u_b(buf, pos)
+        pos += 1
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            self.topic_partitions = None
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_ElectLeadersRequest_TopicPartitions(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.topic_partitions = _l
+        self.timeout_ms, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
+    else:
+        self.election_type = 0
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            self.topic_partitions = None
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_ElectLeadersRequest_TopicPartitions(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.topic_partitions = _l
+        self.timeout_ms, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_ElectLeadersRequest(self, w, version):
     if version >= 2:
         w += _p_b(self.election_type)
@@ -240,5 +302,6 @@ def _write_ElectLeadersRequest_TopicPartitions(self, w, version):
 
 ElectLeadersRequest._read = staticmethod(_read_ElectLeadersRequest)
 ElectLeadersRequest._write = _write_ElectLeadersRequest
+ElectLeadersRequest._steps = staticmethod(_steps_ElectLeadersRequest)
 ElectLeadersRequest.TopicPartitions._read = staticmethod(_read_ElectLeadersRequest_TopicPartitions)
 ElectLeadersRequest.TopicPartitions._write = _write_ElectLeadersRequest_TopicPartitions

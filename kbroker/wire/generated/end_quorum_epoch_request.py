@@ -212,6 +212,54 @@ def _read_EndQuorumEpochRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_EndQuorumEpochRequest(buf, pos, version):
+    self = _new(_C_EndQuorumEpochRequest)
+    if version >= 1:
+        self.cluster_id, pos = rd_cnstring(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field EndQuorumEpochRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_EndQuorumEpochRequest_TopicData(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field EndQuorumEpochRequest.leader_endpoints was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_EndQuorumEpochRequest_LeaderEndpoint(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.leader_endpoints = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.cluster_id, pos = rd_nstring(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field EndQuorumEpochRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_EndQuorumEpochRequest_TopicData(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.leader_endpoints = []
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_EndQuorumEpochRequest(self, w, version):
     if version >= 1:
         wr_cnstring(w, self.cluster_id)
@@ -289,6 +337,41 @@ def _read_EndQuorumEpochRequest_TopicData(buf, pos, version):
     return self, pos
 
 
+def _steps_EndQuorumEpochRequest_TopicData(buf, pos, version):
+    self = _new(_C_EndQuorumEpochRequest_TopicData)
+    if version >= 1:
+        self.topic_name, pos = rd_cstring(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field TopicData.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_EndQuorumEpochRequest_TopicData_PartitionData(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.topic_name, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field TopicData.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_EndQuorumEpochRequest_TopicData_PartitionData(buf, pos, version)
+                _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_EndQuorumEpochRequest_TopicData(self, w, version):
     if version >= 1:
         wr_cstring(w, self.topic_name)
@@ -342,6 +425,40 @@ def _read_EndQuorumEpochRequest_TopicData_PartitionData(buf, pos, version):
             for _ in range(_n):
                 _o, pos = _read_EndQuorumEpochRequest_TopicData_PartitionData_ReplicaInfo(buf, pos, version)
                 _a(_o)
+            self.preferred_candidates = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.partition_index, self.leader_id, self.leader_epoch = _u_iii(buf, pos)
+        pos += 12
+        self.preferred_successors, pos = rd_fixed_array(buf, pos, 'i', 4)
+        if self.preferred_successors is None:
+            raise CodecError('non-nullable field PartitionData.preferred_successors was serialized as null')
+        self.preferred_candidates = []
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
+def _steps_EndQuorumEpochRequest_TopicData_PartitionData(buf, pos, version):
+    self = _new(_C_EndQuorumEpochRequest_TopicData_PartitionData)
+    if version >= 1:
+        self.partition_index, self.leader_id, self.leader_epoch = _u_iii(buf, pos)
+        pos += 12
+        self.preferred_successors = []
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field PartitionData.preferred_candidates was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_EndQuorumEpochRequest_TopicData_PartitionData_ReplicaInfo(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
             self.preferred_candidates = _l
         self.unknown_tagged_fields = None
         if buf[pos]:
@@ -449,10 +566,13 @@ def _write_EndQuorumEpochRequest_LeaderEndpoint(self, w, version):
 
 EndQuorumEpochRequest._read = staticmethod(_read_EndQuorumEpochRequest)
 EndQuorumEpochRequest._write = _write_EndQuorumEpochRequest
+EndQuorumEpochRequest._steps = staticmethod(_steps_EndQuorumEpochRequest)
 EndQuorumEpochRequest.TopicData._read = staticmethod(_read_EndQuorumEpochRequest_TopicData)
 EndQuorumEpochRequest.TopicData._write = _write_EndQuorumEpochRequest_TopicData
+EndQuorumEpochRequest.TopicData._steps = staticmethod(_steps_EndQuorumEpochRequest_TopicData)
 EndQuorumEpochRequest.TopicData.PartitionData._read = staticmethod(_read_EndQuorumEpochRequest_TopicData_PartitionData)
 EndQuorumEpochRequest.TopicData.PartitionData._write = _write_EndQuorumEpochRequest_TopicData_PartitionData
+EndQuorumEpochRequest.TopicData.PartitionData._steps = staticmethod(_steps_EndQuorumEpochRequest_TopicData_PartitionData)
 EndQuorumEpochRequest.TopicData.PartitionData.ReplicaInfo._read = staticmethod(_read_EndQuorumEpochRequest_TopicData_PartitionData_ReplicaInfo)
 EndQuorumEpochRequest.TopicData.PartitionData.ReplicaInfo._write = _write_EndQuorumEpochRequest_TopicData_PartitionData_ReplicaInfo
 EndQuorumEpochRequest.LeaderEndpoint._read = staticmethod(_read_EndQuorumEpochRequest_LeaderEndpoint)

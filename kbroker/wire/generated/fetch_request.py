@@ -453,6 +453,211 @@ def _tags_FetchRequest(self, buf, pos, version):
     return pos
 
 
+def _steps_FetchRequest(buf, pos, version):
+    self = _new(_C_FetchRequest)
+    if version >= 15:
+        self.cluster_id = None
+        self.replica_id = -1
+        self.replica_state = _default_FetchRequest_ReplicaState()
+        self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch = _u_iiibii(buf, pos)
+        pos += 21
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field FetchRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_FetchRequest_FetchTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field FetchRequest.forgotten_topics_data was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_FetchRequest_ForgottenTopic(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.forgotten_topics_data = _l
+        self.rack_id, pos = rd_cstring(buf, pos)
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            pos = _tags_FetchRequest(self, buf, pos, version)
+        else:
+            pos += 1
+    elif version >= 12:
+        self.cluster_id = None
+        self.replica_id, = _u_i(buf, pos)
+        pos += 4
+        self.replica_state = _default_FetchRequest_ReplicaState()
+        self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch = _u_iiibii(buf, pos)
+        pos += 21
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field FetchRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_FetchRequest_FetchTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field FetchRequest.forgotten_topics_data was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_FetchRequest_ForgottenTopic(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.forgotten_topics_data = _l
+        self.rack_id, pos = rd_cstring(buf, pos)
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            pos = _tags_FetchRequest(self, buf, pos, version)
+        else:
+            pos += 1
+    elif version >= 11:
+        self.cluster_id = None
+        self.replica_id, = _u_i(buf, pos)
+        pos += 4
+        self.replica_state = _default_FetchRequest_ReplicaState()
+        self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch = _u_iiibii(buf, pos)
+        pos += 21
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field FetchRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_FetchRequest_FetchTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field FetchRequest.forgotten_topics_data was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_FetchRequest_ForgottenTopic(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.forgotten_topics_data = _l
+        self.rack_id, pos = rd_string(buf, pos)
+        self.unknown_tagged_fields = None
+    elif version >= 7:
+        self.cluster_id = None
+        self.replica_id, = _u_i(buf, pos)
+        pos += 4
+        self.replica_state = _default_FetchRequest_ReplicaState()
+        self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch = _u_iiibii(buf, pos)
+        pos += 21
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field FetchRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_FetchRequest_FetchTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field FetchRequest.forgotten_topics_data was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_FetchRequest_ForgottenTopic(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.forgotten_topics_data = _l
+        self.rack_id = ''
+        self.unknown_tagged_fields = None
+    elif version >= 4:
+        self.cluster_id = None
+        self.replica_id, = _u_i(buf, pos)
+        pos += 4
+        self.replica_state = _default_FetchRequest_ReplicaState()
+        self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level = _u_iiib(buf, pos)
+        pos += 13
+        self.session_id = 0
+        self.session_epoch = -1
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field FetchRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_FetchRequest_FetchTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.forgotten_topics_data = []
+        self.rack_id = ''
+        self.unknown_tagged_fields = None
+    elif version >= 3:
+        self.cluster_id = None
+        self.replica_id, = _u_i(buf, pos)
+        pos += 4
+        self.replica_state = _default_FetchRequest_ReplicaState()
+        self.max_wait_ms, self.min_bytes, self.max_bytes = _u_iii(buf, pos)
+        pos += 12
+        self.isolation_level = 0
+        self.session_id = 0
+        self.session_epoch = -1
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field FetchRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_FetchRequest_FetchTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.forgotten_topics_data = []
+        self.rack_id = ''
+        self.unknown_tagged_fields = None
+    else:
+        self.cluster_id = None
+        self.replica_id, = _u_i(buf, pos)
+        pos += 4
+        self.replica_state = _default_FetchRequest_ReplicaState()
+        self.max_wait_ms, self.min_bytes = _u_ii(buf, pos)
+        pos += 8
+        self.max_bytes = 2147483647
+        self.isolation_level = 0
+        self.session_id = 0
+        self.session_epoch = -1
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field FetchRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_FetchRequest_FetchTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.forgotten_topics_data = []
+        self.rack_id = ''
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_FetchRequest(self, w, version):
     if version >= 15:
         if not (self.replica_id == -1):
@@ -705,6 +910,67 @@ def _read_FetchRequest_FetchTopic(buf, pos, version):
             for _ in range(_n):
                 _o, pos = _read_FetchRequest_FetchTopic_FetchPartition(buf, pos, version)
                 _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
+def _steps_FetchRequest_FetchTopic(buf, pos, version):
+    self = _new(_C_FetchRequest_FetchTopic)
+    if version >= 13:
+        self.topic = ''
+        self.topic_id, pos = rd_uuid(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field FetchTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_FetchRequest_FetchTopic_FetchPartition(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.partitions = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 12:
+        self.topic, pos = rd_cstring(buf, pos)
+        self.topic_id = ZERO_UUID
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field FetchTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_FetchRequest_FetchTopic_FetchPartition(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.partitions = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.topic, pos = rd_string(buf, pos)
+        self.topic_id = ZERO_UUID
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field FetchTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_FetchRequest_FetchTopic_FetchPartition(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
             self.partitions = _l
         self.unknown_tagged_fields = None
     return self, pos
@@ -963,10 +1229,12 @@ def _write_FetchRequest_ForgottenTopic(self, w, version):
 
 FetchRequest._read = staticmethod(_read_FetchRequest)
 FetchRequest._write = _write_FetchRequest
+FetchRequest._steps = staticmethod(_steps_FetchRequest)
 FetchRequest.ReplicaState._read = staticmethod(_read_FetchRequest_ReplicaState)
 FetchRequest.ReplicaState._write = _write_FetchRequest_ReplicaState
 FetchRequest.FetchTopic._read = staticmethod(_read_FetchRequest_FetchTopic)
 FetchRequest.FetchTopic._write = _write_FetchRequest_FetchTopic
+FetchRequest.FetchTopic._steps = staticmethod(_steps_FetchRequest_FetchTopic)
 FetchRequest.FetchTopic.FetchPartition._read = staticmethod(_read_FetchRequest_FetchTopic_FetchPartition)
 FetchRequest.FetchTopic.FetchPartition._write = _write_FetchRequest_FetchTopic_FetchPartition
 FetchRequest.ForgottenTopic._read = staticmethod(_read_FetchRequest_ForgottenTopic)

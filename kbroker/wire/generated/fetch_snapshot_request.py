@@ -188,6 +188,29 @@ def _tags_FetchSnapshotRequest(self, buf, pos, version):
     return pos
 
 
+def _steps_FetchSnapshotRequest(buf, pos, version):
+    self = _new(_C_FetchSnapshotRequest)
+    self.cluster_id = None
+    self.replica_id, self.max_bytes = _u_ii(buf, pos)
+    pos += 8
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field FetchSnapshotRequest.topics was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = yield from _steps_FetchSnapshotRequest_TopicSnapshot(buf, pos, version)
+            _a(_o)
+        self.topics = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        pos = _tags_FetchSnapshotRequest(self, buf, pos, version)
+    else:
+        pos += 1
+    return self, pos
+
+
 def _write_FetchSnapshotRequest(self, w, version):
     w += _p_ii(self.replica_id, self.max_bytes)
     _l = self.topics
@@ -230,6 +253,29 @@ def _read_FetchSnapshotRequest_TopicSnapshot(buf, pos, version):
         for _ in range(_n):
             _o, pos = _read_FetchSnapshotRequest_TopicSnapshot_PartitionSnapshot(buf, pos, version)
             _a(_o)
+        self.partitions = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
+def _steps_FetchSnapshotRequest_TopicSnapshot(buf, pos, version):
+    self = _new(_C_FetchSnapshotRequest_TopicSnapshot)
+    self.name, pos = rd_cstring(buf, pos)
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field TopicSnapshot.partitions was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = _read_FetchSnapshotRequest_TopicSnapshot_PartitionSnapshot(buf, pos, version)
+            _a(_o)
+            if _i & 127 == 127:
+                yield
         self.partitions = _l
     self.unknown_tagged_fields = None
     if buf[pos]:
@@ -380,8 +426,10 @@ def _write_FetchSnapshotRequest_TopicSnapshot_PartitionSnapshot_SnapshotId(self,
 
 FetchSnapshotRequest._read = staticmethod(_read_FetchSnapshotRequest)
 FetchSnapshotRequest._write = _write_FetchSnapshotRequest
+FetchSnapshotRequest._steps = staticmethod(_steps_FetchSnapshotRequest)
 FetchSnapshotRequest.TopicSnapshot._read = staticmethod(_read_FetchSnapshotRequest_TopicSnapshot)
 FetchSnapshotRequest.TopicSnapshot._write = _write_FetchSnapshotRequest_TopicSnapshot
+FetchSnapshotRequest.TopicSnapshot._steps = staticmethod(_steps_FetchSnapshotRequest_TopicSnapshot)
 FetchSnapshotRequest.TopicSnapshot.PartitionSnapshot._read = staticmethod(_read_FetchSnapshotRequest_TopicSnapshot_PartitionSnapshot)
 FetchSnapshotRequest.TopicSnapshot.PartitionSnapshot._write = _write_FetchSnapshotRequest_TopicSnapshot_PartitionSnapshot
 FetchSnapshotRequest.TopicSnapshot.PartitionSnapshot.SnapshotId._read = staticmethod(_read_FetchSnapshotRequest_TopicSnapshot_PartitionSnapshot_SnapshotId)

@@ -148,6 +148,43 @@ def _read_IncrementalAlterConfigsRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_IncrementalAlterConfigsRequest(buf, pos, version):
+    self = _new(_C_IncrementalAlterConfigsRequest)
+    if version >= 1:
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field IncrementalAlterConfigsRequest.resources was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_IncrementalAlterConfigsRequest_AlterConfigsResource(buf, pos, version)
+                _a(_o)
+            self.resources = _l
+        self.validate_only, = _u_z(buf, pos)
+        pos += 1
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field IncrementalAlterConfigsRequest.resources was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_IncrementalAlterConfigsRequest_AlterConfigsResource(buf, pos, version)
+                _a(_o)
+            self.resources = _l
+        self.validate_only, = _u_z(buf, pos)
+        pos += 1
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_IncrementalAlterConfigsRequest(self, w, version):
     if version >= 1:
         _l = self.resources
@@ -218,6 +255,49 @@ def _read_IncrementalAlterConfigsRequest_AlterConfigsResource(buf, pos, version)
             for _ in range(_n):
                 _o, pos = _read_IncrementalAlterConfigsRequest_AlterConfigsResource_AlterableConfig(buf, pos, version)
                 _a(_o)
+            self.configs = _l
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
+def _steps_IncrementalAlterConfigsRequest_AlterConfigsResource(buf, pos, version):
+    self = _new(_C_IncrementalAlterConfigsRequest_AlterConfigsResource)
+    if version >= 1:
+        self.resource_type, = _u_b(buf, pos)
+        pos += 1
+        self.resource_name, pos = rd_cstring(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field AlterConfigsResource.configs was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_IncrementalAlterConfigsRequest_AlterConfigsResource_AlterableConfig(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.configs = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.resource_type, = _u_b(buf, pos)
+        pos += 1
+        self.resource_name, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field AlterConfigsResource.configs was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_IncrementalAlterConfigsRequest_AlterConfigsResource_AlterableConfig(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
             self.configs = _l
         self.unknown_tagged_fields = None
     return self, pos
@@ -301,7 +381,9 @@ def _write_IncrementalAlterConfigsRequest_AlterConfigsResource_AlterableConfig(s
 
 IncrementalAlterConfigsRequest._read = staticmethod(_read_IncrementalAlterConfigsRequest)
 IncrementalAlterConfigsRequest._write = _write_IncrementalAlterConfigsRequest
+IncrementalAlterConfigsRequest._steps = staticmethod(_steps_IncrementalAlterConfigsRequest)
 IncrementalAlterConfigsRequest.AlterConfigsResource._read = staticmethod(_read_IncrementalAlterConfigsRequest_AlterConfigsResource)
 IncrementalAlterConfigsRequest.AlterConfigsResource._write = _write_IncrementalAlterConfigsRequest_AlterConfigsResource
+IncrementalAlterConfigsRequest.AlterConfigsResource._steps = staticmethod(_steps_IncrementalAlterConfigsRequest_AlterConfigsResource)
 IncrementalAlterConfigsRequest.AlterConfigsResource.AlterableConfig._read = staticmethod(_read_IncrementalAlterConfigsRequest_AlterConfigsResource_AlterableConfig)
 IncrementalAlterConfigsRequest.AlterConfigsResource.AlterableConfig._write = _write_IncrementalAlterConfigsRequest_AlterConfigsResource_AlterableConfig

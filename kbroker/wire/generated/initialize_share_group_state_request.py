@@ -126,6 +126,27 @@ def _read_InitializeShareGroupStateRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_InitializeShareGroupStateRequest(buf, pos, version):
+    self = _new(_C_InitializeShareGroupStateRequest)
+    self.group_id, pos = rd_cstring(buf, pos)
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field InitializeShareGroupStateRequest.topics was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = yield from _steps_InitializeShareGroupStateRequest_InitializeStateData(buf, pos, version)
+            _a(_o)
+        self.topics = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
 def _write_InitializeShareGroupStateRequest(self, w, version):
     wr_cstring(w, self.group_id)
     _l = self.topics
@@ -161,6 +182,29 @@ def _read_InitializeShareGroupStateRequest_InitializeStateData(buf, pos, version
         for _ in range(_n):
             _o, pos = _read_InitializeShareGroupStateRequest_InitializeStateData_PartitionData(buf, pos, version)
             _a(_o)
+        self.partitions = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
+def _steps_InitializeShareGroupStateRequest_InitializeStateData(buf, pos, version):
+    self = _new(_C_InitializeShareGroupStateRequest_InitializeStateData)
+    self.topic_id, pos = rd_uuid(buf, pos)
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field InitializeStateData.partitions was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = _read_InitializeShareGroupStateRequest_InitializeStateData_PartitionData(buf, pos, version)
+            _a(_o)
+            if _i & 127 == 127:
+                yield
         self.partitions = _l
     self.unknown_tagged_fields = None
     if buf[pos]:
@@ -216,7 +260,9 @@ def _write_InitializeShareGroupStateRequest_InitializeStateData_PartitionData(se
 
 InitializeShareGroupStateRequest._read = staticmethod(_read_InitializeShareGroupStateRequest)
 InitializeShareGroupStateRequest._write = _write_InitializeShareGroupStateRequest
+InitializeShareGroupStateRequest._steps = staticmethod(_steps_InitializeShareGroupStateRequest)
 InitializeShareGroupStateRequest.InitializeStateData._read = staticmethod(_read_InitializeShareGroupStateRequest_InitializeStateData)
 InitializeShareGroupStateRequest.InitializeStateData._write = _write_InitializeShareGroupStateRequest_InitializeStateData
+InitializeShareGroupStateRequest.InitializeStateData._steps = staticmethod(_steps_InitializeShareGroupStateRequest_InitializeStateData)
 InitializeShareGroupStateRequest.InitializeStateData.PartitionData._read = staticmethod(_read_InitializeShareGroupStateRequest_InitializeStateData_PartitionData)
 InitializeShareGroupStateRequest.InitializeStateData.PartitionData._write = _write_InitializeShareGroupStateRequest_InitializeStateData_PartitionData

@@ -217,6 +217,125 @@ def _read_JoinGroupRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_JoinGroupRequest(buf, pos, version):
+    self = _new(_C_JoinGroupRequest)
+    if version >= 8:
+        self.group_id, pos = rd_cstring(buf, pos)
+        self.session_timeout_ms, self.rebalance_timeout_ms = _u_ii(buf, pos)
+        pos += 8
+        self.member_id, pos = rd_cstring(buf, pos)
+        self.group_instance_id, pos = rd_cnstring(buf, pos)
+        self.protocol_type, pos = rd_cstring(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field JoinGroupRequest.protocols was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_JoinGroupRequest_JoinGroupRequestProtocol(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.protocols = _l
+        self.reason, pos = rd_cnstring(buf, pos)
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 6:
+        self.group_id, pos = rd_cstring(buf, pos)
+        self.session_timeout_ms, self.rebalance_timeout_ms = _u_ii(buf, pos)
+        pos += 8
+        self.member_id, pos = rd_cstring(buf, pos)
+        self.group_instance_id, pos = rd_cnstring(buf, pos)
+        self.protocol_type, pos = rd_cstring(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field JoinGroupRequest.protocols was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_JoinGroupRequest_JoinGroupRequestProtocol(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.protocols = _l
+        self.reason = None
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 5:
+        self.group_id, pos = rd_string(buf, pos)
+        self.session_timeout_ms, self.rebalance_timeout_ms = _u_ii(buf, pos)
+        pos += 8
+        self.member_id, pos = rd_string(buf, pos)
+        self.group_instance_id, pos = rd_nstring(buf, pos)
+        self.protocol_type, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field JoinGroupRequest.protocols was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_JoinGroupRequest_JoinGroupRequestProtocol(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.protocols = _l
+        self.reason = None
+        self.unknown_tagged_fields = None
+    elif version >= 1:
+        self.group_id, pos = rd_string(buf, pos)
+        self.session_timeout_ms, self.rebalance_timeout_ms = _u_ii(buf, pos)
+        pos += 8
+        self.member_id, pos = rd_string(buf, pos)
+        self.group_instance_id = None
+        self.protocol_type, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field JoinGroupRequest.protocols was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_JoinGroupRequest_JoinGroupRequestProtocol(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.protocols = _l
+        self.reason = None
+        self.unknown_tagged_fields = None
+    else:
+        self.group_id, pos = rd_string(buf, pos)
+        self.session_timeout_ms, = _u_i(buf, pos)
+        pos += 4
+        self.rebalance_timeout_ms = -1
+        self.member_id, pos = rd_string(buf, pos)
+        self.group_instance_id = None
+        self.protocol_type, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field JoinGroupRequest.protocols was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_JoinGroupRequest_JoinGroupRequestProtocol(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.protocols = _l
+        self.reason = None
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_JoinGroupRequest(self, w, version):
     if version >= 8:
         wr_cstring(w, self.group_id)
@@ -344,5 +463,6 @@ def _write_JoinGroupRequest_JoinGroupRequestProtocol(self, w, version):
 
 JoinGroupRequest._read = staticmethod(_read_JoinGroupRequest)
 JoinGroupRequest._write = _write_JoinGroupRequest
+JoinGroupRequest._steps = staticmethod(_steps_JoinGroupRequest)
 JoinGroupRequest.JoinGroupRequestProtocol._read = staticmethod(_read_JoinGroupRequest_JoinGroupRequestProtocol)
 JoinGroupRequest.JoinGroupRequestProtocol._write = _write_JoinGroupRequest_JoinGroupRequestProtocol

@@ -359,6 +359,176 @@ def _read_LeaderAndIsrRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_LeaderAndIsrRequest(buf, pos, version):
+    self = _new(_C_LeaderAndIsrRequest)
+    if version >= 7:
+        self.controller_id, self.is_k_raft_controller, self.controller_epoch, self.broker_epoch, self.type = _u_iziqb(buf, pos)
+        pos += 18
+        self.ungrouped_partition_states = []
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field LeaderAndIsrRequest.topic_states was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_LeaderAndIsrRequest_LeaderAndIsrTopicState(buf, pos, version)
+                _a(_o)
+            self.topic_states = _l
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field LeaderAndIsrRequest.live_leaders was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_LeaderAndIsrRequest_LeaderAndIsrLiveLeader(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.live_leaders = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 5:
+        self.controller_id, = _u_i(buf, pos)
+        pos += 4
+        self.is_k_raft_controller = False
+        self.controller_epoch, self.broker_epoch, self.type = _u_iqb(buf, pos)
+        pos += 13
+        self.ungrouped_partition_states = []
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field LeaderAndIsrRequest.topic_states was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_LeaderAndIsrRequest_LeaderAndIsrTopicState(buf, pos, version)
+                _a(_o)
+            self.topic_states = _l
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field LeaderAndIsrRequest.live_leaders was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_LeaderAndIsrRequest_LeaderAndIsrLiveLeader(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.live_leaders = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 4:
+        self.controller_id, = _u_i(buf, pos)
+        pos += 4
+        self.is_k_raft_controller = False
+        self.controller_epoch, self.broker_epoch = _u_iq(buf, pos)
+        pos += 12
+        self.type = 0
+        self.ungrouped_partition_states = []
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field LeaderAndIsrRequest.topic_states was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_LeaderAndIsrRequest_LeaderAndIsrTopicState(buf, pos, version)
+                _a(_o)
+            self.topic_states = _l
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field LeaderAndIsrRequest.live_leaders was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_LeaderAndIsrRequest_LeaderAndIsrLiveLeader(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.live_leaders = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 2:
+        self.controller_id, = _u_i(buf, pos)
+        pos += 4
+        self.is_k_raft_controller = False
+        self.controller_epoch, self.broker_epoch = _u_iq(buf, pos)
+        pos += 12
+        self.type = 0
+        self.ungrouped_partition_states = []
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field LeaderAndIsrRequest.topic_states was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_LeaderAndIsrRequest_LeaderAndIsrTopicState(buf, pos, version)
+                _a(_o)
+            self.topic_states = _l
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field LeaderAndIsrRequest.live_leaders was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_LeaderAndIsrRequest_LeaderAndIsrLiveLeader(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.live_leaders = _l
+        self.unknown_tagged_fields = None
+    else:
+        self.controller_id, = _u_i(buf, pos)
+        pos += 4
+        self.is_k_raft_controller = False
+        self.controller_epoch, = _u_i(buf, pos)
+        pos += 4
+        self.broker_epoch = -1
+        self.type = 0
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field LeaderAndIsrRequest.ungrouped_partition_states was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_LeaderAndIsrRequest_LeaderAndIsrPartitionState(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.ungrouped_partition_states = _l
+        self.topic_states = []
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field LeaderAndIsrRequest.live_leaders was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_LeaderAndIsrRequest_LeaderAndIsrLiveLeader(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.live_leaders = _l
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_LeaderAndIsrRequest(self, w, version):
     if version >= 7:
         if not ((self.ungrouped_partition_states is not None and not self.ungrouped_partition_states)):
@@ -843,6 +1013,67 @@ def _read_LeaderAndIsrRequest_LeaderAndIsrTopicState(buf, pos, version):
     return self, pos
 
 
+def _steps_LeaderAndIsrRequest_LeaderAndIsrTopicState(buf, pos, version):
+    self = _new(_C_LeaderAndIsrRequest_LeaderAndIsrTopicState)
+    if version >= 5:
+        self.topic_name, pos = rd_cstring(buf, pos)
+        self.topic_id, pos = rd_uuid(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field LeaderAndIsrTopicState.partition_states was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_LeaderAndIsrRequest_LeaderAndIsrPartitionState(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.partition_states = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 4:
+        self.topic_name, pos = rd_cstring(buf, pos)
+        self.topic_id = ZERO_UUID
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field LeaderAndIsrTopicState.partition_states was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_LeaderAndIsrRequest_LeaderAndIsrPartitionState(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.partition_states = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.topic_name, pos = rd_string(buf, pos)
+        self.topic_id = ZERO_UUID
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field LeaderAndIsrTopicState.partition_states was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_LeaderAndIsrRequest_LeaderAndIsrPartitionState(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.partition_states = _l
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_LeaderAndIsrRequest_LeaderAndIsrTopicState(self, w, version):
     if version >= 5:
         wr_cstring(w, self.topic_name)
@@ -935,9 +1166,11 @@ def _write_LeaderAndIsrRequest_LeaderAndIsrLiveLeader(self, w, version):
 
 LeaderAndIsrRequest._read = staticmethod(_read_LeaderAndIsrRequest)
 LeaderAndIsrRequest._write = _write_LeaderAndIsrRequest
+LeaderAndIsrRequest._steps = staticmethod(_steps_LeaderAndIsrRequest)
 LeaderAndIsrRequest.LeaderAndIsrPartitionState._read = staticmethod(_read_LeaderAndIsrRequest_LeaderAndIsrPartitionState)
 LeaderAndIsrRequest.LeaderAndIsrPartitionState._write = _write_LeaderAndIsrRequest_LeaderAndIsrPartitionState
 LeaderAndIsrRequest.LeaderAndIsrTopicState._read = staticmethod(_read_LeaderAndIsrRequest_LeaderAndIsrTopicState)
 LeaderAndIsrRequest.LeaderAndIsrTopicState._write = _write_LeaderAndIsrRequest_LeaderAndIsrTopicState
+LeaderAndIsrRequest.LeaderAndIsrTopicState._steps = staticmethod(_steps_LeaderAndIsrRequest_LeaderAndIsrTopicState)
 LeaderAndIsrRequest.LeaderAndIsrLiveLeader._read = staticmethod(_read_LeaderAndIsrRequest_LeaderAndIsrLiveLeader)
 LeaderAndIsrRequest.LeaderAndIsrLiveLeader._write = _write_LeaderAndIsrRequest_LeaderAndIsrLiveLeader

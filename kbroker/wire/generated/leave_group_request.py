@@ -127,6 +127,52 @@ def _read_LeaveGroupRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_LeaveGroupRequest(buf, pos, version):
+    self = _new(_C_LeaveGroupRequest)
+    if version >= 4:
+        self.group_id, pos = rd_cstring(buf, pos)
+        self.member_id = ''
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field LeaveGroupRequest.members was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_LeaveGroupRequest_MemberIdentity(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.members = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 3:
+        self.group_id, pos = rd_string(buf, pos)
+        self.member_id = ''
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field LeaveGroupRequest.members was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_LeaveGroupRequest_MemberIdentity(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.members = _l
+        self.unknown_tagged_fields = None
+    else:
+        self.group_id, pos = rd_string(buf, pos)
+        self.member_id, pos = rd_string(buf, pos)
+        self.members = []
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_LeaveGroupRequest(self, w, version):
     if version >= 4:
         if not (self.member_id == ''):
@@ -227,5 +273,6 @@ def _write_LeaveGroupRequest_MemberIdentity(self, w, version):
 
 LeaveGroupRequest._read = staticmethod(_read_LeaveGroupRequest)
 LeaveGroupRequest._write = _write_LeaveGroupRequest
+LeaveGroupRequest._steps = staticmethod(_steps_LeaveGroupRequest)
 LeaveGroupRequest.MemberIdentity._read = staticmethod(_read_LeaveGroupRequest_MemberIdentity)
 LeaveGroupRequest.MemberIdentity._write = _write_LeaveGroupRequest_MemberIdentity

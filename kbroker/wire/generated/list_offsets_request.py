@@ -203,6 +203,81 @@ def _read_ListOffsetsRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_ListOffsetsRequest(buf, pos, version):
+    self = _new(_C_ListOffsetsRequest)
+    if version >= 10:
+        self.replica_id, self.isolation_level = _u_ib(buf, pos)
+        pos += 5
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ListOffsetsRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_ListOffsetsRequest_ListOffsetsTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.timeout_ms, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 6:
+        self.replica_id, self.isolation_level = _u_ib(buf, pos)
+        pos += 5
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ListOffsetsRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_ListOffsetsRequest_ListOffsetsTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.timeout_ms = 0
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 2:
+        self.replica_id, self.isolation_level = _u_ib(buf, pos)
+        pos += 5
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ListOffsetsRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_ListOffsetsRequest_ListOffsetsTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.timeout_ms = 0
+        self.unknown_tagged_fields = None
+    else:
+        self.replica_id, = _u_i(buf, pos)
+        pos += 4
+        self.isolation_level = 0
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ListOffsetsRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_ListOffsetsRequest_ListOffsetsTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.timeout_ms = 0
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_ListOffsetsRequest(self, w, version):
     if version >= 10:
         w += _p_ib(self.replica_id, self.isolation_level)
@@ -295,6 +370,45 @@ def _read_ListOffsetsRequest_ListOffsetsTopic(buf, pos, version):
             for _ in range(_n):
                 _o, pos = _read_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition(buf, pos, version)
                 _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
+def _steps_ListOffsetsRequest_ListOffsetsTopic(buf, pos, version):
+    self = _new(_C_ListOffsetsRequest_ListOffsetsTopic)
+    if version >= 6:
+        self.name, pos = rd_cstring(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ListOffsetsTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.partitions = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.name, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ListOffsetsTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
             self.partitions = _l
         self.unknown_tagged_fields = None
     return self, pos
@@ -402,7 +516,9 @@ def _write_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition(self, w, ver
 
 ListOffsetsRequest._read = staticmethod(_read_ListOffsetsRequest)
 ListOffsetsRequest._write = _write_ListOffsetsRequest
+ListOffsetsRequest._steps = staticmethod(_steps_ListOffsetsRequest)
 ListOffsetsRequest.ListOffsetsTopic._read = staticmethod(_read_ListOffsetsRequest_ListOffsetsTopic)
 ListOffsetsRequest.ListOffsetsTopic._write = _write_ListOffsetsRequest_ListOffsetsTopic
+ListOffsetsRequest.ListOffsetsTopic._steps = staticmethod(_steps_ListOffsetsRequest_ListOffsetsTopic)
 ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition._read = staticmethod(_read_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition)
 ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition._write = _write_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition

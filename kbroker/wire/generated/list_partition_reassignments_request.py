@@ -103,6 +103,30 @@ def _read_ListPartitionReassignmentsRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_ListPartitionReassignmentsRequest(buf, pos, version):
+    self = _new(_C_ListPartitionReassignmentsRequest)
+    self.timeout_ms, = _u_i(buf, pos)
+    pos += 4
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        self.topics = None
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = _read_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics(buf, pos, version)
+            _a(_o)
+            if _i & 127 == 127:
+                yield
+        self.topics = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
 def _write_ListPartitionReassignmentsRequest(self, w, version):
     w += _p_i(self.timeout_ms)
     _l = self.topics
@@ -155,5 +179,6 @@ def _write_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics(se
 
 ListPartitionReassignmentsRequest._read = staticmethod(_read_ListPartitionReassignmentsRequest)
 ListPartitionReassignmentsRequest._write = _write_ListPartitionReassignmentsRequest
+ListPartitionReassignmentsRequest._steps = staticmethod(_steps_ListPartitionReassignmentsRequest)
 ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics._read = staticmethod(_read_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics)
 ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics._write = _write_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics

@@ -196,6 +196,122 @@ def _read_MetadataRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_MetadataRequest(buf, pos, version):
+    self = _new(_C_MetadataRequest)
+    if version >= 11:
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            self.topics = None
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_MetadataRequest_MetadataRequestTopic(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.topics = _l
+        self.allow_auto_topic_creation, = _u_z(buf, pos)
+        pos += 1
+        self.include_cluster_authorized_operations = False
+        self.include_topic_authorized_operations, = _u_z(buf, pos)
+        pos += 1
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 9:
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            self.topics = None
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_MetadataRequest_MetadataRequestTopic(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.topics = _l
+        self.allow_auto_topic_creation, self.include_cluster_authorized_operations, self.include_topic_authorized_operations = _u_zzz(buf, pos)
+        pos += 3
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 8:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            self.topics = None
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_MetadataRequest_MetadataRequestTopic(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.topics = _l
+        self.allow_auto_topic_creation, self.include_cluster_authorized_operations, self.include_topic_authorized_operations = _u_zzz(buf, pos)
+        pos += 3
+        self.unknown_tagged_fields = None
+    elif version >= 4:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            self.topics = None
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_MetadataRequest_MetadataRequestTopic(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.topics = _l
+        self.allow_auto_topic_creation, = _u_z(buf, pos)
+        pos += 1
+        self.include_cluster_authorized_operations = False
+        self.include_topic_authorized_operations = False
+        self.unknown_tagged_fields = None
+    elif version >= 1:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            self.topics = None
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_MetadataRequest_MetadataRequestTopic(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.topics = _l
+        self.allow_auto_topic_creation = True
+        self.include_cluster_authorized_operations = False
+        self.include_topic_authorized_operations = False
+        self.unknown_tagged_fields = None
+    else:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field MetadataRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_MetadataRequest_MetadataRequestTopic(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.topics = _l
+        self.allow_auto_topic_creation = True
+        self.include_cluster_authorized_operations = False
+        self.include_topic_authorized_operations = False
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_MetadataRequest(self, w, version):
     if version >= 11:
         if not (self.include_cluster_authorized_operations == False):
@@ -341,5 +457,6 @@ def _write_MetadataRequest_MetadataRequestTopic(self, w, version):
 
 MetadataRequest._read = staticmethod(_read_MetadataRequest)
 MetadataRequest._write = _write_MetadataRequest
+MetadataRequest._steps = staticmethod(_steps_MetadataRequest)
 MetadataRequest.MetadataRequestTopic._read = staticmethod(_read_MetadataRequest_MetadataRequestTopic)
 MetadataRequest.MetadataRequestTopic._write = _write_MetadataRequest_MetadataRequestTopic

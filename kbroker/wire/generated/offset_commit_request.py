@@ -253,6 +253,123 @@ def _read_OffsetCommitRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_OffsetCommitRequest(buf, pos, version):
+    self = _new(_C_OffsetCommitRequest)
+    if version >= 8:
+        self.group_id, pos = rd_cstring(buf, pos)
+        self.generation_id_or_member_epoch, = _u_i(buf, pos)
+        pos += 4
+        self.member_id, pos = rd_cstring(buf, pos)
+        self.group_instance_id, pos = rd_cnstring(buf, pos)
+        self.retention_time_ms = -1
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetCommitRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_OffsetCommitRequest_OffsetCommitRequestTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 7:
+        self.group_id, pos = rd_string(buf, pos)
+        self.generation_id_or_member_epoch, = _u_i(buf, pos)
+        pos += 4
+        self.member_id, pos = rd_string(buf, pos)
+        self.group_instance_id, pos = rd_nstring(buf, pos)
+        self.retention_time_ms = -1
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetCommitRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_OffsetCommitRequest_OffsetCommitRequestTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
+    elif version >= 5:
+        self.group_id, pos = rd_string(buf, pos)
+        self.generation_id_or_member_epoch, = _u_i(buf, pos)
+        pos += 4
+        self.member_id, pos = rd_string(buf, pos)
+        self.group_instance_id = None
+        self.retention_time_ms = -1
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetCommitRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_OffsetCommitRequest_OffsetCommitRequestTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
+    elif version >= 2:
+        self.group_id, pos = rd_string(buf, pos)
+        self.generation_id_or_member_epoch, = _u_i(buf, pos)
+        pos += 4
+        self.member_id, pos = rd_string(buf, pos)
+        self.group_instance_id = None
+        self.retention_time_ms, = _u_q(buf, pos)
+        pos += 8
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetCommitRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_OffsetCommitRequest_OffsetCommitRequestTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
+    elif version >= 1:
+        self.group_id, pos = rd_string(buf, pos)
+        self.generation_id_or_member_epoch, = _u_i(buf, pos)
+        pos += 4
+        self.member_id, pos = rd_string(buf, pos)
+        self.group_instance_id = None
+        self.retention_time_ms = -1
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetCommitRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_OffsetCommitRequest_OffsetCommitRequestTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
+    else:
+        self.group_id, pos = rd_string(buf, pos)
+        self.generation_id_or_member_epoch = -1
+        self.member_id = ''
+        self.group_instance_id = None
+        self.retention_time_ms = -1
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetCommitRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_OffsetCommitRequest_OffsetCommitRequestTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_OffsetCommitRequest(self, w, version):
     if version >= 8:
         wr_cstring(w, self.group_id)
@@ -388,6 +505,45 @@ def _read_OffsetCommitRequest_OffsetCommitRequestTopic(buf, pos, version):
     return self, pos
 
 
+def _steps_OffsetCommitRequest_OffsetCommitRequestTopic(buf, pos, version):
+    self = _new(_C_OffsetCommitRequest_OffsetCommitRequestTopic)
+    if version >= 8:
+        self.name, pos = rd_cstring(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetCommitRequestTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.partitions = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.name, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetCommitRequestTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.partitions = _l
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_OffsetCommitRequest_OffsetCommitRequestTopic(self, w, version):
     if version >= 8:
         wr_cstring(w, self.name)
@@ -510,7 +666,9 @@ def _write_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestParti
 
 OffsetCommitRequest._read = staticmethod(_read_OffsetCommitRequest)
 OffsetCommitRequest._write = _write_OffsetCommitRequest
+OffsetCommitRequest._steps = staticmethod(_steps_OffsetCommitRequest)
 OffsetCommitRequest.OffsetCommitRequestTopic._read = staticmethod(_read_OffsetCommitRequest_OffsetCommitRequestTopic)
 OffsetCommitRequest.OffsetCommitRequestTopic._write = _write_OffsetCommitRequest_OffsetCommitRequestTopic
+OffsetCommitRequest.OffsetCommitRequestTopic._steps = staticmethod(_steps_OffsetCommitRequest_OffsetCommitRequestTopic)
 OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition._read = staticmethod(_read_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition)
 OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition._write = _write_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition

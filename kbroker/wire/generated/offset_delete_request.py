@@ -116,6 +116,23 @@ def _read_OffsetDeleteRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_OffsetDeleteRequest(buf, pos, version):
+    self = _new(_C_OffsetDeleteRequest)
+    self.group_id, pos = rd_string(buf, pos)
+    _n, pos = rd_alen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field OffsetDeleteRequest.topics was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = yield from _steps_OffsetDeleteRequest_OffsetDeleteRequestTopic(buf, pos, version)
+            _a(_o)
+        self.topics = _l
+    self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_OffsetDeleteRequest(self, w, version):
     wr_string(w, self.group_id)
     _l = self.topics
@@ -149,6 +166,25 @@ def _read_OffsetDeleteRequest_OffsetDeleteRequestTopic(buf, pos, version):
         for _ in range(_n):
             _o, pos = _read_OffsetDeleteRequest_OffsetDeleteRequestTopic_OffsetDeleteRequestPartition(buf, pos, version)
             _a(_o)
+        self.partitions = _l
+    self.unknown_tagged_fields = None
+    return self, pos
+
+
+def _steps_OffsetDeleteRequest_OffsetDeleteRequestTopic(buf, pos, version):
+    self = _new(_C_OffsetDeleteRequest_OffsetDeleteRequestTopic)
+    self.name, pos = rd_string(buf, pos)
+    _n, pos = rd_alen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field OffsetDeleteRequestTopic.partitions was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = _read_OffsetDeleteRequest_OffsetDeleteRequestTopic_OffsetDeleteRequestPartition(buf, pos, version)
+            _a(_o)
+            if _i & 127 == 127:
+                yield
         self.partitions = _l
     self.unknown_tagged_fields = None
     return self, pos
@@ -190,7 +226,9 @@ def _write_OffsetDeleteRequest_OffsetDeleteRequestTopic_OffsetDeleteRequestParti
 
 OffsetDeleteRequest._read = staticmethod(_read_OffsetDeleteRequest)
 OffsetDeleteRequest._write = _write_OffsetDeleteRequest
+OffsetDeleteRequest._steps = staticmethod(_steps_OffsetDeleteRequest)
 OffsetDeleteRequest.OffsetDeleteRequestTopic._read = staticmethod(_read_OffsetDeleteRequest_OffsetDeleteRequestTopic)
 OffsetDeleteRequest.OffsetDeleteRequestTopic._write = _write_OffsetDeleteRequest_OffsetDeleteRequestTopic
+OffsetDeleteRequest.OffsetDeleteRequestTopic._steps = staticmethod(_steps_OffsetDeleteRequest_OffsetDeleteRequestTopic)
 OffsetDeleteRequest.OffsetDeleteRequestTopic.OffsetDeleteRequestPartition._read = staticmethod(_read_OffsetDeleteRequest_OffsetDeleteRequestTopic_OffsetDeleteRequestPartition)
 OffsetDeleteRequest.OffsetDeleteRequestTopic.OffsetDeleteRequestPartition._write = _write_OffsetDeleteRequest_OffsetDeleteRequestTopic_OffsetDeleteRequestPartition

@@ -234,6 +234,108 @@ def _read_OffsetFetchRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_OffsetFetchRequest(buf, pos, version):
+    self = _new(_C_OffsetFetchRequest)
+    if version >= 8:
+        self.group_id = ''
+        self.topics = []
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetFetchRequest.groups was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_OffsetFetchRequest_OffsetFetchRequestGroup(buf, pos, version)
+                _a(_o)
+            self.groups = _l
+        self.require_stable, = _u_z(buf, pos)
+        pos += 1
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 7:
+        self.group_id, pos = rd_cstring(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            self.topics = None
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_OffsetFetchRequest_OffsetFetchRequestTopic(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.topics = _l
+        self.groups = []
+        self.require_stable, = _u_z(buf, pos)
+        pos += 1
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 6:
+        self.group_id, pos = rd_cstring(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            self.topics = None
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_OffsetFetchRequest_OffsetFetchRequestTopic(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.topics = _l
+        self.groups = []
+        self.require_stable = False
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 2:
+        self.group_id, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            self.topics = None
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_OffsetFetchRequest_OffsetFetchRequestTopic(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.topics = _l
+        self.groups = []
+        self.require_stable = False
+        self.unknown_tagged_fields = None
+    else:
+        self.group_id, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetFetchRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_OffsetFetchRequest_OffsetFetchRequestTopic(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.topics = _l
+        self.groups = []
+        self.require_stable = False
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_OffsetFetchRequest(self, w, version):
     if version >= 8:
         if not (self.group_id == ''):
@@ -423,6 +525,54 @@ def _read_OffsetFetchRequest_OffsetFetchRequestGroup(buf, pos, version):
     return self, pos
 
 
+def _steps_OffsetFetchRequest_OffsetFetchRequestGroup(buf, pos, version):
+    self = _new(_C_OffsetFetchRequest_OffsetFetchRequestGroup)
+    if version >= 9:
+        self.group_id, pos = rd_cstring(buf, pos)
+        self.member_id, pos = rd_cnstring(buf, pos)
+        self.member_epoch, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            self.topics = None
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_OffsetFetchRequest_OffsetFetchRequestGroup_OffsetFetchRequestTopics(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.topics = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.group_id, pos = rd_cstring(buf, pos)
+        self.member_id = None
+        self.member_epoch = -1
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            self.topics = None
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_OffsetFetchRequest_OffsetFetchRequestGroup_OffsetFetchRequestTopics(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.topics = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    return self, pos
+
+
 def _write_OffsetFetchRequest_OffsetFetchRequestGroup(self, w, version):
     if version >= 9:
         wr_cstring(w, self.group_id)
@@ -491,9 +641,11 @@ def _write_OffsetFetchRequest_OffsetFetchRequestGroup_OffsetFetchRequestTopics(s
 
 OffsetFetchRequest._read = staticmethod(_read_OffsetFetchRequest)
 OffsetFetchRequest._write = _write_OffsetFetchRequest
+OffsetFetchRequest._steps = staticmethod(_steps_OffsetFetchRequest)
 OffsetFetchRequest.OffsetFetchRequestTopic._read = staticmethod(_read_OffsetFetchRequest_OffsetFetchRequestTopic)
 OffsetFetchRequest.OffsetFetchRequestTopic._write = _write_OffsetFetchRequest_OffsetFetchRequestTopic
 OffsetFetchRequest.OffsetFetchRequestGroup._read = staticmethod(_read_OffsetFetchRequest_OffsetFetchRequestGroup)
 OffsetFetchRequest.OffsetFetchRequestGroup._write = _write_OffsetFetchRequest_OffsetFetchRequestGroup
+OffsetFetchRequest.OffsetFetchRequestGroup._steps = staticmethod(_steps_OffsetFetchRequest_OffsetFetchRequestGroup)
 OffsetFetchRequest.OffsetFetchRequestGroup.OffsetFetchRequestTopics._read = staticmethod(_read_OffsetFetchRequest_OffsetFetchRequestGroup_OffsetFetchRequestTopics)
 OffsetFetchRequest.OffsetFetchRequestGroup.OffsetFetchRequestTopics._write = _write_OffsetFetchRequest_OffsetFetchRequestGroup_OffsetFetchRequestTopics

@@ -158,6 +158,56 @@ def _read_OffsetForLeaderEpochRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_OffsetForLeaderEpochRequest(buf, pos, version):
+    self = _new(_C_OffsetForLeaderEpochRequest)
+    if version >= 4:
+        self.replica_id, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetForLeaderEpochRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_OffsetForLeaderEpochRequest_OffsetForLeaderTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 3:
+        self.replica_id, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetForLeaderEpochRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_OffsetForLeaderEpochRequest_OffsetForLeaderTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
+    else:
+        self.replica_id = -2
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetForLeaderEpochRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_OffsetForLeaderEpochRequest_OffsetForLeaderTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_OffsetForLeaderEpochRequest(self, w, version):
     if version >= 4:
         w += _p_i(self.replica_id)
@@ -233,6 +283,45 @@ def _read_OffsetForLeaderEpochRequest_OffsetForLeaderTopic(buf, pos, version):
             for _ in range(_n):
                 _o, pos = _read_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition(buf, pos, version)
                 _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
+def _steps_OffsetForLeaderEpochRequest_OffsetForLeaderTopic(buf, pos, version):
+    self = _new(_C_OffsetForLeaderEpochRequest_OffsetForLeaderTopic)
+    if version >= 4:
+        self.topic, pos = rd_cstring(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetForLeaderTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.partitions = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.topic, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field OffsetForLeaderTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
             self.partitions = _l
         self.unknown_tagged_fields = None
     return self, pos
@@ -318,7 +407,9 @@ def _write_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderParti
 
 OffsetForLeaderEpochRequest._read = staticmethod(_read_OffsetForLeaderEpochRequest)
 OffsetForLeaderEpochRequest._write = _write_OffsetForLeaderEpochRequest
+OffsetForLeaderEpochRequest._steps = staticmethod(_steps_OffsetForLeaderEpochRequest)
 OffsetForLeaderEpochRequest.OffsetForLeaderTopic._read = staticmethod(_read_OffsetForLeaderEpochRequest_OffsetForLeaderTopic)
 OffsetForLeaderEpochRequest.OffsetForLeaderTopic._write = _write_OffsetForLeaderEpochRequest_OffsetForLeaderTopic
+OffsetForLeaderEpochRequest.OffsetForLeaderTopic._steps = staticmethod(_steps_OffsetForLeaderEpochRequest_OffsetForLeaderTopic)
 OffsetForLeaderEpochRequest.OffsetForLeaderTopic.OffsetForLeaderPartition._read = staticmethod(_read_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition)
 OffsetForLeaderEpochRequest.OffsetForLeaderTopic.OffsetForLeaderPartition._write = _write_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition

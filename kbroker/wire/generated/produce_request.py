@@ -167,6 +167,60 @@ def _read_ProduceRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_ProduceRequest(buf, pos, version):
+    self = _new(_C_ProduceRequest)
+    if version >= 9:
+        self.transactional_id, pos = rd_cnstring(buf, pos)
+        self.acks, self.timeout_ms = _u_hi(buf, pos)
+        pos += 6
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ProduceRequest.topic_data was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_ProduceRequest_TopicProduceData(buf, pos, version)
+                _a(_o)
+            self.topic_data = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 3:
+        self.transactional_id, pos = rd_nstring(buf, pos)
+        self.acks, self.timeout_ms = _u_hi(buf, pos)
+        pos += 6
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ProduceRequest.topic_data was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_ProduceRequest_TopicProduceData(buf, pos, version)
+                _a(_o)
+            self.topic_data = _l
+        self.unknown_tagged_fields = None
+    else:
+        self.transactional_id = None
+        self.acks, self.timeout_ms = _u_hi(buf, pos)
+        pos += 6
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field ProduceRequest.topic_data was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_ProduceRequest_TopicProduceData(buf, pos, version)
+                _a(_o)
+            self.topic_data = _l
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_ProduceRequest(self, w, version):
     if version >= 9:
         wr_cnstring(w, self.transactional_id)
@@ -252,6 +306,45 @@ def _read_ProduceRequest_TopicProduceData(buf, pos, version):
     return self, pos
 
 
+def _steps_ProduceRequest_TopicProduceData(buf, pos, version):
+    self = _new(_C_ProduceRequest_TopicProduceData)
+    if version >= 9:
+        self.name, pos = rd_cstring(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field TopicProduceData.partition_data was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_ProduceRequest_TopicProduceData_PartitionProduceData(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.partition_data = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.name, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field TopicProduceData.partition_data was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_ProduceRequest_TopicProduceData_PartitionProduceData(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.partition_data = _l
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_ProduceRequest_TopicProduceData(self, w, version):
     if version >= 9:
         wr_cstring(w, self.name)
@@ -323,7 +416,9 @@ def _write_ProduceRequest_TopicProduceData_PartitionProduceData(self, w, version
 
 ProduceRequest._read = staticmethod(_read_ProduceRequest)
 ProduceRequest._write = _write_ProduceRequest
+ProduceRequest._steps = staticmethod(_steps_ProduceRequest)
 ProduceRequest.TopicProduceData._read = staticmethod(_read_ProduceRequest_TopicProduceData)
 ProduceRequest.TopicProduceData._write = _write_ProduceRequest_TopicProduceData
+ProduceRequest.TopicProduceData._steps = staticmethod(_steps_ProduceRequest_TopicProduceData)
 ProduceRequest.TopicProduceData.PartitionProduceData._read = staticmethod(_read_ProduceRequest_TopicProduceData_PartitionProduceData)
 ProduceRequest.TopicProduceData.PartitionProduceData._write = _write_ProduceRequest_TopicProduceData_PartitionProduceData

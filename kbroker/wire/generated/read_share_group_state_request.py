@@ -123,6 +123,27 @@ def _read_ReadShareGroupStateRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_ReadShareGroupStateRequest(buf, pos, version):
+    self = _new(_C_ReadShareGroupStateRequest)
+    self.group_id, pos = rd_cstring(buf, pos)
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field ReadShareGroupStateRequest.topics was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = yield from _steps_ReadShareGroupStateRequest_ReadStateData(buf, pos, version)
+            _a(_o)
+        self.topics = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
 def _write_ReadShareGroupStateRequest(self, w, version):
     wr_cstring(w, self.group_id)
     _l = self.topics
@@ -158,6 +179,29 @@ def _read_ReadShareGroupStateRequest_ReadStateData(buf, pos, version):
         for _ in range(_n):
             _o, pos = _read_ReadShareGroupStateRequest_ReadStateData_PartitionData(buf, pos, version)
             _a(_o)
+        self.partitions = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
+def _steps_ReadShareGroupStateRequest_ReadStateData(buf, pos, version):
+    self = _new(_C_ReadShareGroupStateRequest_ReadStateData)
+    self.topic_id, pos = rd_uuid(buf, pos)
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field ReadStateData.partitions was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = _read_ReadShareGroupStateRequest_ReadStateData_PartitionData(buf, pos, version)
+            _a(_o)
+            if _i & 127 == 127:
+                yield
         self.partitions = _l
     self.unknown_tagged_fields = None
     if buf[pos]:
@@ -212,7 +256,9 @@ def _write_ReadShareGroupStateRequest_ReadStateData_PartitionData(self, w, versi
 
 ReadShareGroupStateRequest._read = staticmethod(_read_ReadShareGroupStateRequest)
 ReadShareGroupStateRequest._write = _write_ReadShareGroupStateRequest
+ReadShareGroupStateRequest._steps = staticmethod(_steps_ReadShareGroupStateRequest)
 ReadShareGroupStateRequest.ReadStateData._read = staticmethod(_read_ReadShareGroupStateRequest_ReadStateData)
 ReadShareGroupStateRequest.ReadStateData._write = _write_ReadShareGroupStateRequest_ReadStateData
+ReadShareGroupStateRequest.ReadStateData._steps = staticmethod(_steps_ReadShareGroupStateRequest_ReadStateData)
 ReadShareGroupStateRequest.ReadStateData.PartitionData._read = staticmethod(_read_ReadShareGroupStateRequest_ReadStateData_PartitionData)
 ReadShareGroupStateRequest.ReadStateData.PartitionData._write = _write_ReadShareGroupStateRequest_ReadStateData_PartitionData

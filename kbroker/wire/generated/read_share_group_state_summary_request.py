@@ -123,6 +123,27 @@ def _read_ReadShareGroupStateSummaryRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_ReadShareGroupStateSummaryRequest(buf, pos, version):
+    self = _new(_C_ReadShareGroupStateSummaryRequest)
+    self.group_id, pos = rd_cstring(buf, pos)
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field ReadShareGroupStateSummaryRequest.topics was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = yield from _steps_ReadShareGroupStateSummaryRequest_ReadStateSummaryData(buf, pos, version)
+            _a(_o)
+        self.topics = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
 def _write_ReadShareGroupStateSummaryRequest(self, w, version):
     wr_cstring(w, self.group_id)
     _l = self.topics
@@ -158,6 +179,29 @@ def _read_ReadShareGroupStateSummaryRequest_ReadStateSummaryData(buf, pos, versi
         for _ in range(_n):
             _o, pos = _read_ReadShareGroupStateSummaryRequest_ReadStateSummaryData_PartitionData(buf, pos, version)
             _a(_o)
+        self.partitions = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
+def _steps_ReadShareGroupStateSummaryRequest_ReadStateSummaryData(buf, pos, version):
+    self = _new(_C_ReadShareGroupStateSummaryRequest_ReadStateSummaryData)
+    self.topic_id, pos = rd_uuid(buf, pos)
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field ReadStateSummaryData.partitions was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = _read_ReadShareGroupStateSummaryRequest_ReadStateSummaryData_PartitionData(buf, pos, version)
+            _a(_o)
+            if _i & 127 == 127:
+                yield
         self.partitions = _l
     self.unknown_tagged_fields = None
     if buf[pos]:
@@ -212,7 +256,9 @@ def _write_ReadShareGroupStateSummaryRequest_ReadStateSummaryData_PartitionData(
 
 ReadShareGroupStateSummaryRequest._read = staticmethod(_read_ReadShareGroupStateSummaryRequest)
 ReadShareGroupStateSummaryRequest._write = _write_ReadShareGroupStateSummaryRequest
+ReadShareGroupStateSummaryRequest._steps = staticmethod(_steps_ReadShareGroupStateSummaryRequest)
 ReadShareGroupStateSummaryRequest.ReadStateSummaryData._read = staticmethod(_read_ReadShareGroupStateSummaryRequest_ReadStateSummaryData)
 ReadShareGroupStateSummaryRequest.ReadStateSummaryData._write = _write_ReadShareGroupStateSummaryRequest_ReadStateSummaryData
+ReadShareGroupStateSummaryRequest.ReadStateSummaryData._steps = staticmethod(_steps_ReadShareGroupStateSummaryRequest_ReadStateSummaryData)
 ReadShareGroupStateSummaryRequest.ReadStateSummaryData.PartitionData._read = staticmethod(_read_ReadShareGroupStateSummaryRequest_ReadStateSummaryData_PartitionData)
 ReadShareGroupStateSummaryRequest.ReadStateSummaryData.PartitionData._write = _write_ReadShareGroupStateSummaryRequest_ReadStateSummaryData_PartitionData

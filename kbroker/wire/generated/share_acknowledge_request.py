@@ -161,6 +161,30 @@ def _read_ShareAcknowledgeRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_ShareAcknowledgeRequest(buf, pos, version):
+    self = _new(_C_ShareAcknowledgeRequest)
+    self.group_id, pos = rd_cnstring(buf, pos)
+    self.member_id, pos = rd_cnstring(buf, pos)
+    self.share_session_epoch, = _u_i(buf, pos)
+    pos += 4
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field ShareAcknowledgeRequest.topics was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = yield from _steps_ShareAcknowledgeRequest_AcknowledgeTopic(buf, pos, version)
+            _a(_o)
+        self.topics = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
 def _write_ShareAcknowledgeRequest(self, w, version):
     wr_cnstring(w, self.group_id)
     wr_cnstring(w, self.member_id)
@@ -207,6 +231,27 @@ def _read_ShareAcknowledgeRequest_AcknowledgeTopic(buf, pos, version):
     return self, pos
 
 
+def _steps_ShareAcknowledgeRequest_AcknowledgeTopic(buf, pos, version):
+    self = _new(_C_ShareAcknowledgeRequest_AcknowledgeTopic)
+    self.topic_id, pos = rd_uuid(buf, pos)
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field AcknowledgeTopic.partitions was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = yield from _steps_ShareAcknowledgeRequest_AcknowledgeTopic_AcknowledgePartition(buf, pos, version)
+            _a(_o)
+        self.partitions = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
 def _write_ShareAcknowledgeRequest_AcknowledgeTopic(self, w, version):
     w += self.topic_id.bytes
     _l = self.partitions
@@ -243,6 +288,30 @@ def _read_ShareAcknowledgeRequest_AcknowledgeTopic_AcknowledgePartition(buf, pos
         for _ in range(_n):
             _o, pos = _read_ShareAcknowledgeRequest_AcknowledgeTopic_AcknowledgePartition_AcknowledgementBatch(buf, pos, version)
             _a(_o)
+        self.acknowledgement_batches = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
+def _steps_ShareAcknowledgeRequest_AcknowledgeTopic_AcknowledgePartition(buf, pos, version):
+    self = _new(_C_ShareAcknowledgeRequest_AcknowledgeTopic_AcknowledgePartition)
+    self.partition_index, = _u_i(buf, pos)
+    pos += 4
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field AcknowledgePartition.acknowledgement_batches was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = _read_ShareAcknowledgeRequest_AcknowledgeTopic_AcknowledgePartition_AcknowledgementBatch(buf, pos, version)
+            _a(_o)
+            if _i & 127 == 127:
+                yield
         self.acknowledgement_batches = _l
     self.unknown_tagged_fields = None
     if buf[pos]:
@@ -306,9 +375,12 @@ def _write_ShareAcknowledgeRequest_AcknowledgeTopic_AcknowledgePartition_Acknowl
 
 ShareAcknowledgeRequest._read = staticmethod(_read_ShareAcknowledgeRequest)
 ShareAcknowledgeRequest._write = _write_ShareAcknowledgeRequest
+ShareAcknowledgeRequest._steps = staticmethod(_steps_ShareAcknowledgeRequest)
 ShareAcknowledgeRequest.AcknowledgeTopic._read = staticmethod(_read_ShareAcknowledgeRequest_AcknowledgeTopic)
 ShareAcknowledgeRequest.AcknowledgeTopic._write = _write_ShareAcknowledgeRequest_AcknowledgeTopic
+ShareAcknowledgeRequest.AcknowledgeTopic._steps = staticmethod(_steps_ShareAcknowledgeRequest_AcknowledgeTopic)
 ShareAcknowledgeRequest.AcknowledgeTopic.AcknowledgePartition._read = staticmethod(_read_ShareAcknowledgeRequest_AcknowledgeTopic_AcknowledgePartition)
 ShareAcknowledgeRequest.AcknowledgeTopic.AcknowledgePartition._write = _write_ShareAcknowledgeRequest_AcknowledgeTopic_AcknowledgePartition
+ShareAcknowledgeRequest.AcknowledgeTopic.AcknowledgePartition._steps = staticmethod(_steps_ShareAcknowledgeRequest_AcknowledgeTopic_AcknowledgePartition)
 ShareAcknowledgeRequest.AcknowledgeTopic.AcknowledgePartition.AcknowledgementBatch._read = staticmethod(_read_ShareAcknowledgeRequest_AcknowledgeTopic_AcknowledgePartition_AcknowledgementBatch)
 ShareAcknowledgeRequest.AcknowledgeTopic.AcknowledgePartition.AcknowledgementBatch._write = _write_ShareAcknowledgeRequest_AcknowledgeTopic_AcknowledgePartition_AcknowledgementBatch

@@ -214,6 +214,42 @@ def _read_ShareFetchRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_ShareFetchRequest(buf, pos, version):
+    self = _new(_C_ShareFetchRequest)
+    self.group_id, pos = rd_cnstring(buf, pos)
+    self.member_id, pos = rd_cnstring(buf, pos)
+    self.share_session_epoch, self.max_wait_ms, self.min_bytes, self.max_bytes = _u_iiii(buf, pos)
+    pos += 16
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field ShareFetchRequest.topics was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = yield from _steps_ShareFetchRequest_FetchTopic(buf, pos, version)
+            _a(_o)
+        self.topics = _l
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field ShareFetchRequest.forgotten_topics_data was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = _read_ShareFetchRequest_ForgottenTopic(buf, pos, version)
+            _a(_o)
+            if _i & 127 == 127:
+                yield
+        self.forgotten_topics_data = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
 def _write_ShareFetchRequest(self, w, version):
     wr_cnstring(w, self.group_id)
     wr_cnstring(w, self.member_id)
@@ -267,6 +303,27 @@ def _read_ShareFetchRequest_FetchTopic(buf, pos, version):
     return self, pos
 
 
+def _steps_ShareFetchRequest_FetchTopic(buf, pos, version):
+    self = _new(_C_ShareFetchRequest_FetchTopic)
+    self.topic_id, pos = rd_uuid(buf, pos)
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field FetchTopic.partitions was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = yield from _steps_ShareFetchRequest_FetchTopic_FetchPartition(buf, pos, version)
+            _a(_o)
+        self.partitions = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
 def _write_ShareFetchRequest_FetchTopic(self, w, version):
     w += self.topic_id.bytes
     _l = self.partitions
@@ -304,6 +361,30 @@ def _read_ShareFetchRequest_FetchTopic_FetchPartition(buf, pos, version):
         for _ in range(_n):
             _o, pos = _read_ShareFetchRequest_FetchTopic_FetchPartition_AcknowledgementBatch(buf, pos, version)
             _a(_o)
+        self.acknowledgement_batches = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
+def _steps_ShareFetchRequest_FetchTopic_FetchPartition(buf, pos, version):
+    self = _new(_C_ShareFetchRequest_FetchTopic_FetchPartition)
+    self.partition_index, self.partition_max_bytes = _u_ii(buf, pos)
+    pos += 8
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field FetchPartition.acknowledgement_batches was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = _read_ShareFetchRequest_FetchTopic_FetchPartition_AcknowledgementBatch(buf, pos, version)
+            _a(_o)
+            if _i & 127 == 127:
+                yield
         self.acknowledgement_batches = _l
     self.unknown_tagged_fields = None
     if buf[pos]:
@@ -402,10 +483,13 @@ def _write_ShareFetchRequest_ForgottenTopic(self, w, version):
 
 ShareFetchRequest._read = staticmethod(_read_ShareFetchRequest)
 ShareFetchRequest._write = _write_ShareFetchRequest
+ShareFetchRequest._steps = staticmethod(_steps_ShareFetchRequest)
 ShareFetchRequest.FetchTopic._read = staticmethod(_read_ShareFetchRequest_FetchTopic)
 ShareFetchRequest.FetchTopic._write = _write_ShareFetchRequest_FetchTopic
+ShareFetchRequest.FetchTopic._steps = staticmethod(_steps_ShareFetchRequest_FetchTopic)
 ShareFetchRequest.FetchTopic.FetchPartition._read = staticmethod(_read_ShareFetchRequest_FetchTopic_FetchPartition)
 ShareFetchRequest.FetchTopic.FetchPartition._write = _write_ShareFetchRequest_FetchTopic_FetchPartition
+ShareFetchRequest.FetchTopic.FetchPartition._steps = staticmethod(_steps_ShareFetchRequest_FetchTopic_FetchPartition)
 ShareFetchRequest.FetchTopic.FetchPartition.AcknowledgementBatch._read = staticmethod(_read_ShareFetchRequest_FetchTopic_FetchPartition_AcknowledgementBatch)
 ShareFetchRequest.FetchTopic.FetchPartition.AcknowledgementBatch._write = _write_ShareFetchRequest_FetchTopic_FetchPartition_AcknowledgementBatch
 ShareFetchRequest.ForgottenTopic._read = staticmethod(_read_ShareFetchRequest_ForgottenTopic)

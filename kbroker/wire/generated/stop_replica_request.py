@@ -300,6 +300,126 @@ def _read_StopReplicaRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_StopReplicaRequest(buf, pos, version):
+    self = _new(_C_StopReplicaRequest)
+    if version >= 4:
+        self.controller_id, self.is_k_raft_controller, self.controller_epoch, self.broker_epoch = _u_iziq(buf, pos)
+        pos += 17
+        self.delete_partitions = False
+        self.ungrouped_partitions = []
+        self.topics = []
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field StopReplicaRequest.topic_states was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_StopReplicaRequest_StopReplicaTopicState(buf, pos, version)
+                _a(_o)
+            self.topic_states = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 3:
+        self.controller_id, = _u_i(buf, pos)
+        pos += 4
+        self.is_k_raft_controller = False
+        self.controller_epoch, self.broker_epoch = _u_iq(buf, pos)
+        pos += 12
+        self.delete_partitions = False
+        self.ungrouped_partitions = []
+        self.topics = []
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field StopReplicaRequest.topic_states was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_StopReplicaRequest_StopReplicaTopicState(buf, pos, version)
+                _a(_o)
+            self.topic_states = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 2:
+        self.controller_id, = _u_i(buf, pos)
+        pos += 4
+        self.is_k_raft_controller = False
+        self.controller_epoch, self.broker_epoch, self.delete_partitions = _u_iqz(buf, pos)
+        pos += 13
+        self.ungrouped_partitions = []
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field StopReplicaRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_StopReplicaRequest_StopReplicaTopicV1(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.topics = _l
+        self.topic_states = []
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 1:
+        self.controller_id, = _u_i(buf, pos)
+        pos += 4
+        self.is_k_raft_controller = False
+        self.controller_epoch, self.broker_epoch, self.delete_partitions = _u_iqz(buf, pos)
+        pos += 13
+        self.ungrouped_partitions = []
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field StopReplicaRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_StopReplicaRequest_StopReplicaTopicV1(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.topics = _l
+        self.topic_states = []
+        self.unknown_tagged_fields = None
+    else:
+        self.controller_id, = _u_i(buf, pos)
+        pos += 4
+        self.is_k_raft_controller = False
+        self.controller_epoch, = _u_i(buf, pos)
+        pos += 4
+        self.broker_epoch = -1
+        self.delete_partitions, = _u_z(buf, pos)
+        pos += 1
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field StopReplicaRequest.ungrouped_partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_StopReplicaRequest_StopReplicaPartitionV0(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.ungrouped_partitions = _l
+        self.topics = []
+        self.topic_states = []
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_StopReplicaRequest(self, w, version):
     if version >= 4:
         if not (self.delete_partitions == False):
@@ -506,6 +626,29 @@ def _read_StopReplicaRequest_StopReplicaTopicState(buf, pos, version):
     return self, pos
 
 
+def _steps_StopReplicaRequest_StopReplicaTopicState(buf, pos, version):
+    self = _new(_C_StopReplicaRequest_StopReplicaTopicState)
+    self.topic_name, pos = rd_cstring(buf, pos)
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field StopReplicaTopicState.partition_states was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = _read_StopReplicaRequest_StopReplicaTopicState_StopReplicaPartitionState(buf, pos, version)
+            _a(_o)
+            if _i & 127 == 127:
+                yield
+        self.partition_states = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
 def _write_StopReplicaRequest_StopReplicaTopicState(self, w, version):
     wr_cstring(w, self.topic_name)
     _l = self.partition_states
@@ -552,11 +695,13 @@ def _write_StopReplicaRequest_StopReplicaTopicState_StopReplicaPartitionState(se
 
 StopReplicaRequest._read = staticmethod(_read_StopReplicaRequest)
 StopReplicaRequest._write = _write_StopReplicaRequest
+StopReplicaRequest._steps = staticmethod(_steps_StopReplicaRequest)
 StopReplicaRequest.StopReplicaPartitionV0._read = staticmethod(_read_StopReplicaRequest_StopReplicaPartitionV0)
 StopReplicaRequest.StopReplicaPartitionV0._write = _write_StopReplicaRequest_StopReplicaPartitionV0
 StopReplicaRequest.StopReplicaTopicV1._read = staticmethod(_read_StopReplicaRequest_StopReplicaTopicV1)
 StopReplicaRequest.StopReplicaTopicV1._write = _write_StopReplicaRequest_StopReplicaTopicV1
 StopReplicaRequest.StopReplicaTopicState._read = staticmethod(_read_StopReplicaRequest_StopReplicaTopicState)
 StopReplicaRequest.StopReplicaTopicState._write = _write_StopReplicaRequest_StopReplicaTopicState
+StopReplicaRequest.StopReplicaTopicState._steps = staticmethod(_steps_StopReplicaRequest_StopReplicaTopicState)
 StopReplicaRequest.StopReplicaTopicState.StopReplicaPartitionState._read = staticmethod(_read_StopReplicaRequest_StopReplicaTopicState_StopReplicaPartitionState)
 StopReplicaRequest.StopReplicaTopicState.StopReplicaPartitionState._write = _write_StopReplicaRequest_StopReplicaTopicState_StopReplicaPartitionState

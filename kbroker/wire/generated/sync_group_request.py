@@ -190,6 +190,103 @@ def _read_SyncGroupRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_SyncGroupRequest(buf, pos, version):
+    self = _new(_C_SyncGroupRequest)
+    if version >= 5:
+        self.group_id, pos = rd_cstring(buf, pos)
+        self.generation_id, = _u_i(buf, pos)
+        pos += 4
+        self.member_id, pos = rd_cstring(buf, pos)
+        self.group_instance_id, pos = rd_cnstring(buf, pos)
+        self.protocol_type, pos = rd_cnstring(buf, pos)
+        self.protocol_name, pos = rd_cnstring(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field SyncGroupRequest.assignments was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_SyncGroupRequest_SyncGroupRequestAssignment(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.assignments = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 4:
+        self.group_id, pos = rd_cstring(buf, pos)
+        self.generation_id, = _u_i(buf, pos)
+        pos += 4
+        self.member_id, pos = rd_cstring(buf, pos)
+        self.group_instance_id, pos = rd_cnstring(buf, pos)
+        self.protocol_type = None
+        self.protocol_name = None
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field SyncGroupRequest.assignments was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_SyncGroupRequest_SyncGroupRequestAssignment(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.assignments = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 3:
+        self.group_id, pos = rd_string(buf, pos)
+        self.generation_id, = _u_i(buf, pos)
+        pos += 4
+        self.member_id, pos = rd_string(buf, pos)
+        self.group_instance_id, pos = rd_nstring(buf, pos)
+        self.protocol_type = None
+        self.protocol_name = None
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field SyncGroupRequest.assignments was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_SyncGroupRequest_SyncGroupRequestAssignment(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.assignments = _l
+        self.unknown_tagged_fields = None
+    else:
+        self.group_id, pos = rd_string(buf, pos)
+        self.generation_id, = _u_i(buf, pos)
+        pos += 4
+        self.member_id, pos = rd_string(buf, pos)
+        self.group_instance_id = None
+        self.protocol_type = None
+        self.protocol_name = None
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field SyncGroupRequest.assignments was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_SyncGroupRequest_SyncGroupRequestAssignment(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.assignments = _l
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_SyncGroupRequest(self, w, version):
     if version >= 5:
         wr_cstring(w, self.group_id)
@@ -298,5 +395,6 @@ def _write_SyncGroupRequest_SyncGroupRequestAssignment(self, w, version):
 
 SyncGroupRequest._read = staticmethod(_read_SyncGroupRequest)
 SyncGroupRequest._write = _write_SyncGroupRequest
+SyncGroupRequest._steps = staticmethod(_steps_SyncGroupRequest)
 SyncGroupRequest.SyncGroupRequestAssignment._read = staticmethod(_read_SyncGroupRequest_SyncGroupRequestAssignment)
 SyncGroupRequest.SyncGroupRequestAssignment._write = _write_SyncGroupRequest_SyncGroupRequestAssignment

@@ -187,6 +187,52 @@ def _read_TxnOffsetCommitRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_TxnOffsetCommitRequest(buf, pos, version):
+    self = _new(_C_TxnOffsetCommitRequest)
+    if version >= 3:
+        self.transactional_id, pos = rd_cstring(buf, pos)
+        self.group_id, pos = rd_cstring(buf, pos)
+        self.producer_id, self.producer_epoch, self.generation_id = _u_qhi(buf, pos)
+        pos += 14
+        self.member_id, pos = rd_cstring(buf, pos)
+        self.group_instance_id, pos = rd_cnstring(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field TxnOffsetCommitRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.transactional_id, pos = rd_string(buf, pos)
+        self.group_id, pos = rd_string(buf, pos)
+        self.producer_id, self.producer_epoch = _u_qh(buf, pos)
+        pos += 10
+        self.generation_id = -1
+        self.member_id = ''
+        self.group_instance_id = None
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field TxnOffsetCommitRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_TxnOffsetCommitRequest(self, w, version):
     if version >= 3:
         wr_cstring(w, self.transactional_id)
@@ -264,6 +310,45 @@ def _read_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic(buf, pos, version):
             for _ in range(_n):
                 _o, pos = _read_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition(buf, pos, version)
                 _a(_o)
+            self.partitions = _l
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
+def _steps_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic(buf, pos, version):
+    self = _new(_C_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic)
+    if version >= 3:
+        self.name, pos = rd_cstring(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field TxnOffsetCommitRequestTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.partitions = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.name, pos = rd_string(buf, pos)
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field TxnOffsetCommitRequestTopic.partitions was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
             self.partitions = _l
         self.unknown_tagged_fields = None
     return self, pos
@@ -353,7 +438,9 @@ def _write_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitReq
 
 TxnOffsetCommitRequest._read = staticmethod(_read_TxnOffsetCommitRequest)
 TxnOffsetCommitRequest._write = _write_TxnOffsetCommitRequest
+TxnOffsetCommitRequest._steps = staticmethod(_steps_TxnOffsetCommitRequest)
 TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic._read = staticmethod(_read_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic)
 TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic._write = _write_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic
+TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic._steps = staticmethod(_steps_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic)
 TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.TxnOffsetCommitRequestPartition._read = staticmethod(_read_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition)
 TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.TxnOffsetCommitRequestPartition._write = _write_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition

@@ -147,6 +147,54 @@ def _read_UpdateFeaturesRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_UpdateFeaturesRequest(buf, pos, version):
+    self = _new(_C_UpdateFeaturesRequest)
+    if version >= 1:
+        self.timeout_ms, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field UpdateFeaturesRequest.feature_updates was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_UpdateFeaturesRequest_FeatureUpdateKey(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.feature_updates = _l
+        self.validate_only, = _u_z(buf, pos)
+        pos += 1
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.timeout_ms, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field UpdateFeaturesRequest.feature_updates was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_UpdateFeaturesRequest_FeatureUpdateKey(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.feature_updates = _l
+        self.validate_only = False
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    return self, pos
+
+
 def _write_UpdateFeaturesRequest(self, w, version):
     if version >= 1:
         w += _p_i(self.timeout_ms)
@@ -240,5 +288,6 @@ def _write_UpdateFeaturesRequest_FeatureUpdateKey(self, w, version):
 
 UpdateFeaturesRequest._read = staticmethod(_read_UpdateFeaturesRequest)
 UpdateFeaturesRequest._write = _write_UpdateFeaturesRequest
+UpdateFeaturesRequest._steps = staticmethod(_steps_UpdateFeaturesRequest)
 UpdateFeaturesRequest.FeatureUpdateKey._read = staticmethod(_read_UpdateFeaturesRequest_FeatureUpdateKey)
 UpdateFeaturesRequest.FeatureUpdateKey._write = _write_UpdateFeaturesRequest_FeatureUpdateKey

@@ -373,6 +373,137 @@ def _tags_UpdateMetadataRequest(self, buf, pos, version):
     return pos
 
 
+def _steps_UpdateMetadataRequest(buf, pos, version):
+    self = _new(_C_UpdateMetadataRequest)
+    if version >= 8:
+        self.controller_id, self.is_k_raft_controller = _u_iz(buf, pos)
+        pos += 5
+        self.type = 0
+        self.controller_epoch, self.broker_epoch = _u_iq(buf, pos)
+        pos += 12
+        self.ungrouped_partition_states = []
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field UpdateMetadataRequest.topic_states was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_UpdateMetadataRequest_UpdateMetadataTopicState(buf, pos, version)
+                _a(_o)
+            self.topic_states = _l
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field UpdateMetadataRequest.live_brokers was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_UpdateMetadataRequest_UpdateMetadataBroker(buf, pos, version)
+                _a(_o)
+            self.live_brokers = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            pos = _tags_UpdateMetadataRequest(self, buf, pos, version)
+        else:
+            pos += 1
+    elif version >= 6:
+        self.controller_id, = _u_i(buf, pos)
+        pos += 4
+        self.is_k_raft_controller = False
+        self.type = 0
+        self.controller_epoch, self.broker_epoch = _u_iq(buf, pos)
+        pos += 12
+        self.ungrouped_partition_states = []
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field UpdateMetadataRequest.topic_states was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_UpdateMetadataRequest_UpdateMetadataTopicState(buf, pos, version)
+                _a(_o)
+            self.topic_states = _l
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field UpdateMetadataRequest.live_brokers was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_UpdateMetadataRequest_UpdateMetadataBroker(buf, pos, version)
+                _a(_o)
+            self.live_brokers = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            pos = _tags_UpdateMetadataRequest(self, buf, pos, version)
+        else:
+            pos += 1
+    elif version >= 5:
+        self.controller_id, = _u_i(buf, pos)
+        pos += 4
+        self.is_k_raft_controller = False
+        self.type = 0
+        self.controller_epoch, self.broker_epoch = _u_iq(buf, pos)
+        pos += 12
+        self.ungrouped_partition_states = []
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field UpdateMetadataRequest.topic_states was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_UpdateMetadataRequest_UpdateMetadataTopicState(buf, pos, version)
+                _a(_o)
+            self.topic_states = _l
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field UpdateMetadataRequest.live_brokers was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_UpdateMetadataRequest_UpdateMetadataBroker(buf, pos, version)
+                _a(_o)
+            self.live_brokers = _l
+        self.unknown_tagged_fields = None
+    else:
+        self.controller_id, = _u_i(buf, pos)
+        pos += 4
+        self.is_k_raft_controller = False
+        self.type = 0
+        self.controller_epoch, = _u_i(buf, pos)
+        pos += 4
+        self.broker_epoch = -1
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field UpdateMetadataRequest.ungrouped_partition_states was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_UpdateMetadataRequest_UpdateMetadataPartitionState(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.ungrouped_partition_states = _l
+        self.topic_states = []
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field UpdateMetadataRequest.live_brokers was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_UpdateMetadataRequest_UpdateMetadataBroker(buf, pos, version)
+                _a(_o)
+            self.live_brokers = _l
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_UpdateMetadataRequest(self, w, version):
     if version >= 8:
         if not ((self.ungrouped_partition_states is not None and not self.ungrouped_partition_states)):
@@ -716,6 +847,67 @@ def _read_UpdateMetadataRequest_UpdateMetadataTopicState(buf, pos, version):
     return self, pos
 
 
+def _steps_UpdateMetadataRequest_UpdateMetadataTopicState(buf, pos, version):
+    self = _new(_C_UpdateMetadataRequest_UpdateMetadataTopicState)
+    if version >= 7:
+        self.topic_name, pos = rd_cstring(buf, pos)
+        self.topic_id, pos = rd_uuid(buf, pos)
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field UpdateMetadataTopicState.partition_states was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_UpdateMetadataRequest_UpdateMetadataPartitionState(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.partition_states = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 6:
+        self.topic_name, pos = rd_cstring(buf, pos)
+        self.topic_id = ZERO_UUID
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field UpdateMetadataTopicState.partition_states was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_UpdateMetadataRequest_UpdateMetadataPartitionState(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.partition_states = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.topic_name, pos = rd_string(buf, pos)
+        self.topic_id = ZERO_UUID
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field UpdateMetadataTopicState.partition_states was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_UpdateMetadataRequest_UpdateMetadataPartitionState(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.partition_states = _l
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_UpdateMetadataRequest_UpdateMetadataTopicState(self, w, version):
     if version >= 7:
         wr_cstring(w, self.topic_name)
@@ -822,6 +1014,81 @@ def _read_UpdateMetadataRequest_UpdateMetadataBroker(buf, pos, version):
             for _ in range(_n):
                 _o, pos = _read_UpdateMetadataRequest_UpdateMetadataBroker_UpdateMetadataEndpoint(buf, pos, version)
                 _a(_o)
+            self.endpoints = _l
+        self.rack = ''
+        self.unknown_tagged_fields = None
+    else:
+        self.id, = _u_i(buf, pos)
+        pos += 4
+        self.v0_host, pos = rd_string(buf, pos)
+        self.v0_port, = _u_i(buf, pos)
+        pos += 4
+        self.endpoints = []
+        self.rack = ''
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
+def _steps_UpdateMetadataRequest_UpdateMetadataBroker(buf, pos, version):
+    self = _new(_C_UpdateMetadataRequest_UpdateMetadataBroker)
+    if version >= 6:
+        self.id, = _u_i(buf, pos)
+        pos += 4
+        self.v0_host = ''
+        self.v0_port = 0
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field UpdateMetadataBroker.endpoints was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_UpdateMetadataRequest_UpdateMetadataBroker_UpdateMetadataEndpoint(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.endpoints = _l
+        self.rack, pos = rd_cnstring(buf, pos)
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    elif version >= 2:
+        self.id, = _u_i(buf, pos)
+        pos += 4
+        self.v0_host = ''
+        self.v0_port = 0
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field UpdateMetadataBroker.endpoints was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_UpdateMetadataRequest_UpdateMetadataBroker_UpdateMetadataEndpoint(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.endpoints = _l
+        self.rack, pos = rd_nstring(buf, pos)
+        self.unknown_tagged_fields = None
+    elif version >= 1:
+        self.id, = _u_i(buf, pos)
+        pos += 4
+        self.v0_host = ''
+        self.v0_port = 0
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field UpdateMetadataBroker.endpoints was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_UpdateMetadataRequest_UpdateMetadataBroker_UpdateMetadataEndpoint(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
             self.endpoints = _l
         self.rack = ''
         self.unknown_tagged_fields = None
@@ -953,11 +1220,14 @@ def _write_UpdateMetadataRequest_UpdateMetadataBroker_UpdateMetadataEndpoint(sel
 
 UpdateMetadataRequest._read = staticmethod(_read_UpdateMetadataRequest)
 UpdateMetadataRequest._write = _write_UpdateMetadataRequest
+UpdateMetadataRequest._steps = staticmethod(_steps_UpdateMetadataRequest)
 UpdateMetadataRequest.UpdateMetadataPartitionState._read = staticmethod(_read_UpdateMetadataRequest_UpdateMetadataPartitionState)
 UpdateMetadataRequest.UpdateMetadataPartitionState._write = _write_UpdateMetadataRequest_UpdateMetadataPartitionState
 UpdateMetadataRequest.UpdateMetadataTopicState._read = staticmethod(_read_UpdateMetadataRequest_UpdateMetadataTopicState)
 UpdateMetadataRequest.UpdateMetadataTopicState._write = _write_UpdateMetadataRequest_UpdateMetadataTopicState
+UpdateMetadataRequest.UpdateMetadataTopicState._steps = staticmethod(_steps_UpdateMetadataRequest_UpdateMetadataTopicState)
 UpdateMetadataRequest.UpdateMetadataBroker._read = staticmethod(_read_UpdateMetadataRequest_UpdateMetadataBroker)
 UpdateMetadataRequest.UpdateMetadataBroker._write = _write_UpdateMetadataRequest_UpdateMetadataBroker
+UpdateMetadataRequest.UpdateMetadataBroker._steps = staticmethod(_steps_UpdateMetadataRequest_UpdateMetadataBroker)
 UpdateMetadataRequest.UpdateMetadataBroker.UpdateMetadataEndpoint._read = staticmethod(_read_UpdateMetadataRequest_UpdateMetadataBroker_UpdateMetadataEndpoint)
 UpdateMetadataRequest.UpdateMetadataBroker.UpdateMetadataEndpoint._write = _write_UpdateMetadataRequest_UpdateMetadataBroker_UpdateMetadataEndpoint

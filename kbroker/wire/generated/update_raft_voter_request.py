@@ -152,6 +152,33 @@ def _read_UpdateRaftVoterRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_UpdateRaftVoterRequest(buf, pos, version):
+    self = _new(_C_UpdateRaftVoterRequest)
+    self.cluster_id, pos = rd_cnstring(buf, pos)
+    self.current_leader_epoch, self.voter_id = _u_ii(buf, pos)
+    pos += 8
+    self.voter_directory_id, pos = rd_uuid(buf, pos)
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field UpdateRaftVoterRequest.listeners was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = _read_UpdateRaftVoterRequest_Listener(buf, pos, version)
+            _a(_o)
+            if _i & 127 == 127:
+                yield
+        self.listeners = _l
+    self.k_raft_version_feature, pos = _read_UpdateRaftVoterRequest_KRaftVersionFeature(buf, pos, version)
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
 def _write_UpdateRaftVoterRequest(self, w, version):
     wr_cnstring(w, self.cluster_id)
     w += _p_ii(self.current_leader_epoch, self.voter_id)
@@ -237,6 +264,7 @@ def _write_UpdateRaftVoterRequest_KRaftVersionFeature(self, w, version):
 
 UpdateRaftVoterRequest._read = staticmethod(_read_UpdateRaftVoterRequest)
 UpdateRaftVoterRequest._write = _write_UpdateRaftVoterRequest
+UpdateRaftVoterRequest._steps = staticmethod(_steps_UpdateRaftVoterRequest)
 UpdateRaftVoterRequest.Listener._read = staticmethod(_read_UpdateRaftVoterRequest_Listener)
 UpdateRaftVoterRequest.Listener._write = _write_UpdateRaftVoterRequest_Listener
 UpdateRaftVoterRequest.KRaftVersionFeature._read = staticmethod(_read_UpdateRaftVoterRequest_KRaftVersionFeature)

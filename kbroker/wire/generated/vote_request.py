@@ -169,6 +169,48 @@ def _read_VoteRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_VoteRequest(buf, pos, version):
+    self = _new(_C_VoteRequest)
+    if version >= 1:
+        self.cluster_id, pos = rd_cnstring(buf, pos)
+        self.voter_id, = _u_i(buf, pos)
+        pos += 4
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field VoteRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_VoteRequest_TopicData(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.cluster_id, pos = rd_cnstring(buf, pos)
+        self.voter_id = -1
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field VoteRequest.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_VoteRequest_TopicData(buf, pos, version)
+                _a(_o)
+            self.topics = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    return self, pos
+
+
 def _write_VoteRequest(self, w, version):
     if version >= 1:
         wr_cnstring(w, self.cluster_id)
@@ -219,6 +261,29 @@ def _read_VoteRequest_TopicData(buf, pos, version):
         for _ in range(_n):
             _o, pos = _read_VoteRequest_TopicData_PartitionData(buf, pos, version)
             _a(_o)
+        self.partitions = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
+def _steps_VoteRequest_TopicData(buf, pos, version):
+    self = _new(_C_VoteRequest_TopicData)
+    self.topic_name, pos = rd_cstring(buf, pos)
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field TopicData.partitions was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = _read_VoteRequest_TopicData_PartitionData(buf, pos, version)
+            _a(_o)
+            if _i & 127 == 127:
+                yield
         self.partitions = _l
     self.unknown_tagged_fields = None
     if buf[pos]:
@@ -306,7 +371,9 @@ def _write_VoteRequest_TopicData_PartitionData(self, w, version):
 
 VoteRequest._read = staticmethod(_read_VoteRequest)
 VoteRequest._write = _write_VoteRequest
+VoteRequest._steps = staticmethod(_steps_VoteRequest)
 VoteRequest.TopicData._read = staticmethod(_read_VoteRequest_TopicData)
 VoteRequest.TopicData._write = _write_VoteRequest_TopicData
+VoteRequest.TopicData._steps = staticmethod(_steps_VoteRequest_TopicData)
 VoteRequest.TopicData.PartitionData._read = staticmethod(_read_VoteRequest_TopicData_PartitionData)
 VoteRequest.TopicData.PartitionData._write = _write_VoteRequest_TopicData_PartitionData

@@ -162,6 +162,27 @@ def _read_WriteShareGroupStateRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_WriteShareGroupStateRequest(buf, pos, version):
+    self = _new(_C_WriteShareGroupStateRequest)
+    self.group_id, pos = rd_cstring(buf, pos)
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field WriteShareGroupStateRequest.topics was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = yield from _steps_WriteShareGroupStateRequest_WriteStateData(buf, pos, version)
+            _a(_o)
+        self.topics = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
 def _write_WriteShareGroupStateRequest(self, w, version):
     wr_cstring(w, self.group_id)
     _l = self.topics
@@ -196,6 +217,27 @@ def _read_WriteShareGroupStateRequest_WriteStateData(buf, pos, version):
         _a = _l.append
         for _ in range(_n):
             _o, pos = _read_WriteShareGroupStateRequest_WriteStateData_PartitionData(buf, pos, version)
+            _a(_o)
+        self.partitions = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
+def _steps_WriteShareGroupStateRequest_WriteStateData(buf, pos, version):
+    self = _new(_C_WriteShareGroupStateRequest_WriteStateData)
+    self.topic_id, pos = rd_uuid(buf, pos)
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field WriteStateData.partitions was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = yield from _steps_WriteShareGroupStateRequest_WriteStateData_PartitionData(buf, pos, version)
             _a(_o)
         self.partitions = _l
     self.unknown_tagged_fields = None
@@ -254,6 +296,30 @@ def _read_WriteShareGroupStateRequest_WriteStateData_PartitionData(buf, pos, ver
     return self, pos
 
 
+def _steps_WriteShareGroupStateRequest_WriteStateData_PartitionData(buf, pos, version):
+    self = _new(_C_WriteShareGroupStateRequest_WriteStateData_PartitionData)
+    self.partition, self.state_epoch, self.leader_epoch, self.start_offset = _u_iiiq(buf, pos)
+    pos += 20
+    _n, pos = rd_calen(buf, pos)
+    if _n < 0:
+        raise CodecError('non-nullable field PartitionData.state_batches was serialized as null')
+    else:
+        _l = []
+        _a = _l.append
+        for _i in range(_n):
+            _o, pos = _read_WriteShareGroupStateRequest_WriteStateData_PartitionData_StateBatch(buf, pos, version)
+            _a(_o)
+            if _i & 127 == 127:
+                yield
+        self.state_batches = _l
+    self.unknown_tagged_fields = None
+    if buf[pos]:
+        self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+    else:
+        pos += 1
+    return self, pos
+
+
 def _write_WriteShareGroupStateRequest_WriteStateData_PartitionData(self, w, version):
     w += _p_iiiq(self.partition, self.state_epoch, self.leader_epoch, self.start_offset)
     _l = self.state_batches
@@ -301,9 +367,12 @@ def _write_WriteShareGroupStateRequest_WriteStateData_PartitionData_StateBatch(s
 
 WriteShareGroupStateRequest._read = staticmethod(_read_WriteShareGroupStateRequest)
 WriteShareGroupStateRequest._write = _write_WriteShareGroupStateRequest
+WriteShareGroupStateRequest._steps = staticmethod(_steps_WriteShareGroupStateRequest)
 WriteShareGroupStateRequest.WriteStateData._read = staticmethod(_read_WriteShareGroupStateRequest_WriteStateData)
 WriteShareGroupStateRequest.WriteStateData._write = _write_WriteShareGroupStateRequest_WriteStateData
+WriteShareGroupStateRequest.WriteStateData._steps = staticmethod(_steps_WriteShareGroupStateRequest_WriteStateData)
 WriteShareGroupStateRequest.WriteStateData.PartitionData._read = staticmethod(_read_WriteShareGroupStateRequest_WriteStateData_PartitionData)
 WriteShareGroupStateRequest.WriteStateData.PartitionData._write = _write_WriteShareGroupStateRequest_WriteStateData_PartitionData
+WriteShareGroupStateRequest.WriteStateData.PartitionData._steps = staticmethod(_steps_WriteShareGroupStateRequest_WriteStateData_PartitionData)
 WriteShareGroupStateRequest.WriteStateData.PartitionData.StateBatch._read = staticmethod(_read_WriteShareGroupStateRequest_WriteStateData_PartitionData_StateBatch)
 WriteShareGroupStateRequest.WriteStateData.PartitionData.StateBatch._write = _write_WriteShareGroupStateRequest_WriteStateData_PartitionData_StateBatch

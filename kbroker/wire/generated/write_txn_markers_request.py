@@ -143,6 +143,39 @@ def _read_WriteTxnMarkersRequest(buf, pos, version):
     return self, pos
 
 
+def _steps_WriteTxnMarkersRequest(buf, pos, version):
+    self = _new(_C_WriteTxnMarkersRequest)
+    if version >= 1:
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field WriteTxnMarkersRequest.markers was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_WriteTxnMarkersRequest_WritableTxnMarker(buf, pos, version)
+                _a(_o)
+            self.markers = _l
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field WriteTxnMarkersRequest.markers was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = yield from _steps_WriteTxnMarkersRequest_WritableTxnMarker(buf, pos, version)
+                _a(_o)
+            self.markers = _l
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
 def _write_WriteTxnMarkersRequest(self, w, version):
     if version >= 1:
         _l = self.markers
@@ -213,6 +246,51 @@ def _read_WriteTxnMarkersRequest_WritableTxnMarker(buf, pos, version):
             for _ in range(_n):
                 _o, pos = _read_WriteTxnMarkersRequest_WritableTxnMarker_WritableTxnMarkerTopic(buf, pos, version)
                 _a(_o)
+            self.topics = _l
+        self.coordinator_epoch, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
+    return self, pos
+
+
+def _steps_WriteTxnMarkersRequest_WritableTxnMarker(buf, pos, version):
+    self = _new(_C_WriteTxnMarkersRequest_WritableTxnMarker)
+    if version >= 1:
+        self.producer_id, self.producer_epoch, self.transaction_result = _u_qhz(buf, pos)
+        pos += 11
+        _n, pos = rd_calen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field WritableTxnMarker.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_WriteTxnMarkersRequest_WritableTxnMarker_WritableTxnMarkerTopic(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
+            self.topics = _l
+        self.coordinator_epoch, = _u_i(buf, pos)
+        pos += 4
+        self.unknown_tagged_fields = None
+        if buf[pos]:
+            self.unknown_tagged_fields, pos = rd_unknown_tags(buf, pos)
+        else:
+            pos += 1
+    else:
+        self.producer_id, self.producer_epoch, self.transaction_result = _u_qhz(buf, pos)
+        pos += 11
+        _n, pos = rd_alen(buf, pos)
+        if _n < 0:
+            raise CodecError('non-nullable field WritableTxnMarker.topics was serialized as null')
+        else:
+            _l = []
+            _a = _l.append
+            for _i in range(_n):
+                _o, pos = _read_WriteTxnMarkersRequest_WritableTxnMarker_WritableTxnMarkerTopic(buf, pos, version)
+                _a(_o)
+                if _i & 127 == 127:
+                    yield
             self.topics = _l
         self.coordinator_epoch, = _u_i(buf, pos)
         pos += 4
@@ -303,7 +381,9 @@ def _write_WriteTxnMarkersRequest_WritableTxnMarker_WritableTxnMarkerTopic(self,
 
 WriteTxnMarkersRequest._read = staticmethod(_read_WriteTxnMarkersRequest)
 WriteTxnMarkersRequest._write = _write_WriteTxnMarkersRequest
+WriteTxnMarkersRequest._steps = staticmethod(_steps_WriteTxnMarkersRequest)
 WriteTxnMarkersRequest.WritableTxnMarker._read = staticmethod(_read_WriteTxnMarkersRequest_WritableTxnMarker)
 WriteTxnMarkersRequest.WritableTxnMarker._write = _write_WriteTxnMarkersRequest_WritableTxnMarker
+WriteTxnMarkersRequest.WritableTxnMarker._steps = staticmethod(_steps_WriteTxnMarkersRequest_WritableTxnMarker)
 WriteTxnMarkersRequest.WritableTxnMarker.WritableTxnMarkerTopic._read = staticmethod(_read_WriteTxnMarkersRequest_WritableTxnMarker_WritableTxnMarkerTopic)
 WriteTxnMarkersRequest.WritableTxnMarker.WritableTxnMarkerTopic._write = _write_WriteTxnMarkersRequest_WritableTxnMarker_WritableTxnMarkerTopic
