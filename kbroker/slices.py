@@ -71,6 +71,16 @@ def each(items, fn: Callable[[Any], object]) -> Generator[None, None, None]:
         yield
 
 
+def emptied(*lists: list, step: int = 1024) -> Generator[None, None, None]:
+    """Steps clearing ``lists`` from their ends, ``step`` items a step: the last references
+    to 10,000 objects of a request, let go at once, held the loop 1-2 ms to free them."""
+    for items in lists:
+        while len(items) > step:
+            del items[-step:]
+            yield
+        items.clear()
+
+
 def batches_to_the_end(plog, caught_up=None):
     """Every batch of ``plog`` from its start, for a replay that pauses between them: batches
     appended meanwhile are read too, and it stops only at the log end, so the caller's code

@@ -5,6 +5,7 @@ import asyncio
 
 import pytest
 
+from kbroker import slices
 from kbroker.slices import run_in_slices, run_to_end
 
 
@@ -161,3 +162,19 @@ def test_a_failed_future_reaches_the_job_and_its_caller():
             with pytest.raises(OSError, match="fsync failed"):
                 await run_in_slices(steps(), slice_s=0)
         asyncio.run(scenario())
+
+
+def test_emptied_lets_go_of_lists_a_step_at_a_time():
+    import weakref
+
+    class Obj:
+        pass
+    a = [Obj() for _ in range(2500)]
+    b = [Obj() for _ in range(10)]
+    last = weakref.ref(a[-1])
+    first = weakref.ref(a[0])
+    steps = slices.emptied(a, b, step=1000)
+    next(steps)
+    assert len(a) == 1500 and last() is None and first() is not None   # freed from the end
+    assert list(steps) == [None]                                       # one more pause, then done
+    assert a == [] and b == [] and first() is None

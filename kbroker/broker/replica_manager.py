@@ -394,14 +394,19 @@ class ReplicaManager:
     def checkpoint_high_watermarks_steps(self) -> Iterator[None]:
         """The same in steps (kbroker.slices): at 10,000 partitions the walk took ~10 ms.
         Each row is the partition's high watermark when its step ran, which is what a
-        restarted follower may start from; a partition deleted meanwhile is left out."""
-        rows = []
+        restarted follower may start from; a partition deleted meanwhile is left out. Rows are
+        grouped by log dir in the steps too (grouping 10,000 at the end held the loop ~3 ms)."""
+        by_dir: dict[str, dict[tuple[str, int], int]] = {}
         for i, p in enumerate(list(self.all_partitions())):
             if i % self.HW_ROWS_PER_STEP == self.HW_ROWS_PER_STEP - 1:
                 yield
             if not p.log.closed:
-                rows.append((os.path.dirname(p.log.dir), p.topic, p.index, p.high_watermark))
-        self.hw_checkpoints.write(rows)
+                d = os.path.dirname(p.log.dir)
+                rows = by_dir.get(d)
+                if rows is None:
+                    rows = by_dir[d] = {}
+                rows[(p.topic, p.index)] = p.high_watermark
+        self.hw_checkpoints.write(by_dir)
 
     # -- the write path ----------------------------------------------------------------------
 

@@ -256,7 +256,7 @@ def _handle_steps(ctx, req):
         if watch is not None:
             yield from replicas.unwatch_steps(parts, watch, STEP_PARTITIONS)
         return (yield from _answer_steps(results, session, incremental, use_ids, read_committed, hints,
-                                         v if sliced else None))
+                                         v if sliced else None, entries))
     # watched from now, not from when the task first runs (an append in between must wake
     # it): an incremental session parks its quiet partitions now (FetchSession.settle),
     # other fetches take a ReplicaManager.watch_appends
@@ -266,6 +266,8 @@ def _handle_steps(ctx, req):
     if watch is None:
         parts = run_to_end(_partitions_of(replicas, entries))
         watch = replicas.watch_appends(parts)
+    if sliced:
+        yield from slices.emptied(results)
     return _long_poll(broker, req, entries, budget, read_committed, session, incremental, use_ids,
                       follower_reads, closer, hints, parts, watch, v if sliced else None)
 
@@ -333,7 +335,7 @@ async def _long_poll(broker, req, entries, budget, read_committed, session, incr
                                                     leave_out=incremental), sliced)
         if total >= req.min_bytes or errors or clock.monotonic_ms() >= deadline or not waited:
             return await _run(_answer_steps(results, session, incremental, use_ids, read_committed, hints,
-                                            sliced_version), sliced)
+                                            sliced_version, entries), sliced)
         if incremental:
             session.settle(results, read_committed)
             entries = list(session.ready.values())
@@ -342,10 +344,15 @@ async def _long_poll(broker, req, entries, budget, read_committed, session, incr
 _MOVED = (Errors.NOT_LEADER_OR_FOLLOWER, Errors.FENCED_LEADER_EPOCH)
 
 
-def _answer_steps(results, session, incremental, use_ids, read_committed, hints, version):
-    """Generator: the response; with ``version``, already encoded (in slices) at it."""
+def _answer_steps(results, session, incremental, use_ids, read_committed, hints, version, entries):
+    """Generator: the response; with ``version``, already encoded (in slices) at it, and the
+    fetch's ``results`` and ``entries`` lists let go of in slices (both are emptied)."""
     resp = yield from _respond_steps(results, session, incremental, use_ids, read_committed, hints)
-    return resp if version is None else (yield from _encode_steps(resp, version))
+    if version is None:
+        return resp
+    resp = yield from _encode_steps(resp, version)
+    yield from slices.emptied(results, entries)
+    return resp
 
 
 def _respond_steps(results, session, incremental, use_ids, read_committed, hints=None):

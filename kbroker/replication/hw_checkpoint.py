@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Iterable
-
 from kbroker.log.checkpoint import CheckpointError, OffsetCheckpointFile, write_offsets
 
 log = logging.getLogger("kbroker.replicas")
@@ -31,11 +29,8 @@ class HighWatermarkCheckpoints:
             self._read[log_dir] = offsets
         return offsets.get((topic, partition), 0)
 
-    def write(self, rows: Iterable[tuple[str, str, int, int]]) -> None:
-        """rows: (log dir, topic, partition, high watermark)."""
-        by_dir: dict[str, dict[tuple[str, int], int]] = {}
-        for d, topic, partition, hw in rows:
-            by_dir.setdefault(d, {})[(topic, partition)] = hw
+    def write(self, by_dir: dict[str, dict[tuple[str, int], int]]) -> None:
+        """by_dir: log dir -> {(topic, partition): high watermark}, handed over (not copied)."""
         for d, offsets in by_dir.items():
             write_offsets(d, HW_CHECKPOINT, offsets)   # on the log dir's IO thread, if it has one
             self._read[d] = offsets
