@@ -426,6 +426,7 @@ async def serve(config: BrokerConfig, *, clock: Clock = SYSTEM_CLOCK) -> None:
     """Run a node until SIGTERM/SIGINT, then shut down cleanly."""
     server = KafkaServer(config, clock)
     server.freeze_gc = True
+    gc_policy.for_serving()
     # Worker threads (log IO, partition creation) run Python code too: a thread holding the
     # GIL makes the event loop wait up to the switch interval (5 ms by default) each time it
     # wants it back. 1 ms keeps a busy worker from adding loop lag.

@@ -71,3 +71,18 @@ def test_log_manager_holds_while_partitions_are_created(tmp_path, collector):
         finally:
             lm.shutdown()
     asyncio.run(main())
+
+
+def test_serving_makes_full_collections_rarer_and_holds_keep_it(collector):
+    gc.set_threshold(700, 10, 10)
+    gc_policy.for_serving()
+    assert gc.get_threshold() == (700, 10, gc_policy.SERVING_THRESHOLD2)
+    gc_policy.hold_full_collections()
+    gc_policy.release_full_collections(freeze=False)
+    assert gc.get_threshold() == (700, 10, gc_policy.SERVING_THRESHOLD2)
+    gc.set_threshold(700, 10, 10)
+    gc_policy.hold_full_collections()
+    gc_policy.for_serving()                       # during a hold: what its release restores
+    assert gc.get_threshold()[2] == gc_policy.HELD_THRESHOLD2
+    gc_policy.release_full_collections(freeze=False)
+    assert gc.get_threshold() == (700, 10, gc_policy.SERVING_THRESHOLD2)
