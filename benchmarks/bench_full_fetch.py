@@ -8,12 +8,18 @@ as librdkafka sends it each time) and is timed from the request bytes to the res
 chunks: decode, the handler, encode. Two shapes: "caught up" (every fetch offset at the high
 watermark: the fetches of a consumer that has read everything, nothing to return) and
 "all data" (every partition from offset 0). Reported: mean milliseconds per fetch and
-microseconds per partition. ``bench_scale.py`` is the end-to-end row against Kafka.
+microseconds per partition; then the same fetches dispatched on the broker's event loop
+(``Dispatcher``, as a connection hands them over) beside a task that counts its turns: the
+longest time the loop was held between two of its turns, median and worst over the fetches
+(issue 15's budget is 10 ms). ``bench_scale.py`` is the end-to-end row against Kafka.
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
+import inspect
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -21,6 +27,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from kbroker import gc_policy  # noqa: E402
+from kbroker.handlers.dispatcher import Dispatcher  # noqa: E402
 from kbroker.wire.frame import encode_request, encode_response_chunks  # noqa: E402
 from kbroker.wire.generated.fetch_request import FetchRequest  # noqa: E402
 from kbroker.wire.primitives import Reader  # noqa: E402
@@ -54,9 +62,39 @@ def run(partitions: int, fetches: int) -> dict[str, float]:
         out[shape] = (time.perf_counter() - t0) / fetches * 1000
         parts = sum(len(t.partitions) for t in resp.responses)
         assert parts == partitions and all(p.error_code == 0 for t in resp.responses for p in t.partitions)
+        out[shape + " held"] = server.loop.run_until_complete(
+            _longest_holds(Dispatcher(server, server.api_specs), frame[4:], fetches))
     gc.unfreeze()
     stop_offline(server)
     return out
+
+
+async def _longest_holds(dispatcher, frame, fetches: int) -> tuple[float, float]:
+    """(median, worst) over ``fetches`` of the longest gap, in ms, between two turns of a
+    task that yields at every loop iteration while one fetch is dispatched and answered."""
+    worst_of_each = []
+    for _ in range(fetches):
+        done = False
+        last = time.perf_counter()
+        worst = 0.0
+
+        async def ticker():
+            nonlocal last, worst
+            while not done:
+                now = time.perf_counter()
+                worst = max(worst, now - last)
+                last = now
+                await asyncio.sleep(0)
+        t = asyncio.ensure_future(ticker())
+        await asyncio.sleep(0)
+        last, worst = time.perf_counter(), 0.0
+        out = dispatcher.dispatch(None, frame)
+        if inspect.isawaitable(out):
+            await out
+        done = True
+        await t
+        worst_of_each.append(worst * 1000)
+    return statistics.median(worst_of_each), max(worst_of_each)
 
 
 def main() -> None:
@@ -64,12 +102,16 @@ def main() -> None:
     ap.add_argument("--partitions", default="1000,10000")
     ap.add_argument("--fetches", type=int, default=30)
     args = ap.parse_args()
-    print("| partitions | caught up: ms / fetch | us / partition | all data: ms / fetch | us / partition |")
-    print("|---:|---:|---:|---:|---:|")
+    gc_policy.for_serving()   # the serving broker's collector thresholds (kbroker.server)
+    print("| partitions | caught up: ms / fetch | us / partition | all data: ms / fetch | us / partition "
+          "| loop held, caught up: median / worst ms | loop held, all data: median / worst ms |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for p in [int(x) for x in args.partitions.split(",")]:
         r = run(p, args.fetches)
         print(f"| {p} | {r['caught up']:.1f} | {r['caught up'] * 1000 / p:.1f} "
-              f"| {r['all data']:.1f} | {r['all data'] * 1000 / p:.1f} |", flush=True)
+              f"| {r['all data']:.1f} | {r['all data'] * 1000 / p:.1f} "
+              f"| {r['caught up held'][0]:.1f} / {r['caught up held'][1]:.1f} "
+              f"| {r['all data held'][0]:.1f} / {r['all data held'][1]:.1f} |", flush=True)
 
 
 if __name__ == "__main__":
