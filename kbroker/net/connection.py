@@ -99,7 +99,7 @@ class Connection:
     __slots__ = (
         "loop", "sock", "fd", "peer", "listener_name", "dispatcher", "_decoder", "_on_closed",
         "_outbox", "_wq", "_wq_bytes", "_writing", "_reading", "_closed", "_closing",
-        "_drained", "conn_id", "state", "_hold", "_recv_into", "_muted", "_held", "_deferred", "last_active",
+        "_drained", "conn_id", "state", "_hold", "_recv_into", "_muted", "_wait_for", "_deferred", "last_active",
         "_budget", "_queued",
     )
 
@@ -136,7 +136,7 @@ class Connection:
         self._hold = False        # batching responses: _send queues, the batch end flushes
         self._recv_into = hasattr(decoder, "get_buffer")
         self._muted = None        # KIP-219 quota throttling: the timer that unmutes
-        self._held = None         # hold_frames_until: the future the next frame waits for
+        self._wait_for = None     # hold_frames_until: the future this connection's next frames wait for
         self._deferred: list = []  # frames read before a mute, a hold or a turn, handled in order after it
         self._budget = IterationBudget.of(loop)
         self._queued = False      # waiting its turn in the budget's queue (reading paused)
@@ -210,13 +210,13 @@ class Connection:
         """Handle none of this connection's later frames until ``fut`` is done: a request the
         dispatcher decodes in slices is handled later, and Kafka handles a connection's
         requests one at a time, in order (a producer's batches must append in order)."""
-        self._held = fut
+        self._wait_for = fut
         self._pause_reading()
-        fut.add_done_callback(self._release_held)
+        fut.add_done_callback(self._waited_for)
 
-    def _release_held(self, fut: asyncio.Future) -> None:
-        if self._held is fut:
-            self._held = None
+    def _waited_for(self, fut: asyncio.Future) -> None:
+        if self._wait_for is fut:
+            self._wait_for = None
             self._go_on()
 
     def _unmute(self) -> None:
@@ -225,17 +225,17 @@ class Connection:
 
     def _go_on(self) -> None:
         """A mute or hold ended: the frames it kept back, then reading again."""
-        if self._closed or self._muted is not None or self._held is not None:
+        if self._closed or self._muted is not None or self._wait_for is not None:
             return
         frames, self._deferred = self._deferred, []
         if frames:
             self._handle_frames(frames)
-        if not self._closed and self._muted is None and self._held is None and not self._queued:
+        if not self._closed and self._muted is None and self._wait_for is None and not self._queued:
             self._after_progress()
 
     def _resume_reading(self) -> None:
         if (not self._reading and not self._closed and not self._closing and self._muted is None
-                and self._held is None and not self._queued):
+                and self._wait_for is None and not self._queued):
             self._reading = True
             self.loop.add_reader(self.fd, self._on_readable)
 
@@ -267,7 +267,7 @@ class Connection:
             self._release_outbox()
             if self._closed or self._queued:
                 return
-        if self._muted is not None or self._held is not None:   # their end takes over the frames
+        if self._muted is not None or self._wait_for is not None:   # their end takes over the frames
             return
         frames, self._deferred = self._deferred, []
         if frames:
@@ -327,7 +327,7 @@ class Connection:
         self._hold = True
         try:
             for i, frame in enumerate(frames):
-                if self._muted is not None or self._held is not None:   # the rest waits for their end
+                if self._muted is not None or self._wait_for is not None:   # the rest waits for their end
                     self._deferred.extend(frames[i:])
                     break
                 if i and self._budget.spent():   # the rest waits for this connection's turn

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+
 from kbroker.log.checkpoint import CheckpointError, OffsetCheckpointFile, write_offsets
 
 log = logging.getLogger("kbroker.replicas")
