@@ -60,7 +60,9 @@ def versioned_text(lines: Iterable[str]) -> str:
 
 
 def offsets_text(offsets: dict[tuple[str, int], int]) -> str:
-    return versioned_text(f"{t} {p} {o}" for (t, p), o in sorted(offsets.items()))
+    # In the map's order, as Kafka writes it: sorting 10,000 rows is one C call of 2-3 ms that
+    # holds the GIL, and these files are formatted on the IO threads while the loop runs.
+    return versioned_text(f"{t} {p} {o}" for (t, p), o in offsets.items())
 
 
 # log dir -> its LogManager's BackgroundIO (registered by start_background_io)
@@ -111,11 +113,7 @@ class OffsetCheckpointFile:
         self.path = path
 
     def write(self, offsets: dict[tuple[str, int], int], sync: bool = True) -> None:
-        _write_versioned(
-            self.path,
-            (f"{t} {p} {o}" for (t, p), o in sorted(offsets.items())),
-            sync,
-        )
+        write_atomic(self.path, offsets_text(offsets), sync)
 
     def read(self) -> dict[tuple[str, int], int]:
         body = _read_versioned(self.path)
