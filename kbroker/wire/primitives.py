@@ -545,6 +545,11 @@ def wr_tags(w, known, unknown):
 
 # What malformed input can make the straight-line decoders raise; all become CodecError.
 _DECODE_ERRORS = (struct.error, IndexError, ValueError, TypeError, OverflowError)
+
+
+def _malformed(cls, version: int, e: BaseException) -> CodecError:
+    """A decode error of ``cls`` at ``version`` (one of _DECODE_ERRORS), as a CodecError."""
+    return CodecError(f"malformed {cls.__qualname__} v{version}: {e}")
 # What a bad field value can make the encoders raise (wrong type, out of range ...).
 _ENCODE_ERRORS = (struct.error, TypeError, ValueError, OverflowError, AttributeError)
 
@@ -578,7 +583,7 @@ class Message:
         except CodecError:
             raise
         except _DECODE_ERRORS as e:
-            raise CodecError(f"malformed {cls.__qualname__} v{version}: {e}") from e
+            raise _malformed(cls, version, e) from e
         except RecursionError as e:  # pragma: no cover - schemas are not recursive
             raise CodecError(f"malformed {cls.__qualname__} v{version}: too deep") from e
         if pos != len(buf):
@@ -594,7 +599,7 @@ class Message:
         except CodecError:
             raise
         except _DECODE_ERRORS as e:
-            raise CodecError(f"malformed {cls.__qualname__} v{version}: {e}") from e
+            raise _malformed(cls, version, e) from e
         return obj
 
     # A request with arrays of structs also has a generated steps reader: it decodes as
@@ -611,7 +616,7 @@ class Message:
         except CodecError:
             raise
         except _DECODE_ERRORS as e:
-            raise CodecError(f"malformed {cls.__qualname__} v{version}: {e}") from e
+            raise _malformed(cls, version, e) from e
         return obj
 
     def encode_into(self, w: Writer, version: int) -> None:

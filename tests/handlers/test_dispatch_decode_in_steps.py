@@ -5,18 +5,16 @@ that decodes quickly, a large Produce of few partitions, is decoded and handled 
 
 import asyncio
 import dataclasses
-import socket
-import struct
 
 from kbroker.handlers import dispatcher as dispatcher_mod
 from kbroker.handlers.dispatcher import Dispatcher
-from kbroker.net.connection import Connection
-from kbroker.wire.frame import FrameDecoder, decode_response, encode_request
+from kbroker.wire.frame import decode_response, encode_request
 from kbroker.wire.generated.fetch_request import FetchRequest
 from kbroker.wire.generated.produce_request import ProduceRequest
 from kbroker.wire.records import BatchBuilder
 
 from test_handlers import create
+from tests.net.test_connection import read_frames, start as start_connection
 
 P = ProduceRequest.TopicProduceData
 
@@ -112,25 +110,14 @@ def test_a_request_after_a_large_one_on_its_connection_is_handled_after_it(broke
     assert len(big) > dispatcher_mod.DECODE_IN_STEPS_BYTES > len(small)
 
     async def main():
-        a, b = socket.socketpair()
-        a.setblocking(False)
-        b.setblocking(False)
-        loop = asyncio.get_running_loop()
-        conn = Connection(loop, a, "peer", Dispatcher(server, server.api_specs), FrameDecoder(1 << 20))
-        conn.start()
-        await loop.sock_sendall(b, big + small)
-        got, buf = [], b""
-        while len(got) < 2:
-            buf += await asyncio.wait_for(loop.sock_recv(b, 1 << 16), 10)
-            while len(buf) >= 4 and len(buf) >= 4 + struct.unpack(">i", buf[:4])[0]:
-                n = struct.unpack(">i", buf[:4])[0]
-                got.append(buf[:4 + n])
-                buf = buf[4 + n:]
+        conn, peer = await start_connection(Dispatcher(server, server.api_specs), max_frame=1 << 20)
+        await asyncio.get_running_loop().sock_sendall(peer, big + small)
+        got = await read_frames(peer, 2, timeout=10)
         conn.close()
-        b.close()
+        peer.close()
         return got
 
-    answers = [_answer([f], 0, 9) for f in broker.loop.run_until_complete(main())]
+    answers = [decode_response(memoryview(f), 0, 9) for f in broker.loop.run_until_complete(main())]
     assert [corr for corr, _ in answers] == [1, 2]
     offsets = [{p.index: p.base_offset for t in r.responses for p in t.partition_responses} for _, r in answers]
     assert offsets[0][0] == 0 and offsets[1] == {0: 1}
