@@ -534,6 +534,9 @@ def main() -> None:
                     hb.wait_acked(60)
                     row = {"stall_ms": hb.worst(t0, t1 + SETTLE_S), "idle_ms": idle, "op_s": t1 - t0,
                            **{k2: v for k2, v in st.items() if k2 in ("rebalance_s", "generation")}}
+                    if args.keep:   # to find the operation in the kept logs
+                        row["window"] = "%s-%s" % (time.strftime("%H:%M:%S", time.localtime(w0)),
+                                                   time.strftime("%H:%M:%S", time.localtime(w1 + SETTLE_S)))
                     if k == "kbroker":
                         row["probe_ms"], row["probe_cpu_ms"], row["probe_wait_ms"] = probe_lags(b.log_path, w0, w1 + SETTLE_S, with_cpu=True)
                         row["held_ms"] = probe_held(b.log_path, w0, w1 + SETTLE_S)

@@ -19,15 +19,29 @@ the event loop and every thread stop meanwhile. The broker keeps that set small:
   walks them: 4-10 ms, about every other such fetch with the default. Garbage in cycles is
   still collected, ten times less often.
 
+* while a large request is in flight (one decoded in steps: a Fetch naming thousands of
+  partitions), collections are off (``quiet``). Its tens of thousands of objects live for
+  ~100 ms (its long poll: up to the client's wait) and then die by reference count; every
+  young collection meanwhile walked them and moved them on (1.5-5 ms for the middle
+  generation, 10-30 ms for a full collection that met them), and with collections off none
+  walks them at all. Only garbage in cycles waits, and never longer than QUIET_MAX_S: then
+  collections run again until no such request is in flight.
+
 Holds nest (a counter); ``release`` restores the thresholds the process had.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
 
 HELD_THRESHOLD2 = 1 << 30   # gen1 collections before a full one: never, in practice
 SERVING_THRESHOLD2 = 100    # gen1 collections before a full one while serving (CPython: 10)
+QUIET_MAX_S = 2.0           # longest time collections stay off for requests in flight
+
+_quiets = 0                 # large requests in flight
+_quiet_off = False          # collections are off for them (not for someone else's gc.disable)
+_quiet_timer: asyncio.TimerHandle | None = None
 
 _holds = 0
 _saved: tuple[int, int, int] | None = None
@@ -71,6 +85,43 @@ def release_full_collections(freeze: bool = True) -> None:
         _saved = None
         if freeze:
             freeze_survivors()
+
+
+def begin_quiet() -> None:
+    """A large request is in flight (call on the event loop): collections are off until it and
+    any others end, or for QUIET_MAX_S at most."""
+    global _quiets, _quiet_off, _quiet_timer
+    _quiets += 1
+    if _quiets == 1 and gc.isenabled():
+        gc.disable()
+        _quiet_off = True
+        _quiet_timer = asyncio.get_running_loop().call_later(QUIET_MAX_S, _collections_on)
+
+
+def end_quiet() -> None:
+    global _quiets
+    _quiets -= 1
+    if _quiets == 0:
+        _collections_on()
+
+
+def end_all_quiets() -> None:
+    """Every quiet is over: for a loop that stopped with requests in flight (tests)."""
+    global _quiets
+    _quiets = 0
+    _collections_on()
+
+
+def _collections_on() -> None:
+    """Collections run again: every quiet request ended, or the quiet lasted QUIET_MAX_S (then
+    they stay on until every request in flight has ended)."""
+    global _quiet_off, _quiet_timer
+    if _quiet_timer is not None:
+        _quiet_timer.cancel()
+        _quiet_timer = None
+    if _quiet_off:
+        _quiet_off = False
+        gc.enable()
 
 
 def held() -> bool:

@@ -86,3 +86,47 @@ def test_serving_makes_full_collections_rarer_and_holds_keep_it(collector):
     assert gc.get_threshold()[2] == gc_policy.HELD_THRESHOLD2
     gc_policy.release_full_collections(freeze=False)
     assert gc.get_threshold() == (700, 10, gc_policy.SERVING_THRESHOLD2)
+
+
+def test_quiet_turns_collections_off_until_the_last_request_ends():
+    async def main():
+        assert gc.isenabled()
+        gc_policy.begin_quiet()
+        gc_policy.begin_quiet()                   # quiets nest
+        assert not gc.isenabled()
+        gc_policy.end_quiet()
+        assert not gc.isenabled()
+        gc_policy.end_quiet()
+        assert gc.isenabled()
+    asyncio.run(main())
+
+
+def test_quiet_lasts_quiet_max_s_at_most_then_collections_run_until_all_end(monkeypatch):
+    monkeypatch.setattr(gc_policy, "QUIET_MAX_S", 0.05)
+
+    async def main():
+        gc_policy.begin_quiet()
+        assert not gc.isenabled()
+        await asyncio.sleep(0.1)
+        assert gc.isenabled()                     # the longest quiet is over
+        gc_policy.begin_quiet()                   # another request: still on
+        assert gc.isenabled()
+        gc_policy.end_quiet()
+        gc_policy.end_quiet()
+        gc_policy.begin_quiet()                   # none in flight before it: quiet again
+        assert not gc.isenabled()
+        gc_policy.end_quiet()
+        assert gc.isenabled()
+    asyncio.run(main())
+
+
+def test_quiet_leaves_a_collector_someone_else_turned_off_off():
+    async def main():
+        gc.disable()
+        try:
+            gc_policy.begin_quiet()
+            gc_policy.end_quiet()
+            assert not gc.isenabled()
+        finally:
+            gc.enable()
+    asyncio.run(main())

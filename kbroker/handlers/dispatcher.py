@@ -20,6 +20,7 @@ import inspect
 import logging
 from time import perf_counter_ns
 
+from kbroker import gc_policy
 from kbroker.handlers import api_versions
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.deferred import Deferred
@@ -93,8 +94,17 @@ class Dispatcher:
 
     async def _decoded_in_steps(self, conn, spec, header, steps, nbytes, t0, handled):
         """The rest of a large request's decoding, in slices with the loop's other sliced work,
-        then the request served. ``handled`` is done once its handler ran: the connection's
-        next frames wait for it."""
+        then the request served. Until it is answered the collector is quiet: its objects are
+        many and short-lived (kbroker.gc_policy). The quiet ends after ``_decode_and_serve``
+        has returned, when they are gone: a collection that starts as it ends walks no request."""
+        gc_policy.begin_quiet()
+        try:
+            return await self._decode_and_serve(conn, spec, header, steps, nbytes, t0, handled)
+        finally:
+            gc_policy.end_quiet()
+
+    async def _decode_and_serve(self, conn, spec, header, steps, nbytes, t0, handled):
+        """``handled`` is done once the handler ran: the connection's next frames wait for it."""
         try:
             try:
                 req = await run_in_slices(steps)

@@ -5,6 +5,7 @@ that decodes quickly, a large Produce of few partitions, is decoded and handled 
 
 import asyncio
 import dataclasses
+import gc
 
 from kbroker.handlers import dispatcher as dispatcher_mod
 from kbroker.handlers.dispatcher import Dispatcher
@@ -49,11 +50,13 @@ def test_a_large_fetch_is_decoded_in_slices_and_answered_as_in_one_go(broker, mo
     frame = memoryview(encode_request(5, "t", _fetch(tid, 3000), 13))[4:]
     assert len(frame) > dispatcher_mod.DECODE_IN_STEPS_BYTES
     handled_at = []
+    collector_on = []
     ticks = 0
     real = server.api_specs[1].handle
 
     def handle(ctx, req):
         handled_at.append(ticks)
+        collector_on.append(gc.isenabled())
         return real(ctx, req)
     d = Dispatcher(server, {**server.api_specs, 1: dataclasses.replace(server.api_specs[1], handle=handle)})
 
@@ -70,6 +73,7 @@ def test_a_large_fetch_is_decoded_in_slices_and_answered_as_in_one_go(broker, mo
         out = d.dispatch(None, frame)
         assert asyncio.iscoroutine(out)          # not decoded yet
         chunks = await out
+        collector_on.append(gc.isenabled())
         t.cancel()
         return start, chunks
 
@@ -79,6 +83,8 @@ def test_a_large_fetch_is_decoded_in_slices_and_answered_as_in_one_go(broker, mo
     # the decode paused after every 128 partitions, and the ticker ran at each pause after
     # the first (in place)
     assert handled_at[0] - start >= 3000 // 128 - 1
+    # the collector was quiet while the request's objects lived (kbroker.gc_policy), on after
+    assert collector_on == [False, True]
     monkeypatch.setattr(dispatcher_mod, "DECODE_IN_STEPS_BYTES", 1 << 30)
     whole = d.dispatch(None, frame)
     if asyncio.iscoroutine(whole) or isinstance(whole, asyncio.Future):
