@@ -99,9 +99,20 @@ def begin_quiet() -> None:
 
 
 def end_quiet() -> None:
+    """One large request answered. Collections come back on at the loop's next iteration,
+    not here: until then the callback that woke its caller still holds the answer (asyncio's
+    wake-up holds the future it waited on), and a collection starting now would walk it."""
     global _quiets
     _quiets -= 1
-    if _quiets == 0:
+    if _quiets == 0 and _quiet_off:
+        try:
+            asyncio.get_running_loop().call_soon(_after_the_last_quiet)
+        except RuntimeError:   # (no loop: a request closed as its loop went away)
+            _collections_on()
+
+
+def _after_the_last_quiet() -> None:
+    if _quiets == 0:   # (else another large request began meanwhile: still quiet)
         _collections_on()
 
 

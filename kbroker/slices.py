@@ -146,6 +146,15 @@ class _Turns:
                         lambda f, job=job: self._resume(job, f))
             await asyncio.sleep(0)
 
+    def discard(self, fut: asyncio.Future) -> None:
+        """The job of ``fut`` is closed now, its caller cancelled: not at its next turn, when
+        what its frames hold (a fetch's 10,000 partitions) would have lived on meanwhile."""
+        for job in self.jobs:
+            if job[1] is fut:
+                self.jobs.remove(job)
+                job[0].close()
+                return
+
     def _resume(self, job, waited: asyncio.Future) -> None:
         if not waited.cancelled():
             waited.exception()   # the job's next step reads the outcome (marked seen here)
@@ -164,4 +173,9 @@ async def run_in_slices(steps: Generator[None, None, T], slice_s: float | None =
     turns = _turns.get(loop)
     if turns is None:
         turns = _turns[loop] = _Turns(loop)
-    return await turns.add(steps, SLICE_S if slice_s is None else slice_s)
+    fut = turns.add(steps, SLICE_S if slice_s is None else slice_s)
+    try:
+        return await fut
+    except asyncio.CancelledError:
+        turns.discard(fut)
+        raise

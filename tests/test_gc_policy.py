@@ -97,6 +97,21 @@ def test_quiet_turns_collections_off_until_the_last_request_ends():
         gc_policy.end_quiet()
         assert not gc.isenabled()
         gc_policy.end_quiet()
+        assert not gc.isenabled()                 # on at the loop's next iteration
+        await asyncio.sleep(0)
+        assert gc.isenabled()
+    asyncio.run(main())
+
+
+def test_a_request_that_begins_before_the_collector_is_back_keeps_it_quiet():
+    async def main():
+        gc_policy.begin_quiet()
+        gc_policy.end_quiet()
+        gc_policy.begin_quiet()
+        await asyncio.sleep(0)
+        assert not gc.isenabled()
+        gc_policy.end_quiet()
+        await asyncio.sleep(0)
         assert gc.isenabled()
     asyncio.run(main())
 
@@ -116,6 +131,7 @@ def test_quiet_lasts_quiet_max_s_at_most_then_collections_run_until_all_end(monk
         gc_policy.begin_quiet()                   # none in flight before it: quiet again
         assert not gc.isenabled()
         gc_policy.end_quiet()
+        await asyncio.sleep(0)
         assert gc.isenabled()
     asyncio.run(main())
 

@@ -178,3 +178,36 @@ def test_emptied_lets_go_of_lists_a_step_at_a_time():
     assert len(a) == 1500 and last() is None and first() is not None   # freed from the end
     assert list(steps) == [None]                                       # one more pause, then done
     assert a == [] and b == [] and first() is None
+
+
+def test_a_cancelled_job_is_closed_at_once_not_at_its_next_turn():
+    """What a cancelled job's frame holds (a fetch's 10,000 partitions, when its client left)
+    goes with the cancellation, not one runner turn later."""
+    closed = []
+
+    def held():
+        try:
+            while True:
+                yield
+        finally:
+            closed.append(True)
+
+    async def caller(at_cancel):
+        try:
+            await run_in_slices(held(), slice_s=0)
+        except asyncio.CancelledError:
+            at_cancel.extend(closed)   # as the cancellation reaches its caller
+            raise
+
+    async def scenario():
+        others = asyncio.ensure_future(run_in_slices(job("other", 100, [], [0]), slice_s=0))
+        at_cancel = []
+        mine = asyncio.ensure_future(caller(at_cancel))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        mine.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await mine
+        await others
+        return at_cancel
+    assert asyncio.run(scenario()) == [True]
