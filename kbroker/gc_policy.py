@@ -40,7 +40,7 @@ SERVING_THRESHOLD2 = 100    # gen1 collections before a full one while serving (
 QUIET_MAX_S = 2.0           # longest time collections stay off for requests in flight
 
 _quiets = 0                 # large requests in flight
-_quiet_off = False          # collections are off for them (not for someone else's gc.disable)
+# set while collections are off for them (not for someone else's gc.disable): their time limit
 _quiet_timer: asyncio.TimerHandle | None = None
 
 _holds = 0
@@ -90,11 +90,10 @@ def release_full_collections(freeze: bool = True) -> None:
 def begin_quiet() -> None:
     """A large request is in flight (call on the event loop): collections are off until it and
     any others end, or for QUIET_MAX_S at most."""
-    global _quiets, _quiet_off, _quiet_timer
+    global _quiets, _quiet_timer
     _quiets += 1
     if _quiets == 1 and gc.isenabled():
         gc.disable()
-        _quiet_off = True
         _quiet_timer = asyncio.get_running_loop().call_later(QUIET_MAX_S, _collections_on)
 
 
@@ -104,7 +103,7 @@ def end_quiet() -> None:
     wake-up holds the future it waited on), and a collection starting now would walk it."""
     global _quiets
     _quiets -= 1
-    if _quiets == 0 and _quiet_off:
+    if _quiets == 0 and _quiet_timer is not None:
         try:
             asyncio.get_running_loop().call_soon(_after_the_last_quiet)
         except RuntimeError:   # (no loop: a request closed as its loop went away)
@@ -126,12 +125,10 @@ def end_all_quiets() -> None:
 def _collections_on() -> None:
     """Collections run again: every quiet request ended, or the quiet lasted QUIET_MAX_S (then
     they stay on until every request in flight has ended)."""
-    global _quiet_off, _quiet_timer
+    global _quiet_timer
     if _quiet_timer is not None:
         _quiet_timer.cancel()
         _quiet_timer = None
-    if _quiet_off:
-        _quiet_off = False
         gc.enable()
 
 

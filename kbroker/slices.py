@@ -148,7 +148,8 @@ class _Turns:
 
     def discard(self, fut: asyncio.Future) -> None:
         """The job of ``fut`` is closed now, its caller cancelled: not at its next turn, when
-        what its frames hold (a fetch's 10,000 partitions) would have lived on meanwhile."""
+        what its frames hold (a fetch's 10,000 partitions) would have lived on meanwhile. (A
+        job parked on a future is not in the queue: it is closed when it comes back.)"""
         for job in self.jobs:
             if job[1] is fut:
                 self.jobs.remove(job)
