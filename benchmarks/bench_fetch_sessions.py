@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import sys
 import tempfile
 import time
@@ -40,7 +41,7 @@ T = FetchRequest.FetchTopic
 def offline_partitions(partitions: int, prefix: str):
     """A broker in this process hosting ``partitions`` partitions (topics of 1,000 named
     ``prefix0``, ``prefix1``...): (server, call(api key, version, request) -> response,
-    [(topic, partition count)])."""
+    [(topic, partition count)]). End it with ``stop_and_remove``."""
     server = start_offline(tempfile.mkdtemp(prefix=f"bench-{prefix}-"))
     loop = server.loop
 
@@ -85,8 +86,15 @@ def run(partitions: int, fetches: int) -> float:
         epoch += 1
         offsets = {(t.topic, p.partition_index): p.high_watermark for t in resp.responses for p in t.partitions}
     everywhere = records_everywhere(call, topics, sid, epoch, offsets)
-    stop_offline(server)
+    stop_and_remove(server)
     return spent / fetches * 1e6, everywhere
+
+
+def stop_and_remove(server) -> None:
+    """Stop an ``offline_partitions`` broker and delete its temporary data directory."""
+    stop_offline(server)
+    for d in server.config.log_dirs:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def one_record_everywhere(call, topics, size: int) -> None:

@@ -32,9 +32,8 @@ from kbroker.handlers.dispatcher import Dispatcher  # noqa: E402
 from kbroker.wire.frame import encode_request, encode_response_chunks  # noqa: E402
 from kbroker.wire.generated.fetch_request import FetchRequest  # noqa: E402
 from kbroker.wire.primitives import Reader  # noqa: E402
-from tests.offline_server import stop_offline  # noqa: E402
 
-from bench_fetch_sessions import offline_partitions, one_record_everywhere  # noqa: E402
+from bench_fetch_sessions import offline_partitions, one_record_everywhere, stop_and_remove  # noqa: E402
 
 T = FetchRequest.FetchTopic
 VERSION = 16
@@ -65,7 +64,7 @@ def run(partitions: int, fetches: int) -> dict[str, float]:
         out[shape + " held"] = server.loop.run_until_complete(
             _longest_holds(Dispatcher(server, server.api_specs), frame[4:], fetches))
     gc.unfreeze()
-    stop_offline(server)
+    stop_and_remove(server)
     return out
 
 
