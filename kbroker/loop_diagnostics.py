@@ -7,10 +7,15 @@ The lag probe (kbroker.loop_probe) says how long the loop was held; these say by
   (wall and the thread's CPU), and those over N ms are logged with what they ran: a lag that
   is mostly waiting for a core shows low CPU. asyncio's debug mode logs slow callbacks too,
   but slows every coroutine and task it tracks.
+* ``log_slow_iterations`` (``KBROKER_SLOW_ITERATION_MS=N``): every loop iteration's callbacks
+  are timed together, and an iteration whose callbacks ran longer than N ms in all is logged
+  with how many ran and the longest few. A lag is often no one callback but many middling
+  ones in one iteration (a slice of sliced work, the connections' budget, woken requests).
 """
 
 from __future__ import annotations
 
+import asyncio.base_events
 import asyncio.events
 import logging
 import sys
@@ -85,3 +90,45 @@ def log_slow_callbacks(limit_ms: float):
         asyncio.events.Handle._run = run
     asyncio.events.Handle._run = timed_run
     return undo
+
+
+def log_slow_iterations(limit_ms: float, top: int = 5):
+    """Time every callback of every asyncio loop in this process, summed per loop iteration
+    (from one ``select`` to the next), from now on; returns the function that stops it."""
+    limit = limit_ms / 1000
+    run = asyncio.events.Handle._run
+    run_once = asyncio.base_events.BaseEventLoop._run_once
+    spent: list = []     # this iteration's (seconds, CPU seconds, callback), one loop thread at a time
+
+    def timed_run(handle) -> None:
+        cb = handle._callback
+        t0, c0 = time.perf_counter(), time.thread_time()
+        run(handle)
+        spent.append((time.perf_counter() - t0, time.thread_time() - c0, cb))
+
+    def timed_run_once(loop) -> None:
+        if spent:
+            total = sum(s[0] for s in spent)
+            if total > limit:
+                longest = sorted(spent, key=lambda s: -s[0])[:top]
+                log.warning("loop iteration took %.1f ms (CPU %.1f ms) in %d callbacks; longest: %s",
+                            total * 1e3, sum(s[1] for s in spent) * 1e3, len(spent),
+                            "; ".join(f"{s[0] * 1e3:.1f} {_callback_name(s[2])}" for s in longest))
+            spent.clear()
+        run_once(loop)
+
+    def undo() -> None:
+        asyncio.events.Handle._run = run
+        asyncio.base_events.BaseEventLoop._run_once = run_once
+    asyncio.events.Handle._run = timed_run
+    asyncio.base_events.BaseEventLoop._run_once = timed_run_once
+    return undo
+
+
+def _callback_name(cb) -> str:
+    """A task step names its coroutine; other callbacks their qualified name."""
+    owner = getattr(cb, "__self__", None)
+    if isinstance(owner, asyncio.Task):
+        coro = owner.get_coro()
+        return f"task {getattr(coro, '__qualname__', coro)}"
+    return str(getattr(cb, "__qualname__", cb))

@@ -31,7 +31,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from kbroker.loop_diagnostics import StallSampler, log_slow_callbacks
+from kbroker.loop_diagnostics import StallSampler, log_slow_callbacks, log_slow_iterations
 
 log = logging.getLogger("kbroker.loop")
 
@@ -79,10 +79,12 @@ class LoopLagProbe:
         self._sched_fd: int | None = None   # the loop thread's schedstat (Linux), read with pread
         self._run_delay = 0         # its run-queue delay (ns) at the previous sample
         # diagnosis, off by default (kbroker.loop_diagnostics): KBROKER_LOOP_STACKS=1 names
-        # where a logged lag was held; KBROKER_SLOW_CALLBACK_MS=N logs callbacks over N ms
+        # where a logged lag was held; KBROKER_SLOW_CALLBACK_MS=N logs callbacks over N ms;
+        # KBROKER_SLOW_ITERATION_MS=N logs loop iterations whose callbacks took over N ms
         self._sampler: StallSampler | None = (
             StallSampler(self.overdue_ms) if os.environ.get("KBROKER_LOOP_STACKS") == "1" else None)
         self._untime = None         # stops the slow-callback timing
+        self._untime_iterations = None   # ... the slow-iteration timing
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -102,6 +104,9 @@ class LoopLagProbe:
         slow_ms = os.environ.get("KBROKER_SLOW_CALLBACK_MS")
         if slow_ms and self._untime is None:
             self._untime = log_slow_callbacks(float(slow_ms))
+        slow_iteration_ms = os.environ.get("KBROKER_SLOW_ITERATION_MS")
+        if slow_iteration_ms and self._untime_iterations is None:
+            self._untime_iterations = log_slow_iterations(float(slow_iteration_ms))
         return self
 
     def stop(self) -> None:
@@ -115,6 +120,9 @@ class LoopLagProbe:
             self._sched_fd = None
         if self._sampler is not None:
             self._sampler.stop()
+        if self._untime_iterations is not None:   # undone in the reverse order of start
+            self._untime_iterations()
+            self._untime_iterations = None
         if self._untime is not None:
             self._untime()
             self._untime = None

@@ -75,3 +75,35 @@ def test_slow_callbacks_are_logged_with_their_cpu_time_and_untimed_after_stop(mo
     cpu = {k: float(m.split("CPU ")[1].split(" ms")[0]) for k, m in by_name.items()}
     assert cpu["busy"] >= 30 and cpu["asleep"] < 10, slow
     assert asyncio.events.Handle._run is original
+
+
+def test_an_iteration_of_many_short_callbacks_is_logged_with_its_total_and_untimed_after_stop(monkeypatch, caplog):
+    monkeypatch.setenv("KBROKER_SLOW_ITERATION_MS", "20")
+    monkeypatch.setenv("KBROKER_SLOW_CALLBACK_MS", "20")   # both on: stop must undo both
+    original_run = asyncio.events.Handle._run
+    original_run_once = asyncio.base_events.BaseEventLoop._run_once
+
+    def short():
+        _hold_the_loop_in_a_named_function(0.006)
+
+    async def main():
+        p = LoopLagProbe(interval_s=0.005, log_ms=1e9).start()
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(0.02)
+        for _ in range(5):          # one iteration: 30 ms, no callback over 20 ms
+            loop.call_soon(short)
+        await asyncio.sleep(0.05)
+        p.stop()
+        for _ in range(5):          # untimed now
+            loop.call_soon(short)
+        await asyncio.sleep(0.05)
+    with caplog.at_level(logging.WARNING, logger="kbroker.loop"):
+        asyncio.run(main())
+    messages = [r.getMessage() for r in caplog.records]
+    assert not any(m.startswith("callback took") for m in messages), messages
+    slow = [m for m in messages if m.startswith("loop iteration took")]
+    assert len(slow) == 1, slow
+    assert float(slow[0].split()[3]) >= 25 and "short" in slow[0], slow
+    assert int(slow[0].split(" in ")[1].split()[0]) >= 5, slow
+    assert asyncio.events.Handle._run is original_run
+    assert asyncio.base_events.BaseEventLoop._run_once is original_run_once
