@@ -68,7 +68,12 @@ def test_a_thousand_partition_topic_is_created_and_deleted_in_slices(tmp_path, m
                 name="big", num_partitions=N, replication_factor=1)]))
             assert resp.topics[0].error_code == 0
             assert len(server.image.topic("big").partitions) == N
-            assert all(server.replicas.get("big", i) is not None for i in range(N))
+            # CreateTopics waits for this node's replicas 5 s at most (wait_for_image): on a
+            # loaded machine the last ones may still be coming
+            end = loop.time() + 30
+            while not all(server.replicas.get("big", i) is not None for i in range(N)):
+                assert loop.time() < end, "the created topic's replicas are not all there"
+                await asyncio.sleep(0.01)
             Delete = wire.REQUESTS[20]
             resp = await client.send(Delete(timeout_ms=60_000, topic_names=["big"],
                                             topics=[Delete.DeleteTopicState(name="big")]))
