@@ -165,3 +165,30 @@ def test_sliced_long_poll_leaves_no_watch_behind(broker, monkeypatch):
         await asyncio.gather(task, return_exceptions=True)
     broker.loop.run_until_complete(cancelled())
     assert _watched(server) == []
+
+
+def _pauses(steps) -> int:
+    n = 0
+    try:
+        while True:
+            next(steps)
+            n += 1
+    except StopIteration:
+        return n
+
+
+def test_partitions_with_records_to_read_pause_more_often_than_caught_up_ones(broker, monkeypatch):
+    # a read (and its pread for the answer) costs ~8 caught-up partitions: 128 of them with
+    # records made a 2-2.5 ms step, past the 2 ms slice
+    parts = 64
+    tid = create(broker, "dense", parts).topics[0].topic_id
+    for p in range(parts):
+        produce(broker, "dense", p, batch(1))
+    monkeypatch.setattr(fetch_handler, "STEP_PARTITIONS", 16)
+    monkeypatch.setattr(fetch_handler, "SLICED_FETCH_PARTITIONS", 10)   # its answer encoded in steps too
+    server = broker.server
+    reads = _pauses(fetch_handler._handle_steps(_ctx(server), _request(tid, parts, 0)))
+    caught_up = _pauses(fetch_handler._handle_steps(_ctx(server), _request(tid, parts, 1)))
+    # caught up: 4 pauses in each pass over the 64 partitions; with records about one per
+    # two partitions in the reads and again in the encoding (each record set is pread there)
+    assert reads - caught_up >= parts // 2, (reads, caught_up)
