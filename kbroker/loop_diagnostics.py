@@ -130,5 +130,6 @@ def _callback_name(cb) -> str:
     owner = getattr(cb, "__self__", None)
     if isinstance(owner, asyncio.Task):
         coro = owner.get_coro()
+        coro = getattr(coro, "wrapped", coro)   # a request's first step, timed (net.iteration_budget)
         return f"task {getattr(coro, '__qualname__', coro)}"
     return str(getattr(cb, "__qualname__", cb))

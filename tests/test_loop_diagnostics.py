@@ -7,6 +7,7 @@ import sys
 import time
 
 from kbroker.loop_probe import LoopLagProbe
+from kbroker.net.iteration_budget import IterationBudget
 
 
 def _hold_the_loop_in_a_named_function(seconds: float) -> None:
@@ -86,12 +87,17 @@ def test_an_iteration_of_many_short_callbacks_is_logged_with_its_total_and_untim
     def short():
         _hold_the_loop_in_a_named_function(0.006)
 
+    async def a_request_handler():
+        short()
+
     async def main():
         p = LoopLagProbe(interval_s=0.005, log_ms=1e9).start()
         loop = asyncio.get_running_loop()
         await asyncio.sleep(0.02)
-        for _ in range(5):          # one iteration: 30 ms, no callback over 20 ms
+        budget = IterationBudget.of(loop)
+        for _ in range(4):          # one iteration: 30 ms, no callback over 20 ms
             loop.call_soon(short)
+        loop.create_task(budget.starting_task(a_request_handler()))   # its first step, timed
         await asyncio.sleep(0.05)
         p.stop()
         for _ in range(5):          # untimed now
@@ -104,6 +110,7 @@ def test_an_iteration_of_many_short_callbacks_is_logged_with_its_total_and_untim
     slow = [m for m in messages if m.startswith("loop iteration took")]
     assert len(slow) == 1, slow
     assert float(slow[0].split()[3]) >= 25 and "short" in slow[0], slow
+    assert "task " in slow[0] and "a_request_handler" in slow[0], slow   # a task: by its coroutine
     assert int(slow[0].split(" in ")[1].split()[0]) >= 5, slow
     assert asyncio.events.Handle._run is original_run
     assert asyncio.base_events.BaseEventLoop._run_once is original_run_once

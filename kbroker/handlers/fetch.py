@@ -42,8 +42,9 @@ _EMPTY = b""
 # consumer's fetch of a few hundred partitions with records held the loop 13-15 ms whole.)
 SLICED_FETCH_PARTITIONS = 128
 STEP_PARTITIONS = 128
-# A partition read costs about as much as this many caught-up ones (~17 us against ~2): a
-# step of 128 partitions with records in each took 2-2.5 ms, past the whole slice.
+# A partition with records to read counts this much more than a caught-up one towards a
+# step's STEP_PARTITIONS (~17 us against ~2): a step of 128 partitions with records in each
+# took 2-2.5 ms, past the whole slice.
 READ_WEIGHT = 8
 # Reads of a fetch run in one go (up to SLICED_FETCH_PARTITIONS named, or an incremental
 # session's ready partitions: a Java consumer of thousands of partitions with records on all
@@ -64,12 +65,12 @@ class _Result:
 def _read_steps(entries, replicas, budget: int, read_committed: bool, follower_reads: bool = False,
                 closer=None, whole: bool = False, leave_out: bool = False):
     """Generator (kbroker.slices), pausing every STEP_PARTITIONS entries (fewer when they
-    read records, READ_WEIGHT). ``closer(part,
-    fetch_offset) -> replica id or -1``: KIP-392's preferred read replica (a partition with
-    one gets no records, the client goes there). ``whole``: run in one go, so reading stops
-    after READ_WHOLE_S as it does at the byte budget: the rest answer their offsets without
-    records, or (``leave_out``: an incremental fetch, whose answer names only partitions
-    with news) are left out of this answer and stay ready for the client's next fetch."""
+    read records, READ_WEIGHT). ``closer(part, fetch_offset) -> replica id or -1``: KIP-392's
+    preferred read replica (a partition with one gets no records, the client goes there).
+    ``whole``: run in one go, so reading stops after READ_WHOLE_S as it does at the byte
+    budget: the rest answer their offsets without records, or (``leave_out``: an
+    incremental fetch, whose answer names only partitions with news) are left out of this
+    answer and stay ready for the client's next fetch."""
     stop_at = time.perf_counter() + READ_WHOLE_S if whole else None
     results = []
     total = 0
@@ -422,10 +423,10 @@ class _EncodedFetchResponse(FetchResponse):
 
 def _encode_steps(resp: FetchResponse, version: int):
     """Generator: ``resp`` as an _EncodedFetchResponse, STEP_PARTITIONS partitions a step
-    (fewer with records to read), each step's bytes cut into chunks at once. Stitched from the response encoded without
-    topics (its topics array sits after throttle_time_ms, and error_code and session_id from
-    v7) and each topic encoded around its partitions (whose array is followed only by the
-    topic's tagged fields, v12+)."""
+    (fewer with records to read), each step's bytes cut into chunks at once. Stitched from
+    the response encoded without topics (its topics array sits after throttle_time_ms, and
+    error_code and session_id from v7) and each topic encoded around its partitions (whose
+    array is followed only by the topic's tagged fields, v12+)."""
     flexible = version >= 12
     head, tail = halves(resp, "responses", version, flexible, head_len=10 if version >= 7 else 4)
     topics = resp.responses

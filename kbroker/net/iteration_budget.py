@@ -149,6 +149,11 @@ class _FirstStepTimed(collections.abc.Coroutine):
     def close(self) -> None:
         self._coro.close()
 
+    @property
+    def wrapped(self):
+        """The request's coroutine (diagnostics name a task by it)."""
+        return self._coro
+
     def __await__(self):
         return self
 
