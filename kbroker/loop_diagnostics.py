@@ -76,14 +76,11 @@ def log_slow_callbacks(limit_ms: float):
     run = asyncio.events.Handle._run
 
     def timed_run(handle) -> None:
-        cb = handle._callback        # (cleared if the callback cancels its own handle)
-        t0, c0 = time.perf_counter(), time.thread_time()
-        run(handle)
-        dt = time.perf_counter() - t0
+        dt, cpu, cb = _timed(run, handle)
         if dt > limit:
             owner = getattr(cb, "__self__", None)
             log.warning("callback took %.1f ms (loop thread CPU %.1f ms): %s %s", dt * 1e3,
-                        (time.thread_time() - c0) * 1e3, getattr(cb, "__qualname__", cb),
+                        cpu * 1e3, getattr(cb, "__qualname__", cb),
                         "" if owner is None else repr(owner)[:160])
 
     def undo() -> None:
@@ -101,10 +98,7 @@ def log_slow_iterations(limit_ms: float, top: int = 5):
     spent: list = []     # this iteration's (seconds, CPU seconds, callback), one loop thread at a time
 
     def timed_run(handle) -> None:
-        cb = handle._callback
-        t0, c0 = time.perf_counter(), time.thread_time()
-        run(handle)
-        spent.append((time.perf_counter() - t0, time.thread_time() - c0, cb))
+        spent.append(_timed(run, handle))
 
     def timed_run_once(loop) -> None:
         if spent:
@@ -123,6 +117,14 @@ def log_slow_iterations(limit_ms: float, top: int = 5):
     asyncio.events.Handle._run = timed_run
     asyncio.base_events.BaseEventLoop._run_once = timed_run_once
     return undo
+
+
+def _timed(run, handle) -> tuple[float, float, object]:
+    """Run ``handle`` with ``run``: (seconds, the loop thread's CPU seconds, its callback)."""
+    cb = handle._callback        # (cleared if the callback cancels its own handle)
+    t0, c0 = time.perf_counter(), time.thread_time()
+    run(handle)
+    return time.perf_counter() - t0, time.thread_time() - c0, cb
 
 
 def _callback_name(cb) -> str:
