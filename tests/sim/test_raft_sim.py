@@ -13,7 +13,6 @@ def voters_for(seed: int) -> int:
     return 3 if seed % 2 == 0 else 5
 
 
-@pytest.mark.timeout(300)
 @pytest.mark.parametrize("first", range(0, SEEDS_PER_SCENARIO, BATCH))
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_scenario_seeds(scenario, first):
@@ -63,7 +62,6 @@ def test_violation_reports_reproduce_command():
         sim.fail("test")
 
 
-@pytest.mark.timeout(300)
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_scenario_on_disk(scenario, tmp_path_factory):
     """A few seeds with the real storage (PartitionLog, quorum-state, checkpoint files), crashes
