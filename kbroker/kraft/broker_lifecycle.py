@@ -127,12 +127,19 @@ class BrokerLifecycle:
             except Exception:
                 log.exception("broker %d heartbeat failed", self.broker_id)
 
-    async def controlled_shutdown(self, timeout_s: float) -> bool:
-        """True once the controller lets this broker go; False after the timeout."""
+    async def controlled_shutdown(self, timeout_s: float, needed=lambda: True) -> bool:
+        """True once the controller lets this broker go; False after the timeout, or as soon as
+        ``needed()`` says there is no point any more (no other live broker to take this one's
+        leaderships: when a whole cluster stops at once, the others' fencing arrives while
+        this broker still waits for a controller, and the quorum may be gone for good)."""
         self._stopping = True
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout_s
         while loop.time() < end:
+            if not needed():
+                log.info("broker %d: controlled shutdown ended, no other live broker is left",
+                         self.broker_id)
+                return False
             try:
                 resp = await asyncio.wait_for(self.heartbeat(want_shut_down=True), max(0.1, end - loop.time()))
             except (ControllerUnavailable, asyncio.TimeoutError) as e:

@@ -354,10 +354,10 @@ class ControlPlane:
     async def stop(self, timeout_s: float = 10.0) -> None:
         lc = self.lifecycle
         if lc is not None:
-            img = self.server.image
-            others = [b for b in img.live_brokers() if b.broker_id != self.server.node_id]
-            if others:   # leadership can only move if another broker is there to take it
-                await lc.controlled_shutdown(timeout_s)
+            def others_live() -> bool:   # leadership can only move to another live broker
+                return any(b.broker_id != self.server.node_id for b in self.server.image.live_brokers())
+            if others_live():
+                await lc.controlled_shutdown(timeout_s, needed=others_live)
             lc._stopping = True
         if self.driver is not None:
             await self.driver.close()      # a leader hands over at once (EndQuorumEpoch)
