@@ -6,6 +6,7 @@ Tansu peer instead, which is how we check that a test fails for the right reason
 """
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import signal
 import socket
@@ -247,11 +248,16 @@ class KBrokerCluster:
     def bootstrap(self) -> str:
         return ",".join(n.bootstrap for n in self.nodes.values() if "broker" in n.roles)
 
+    def format_all(self) -> None:
+        """kbroker format on every node, side by side (each is a Python start-up of its own,
+        ~1 s on 2 cores)."""
+        with concurrent.futures.ThreadPoolExecutor(len(self.nodes)) as pool:
+            list(pool.map(lambda n: n.format(), self.nodes.values()))
+
     def start(self, timeout: float = 90.0, *, format: bool = True) -> "KBrokerCluster":
         """Format (unless already done) and start every node; wait until all answer."""
-        for n in self.nodes.values():
-            if format:
-                n.format()
+        if format:
+            self.format_all()
         for n in self.nodes.values():
             n.start(wait=False)
         for n in self.nodes.values():

@@ -17,7 +17,6 @@ import ssl
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
@@ -196,8 +195,7 @@ def test_cluster_with_sasl_ssl_controller_listeners(tmp_path, certs):
         5: {"ssl.truststore.location": str(certs.rogue_cert)},   # does not trust the cluster's CA
     })
     try:
-        with ThreadPoolExecutor(5) as pool:   # kbroker format, one process per node
-            list(pool.map(lambda n: n.format(), c.nodes.values()))
+        c.format_all()
         for i in (1, 2, 3):
             c.nodes[i].start(wait=False)
         for i in (1, 2, 3):
