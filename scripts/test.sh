@@ -27,12 +27,14 @@ fi
 # Every test, in three streams, so that a 2-core machine is busy while tests wait:
 # - the simulations (pure CPU, seeded, no clock but their own) at the lowest priority beside
 #   everything else, so they only take a core nobody else wants;
-# - librdkafka's suite (~7 min, mostly its clients' waits) beside the other unit tests;
+# - librdkafka's suite (~7 min, mostly its clients' waits) beside the other unit tests and
+#   the kill -9 durability test (it counts records, it times nothing);
 # - then the other compat tests, which start real brokers and time real faults, with nothing
 #   beside them but the simulations.
 # Each stream has its own pytest temp dir; a background stream's output is printed when it ends.
 work=$(mktemp -d "${TMPDIR:-/tmp}/kbroker-tests.XXXXXX")
 SIMS=(tests/sim tests/replication/test_simulation.py)
+BESIDE_SUITE=(compat_tests/test_durability.py)
 status=0 sims= suite=
 trap 'kill $sims $suite 2>/dev/null || true' EXIT   # (no stream outlives an interrupted run)
 # (a longer timeout than pyproject's 300 s: starved of a core, a batch of seeds only waits)
@@ -40,13 +42,13 @@ nice -n 19 "${PYTEST[@]}" --basetemp="$work/sims" --timeout=1800 "${SIMS[@]}" >"
 sims=$!
 "${PYTEST[@]}" --basetemp="$work/suite" compat_tests/test_librdkafka_suite.py >"$work/suite.log" 2>&1 &
 suite=$!
-echo "== unit tests (beside them: librdkafka's suite, and the simulations at low priority)"
-"${PYTEST[@]}" --basetemp="$work/unit" --durations=10 tests "${SIMS[@]/#/--ignore=}" || status=1
+echo "== unit tests and ${BESIDE_SUITE[*]} (beside them: librdkafka's suite, and the simulations at low priority)"
+"${PYTEST[@]}" --basetemp="$work/unit" --durations=10 tests "${SIMS[@]/#/--ignore=}" "${BESIDE_SUITE[@]}" || status=1
 wait "$suite" || status=1
 echo "== librdkafka's suite"; cat "$work/suite.log"
 echo "== compat tests"
 "${PYTEST[@]}" --basetemp="$work/compat" --durations=25 compat_tests \
-  --ignore=compat_tests/test_librdkafka_suite.py || status=1
+  --ignore=compat_tests/test_librdkafka_suite.py "${BESIDE_SUITE[@]/#/--ignore=}" || status=1
 wait "$sims" || status=1
 echo "== simulations"; cat "$work/sims.log"
 [ "$status" = 0 ] && rm -rf "$work"
