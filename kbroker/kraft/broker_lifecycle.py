@@ -127,7 +127,7 @@ class BrokerLifecycle:
             except Exception:
                 log.exception("broker %d heartbeat failed", self.broker_id)
 
-    async def controlled_shutdown(self, timeout_s: float, needed=lambda: True) -> bool:
+    async def controlled_shutdown(self, timeout_s: float, needed: Callable[[], bool] = lambda: True) -> bool:
         """True once the controller lets this broker go; False after the timeout, or as soon as
         ``needed()`` says there is no point any more (no other live broker to take this one's
         leaderships: when a whole cluster stops at once, the others' fencing arrives while

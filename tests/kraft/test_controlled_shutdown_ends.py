@@ -29,13 +29,9 @@ def test_ends_when_the_other_brokers_are_gone():
         return channel.sent < 3          # the others' fencing arrives after three attempts
 
     async def main():
-        loop = asyncio.get_running_loop()
-        t0 = loop.time()
-        done = await _lifecycle(channel).controlled_shutdown(10.0, needed=others_live)
-        return done, loop.time() - t0
-    done, took = asyncio.run(main())
-    assert done is False and channel.sent == 3
-    assert took < 5, took
+        return await _lifecycle(channel).controlled_shutdown(10.0, needed=others_live)
+    # three tries, where waiting out the 10 s would have made hundreds
+    assert asyncio.run(main()) is False and channel.sent == 3
 
 
 def test_waits_out_its_timeout_while_others_are_live():
