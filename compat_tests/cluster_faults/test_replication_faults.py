@@ -8,8 +8,10 @@ fault) makes them longer."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
+import threading
 import time
 
 import pytest
@@ -19,6 +21,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from compat_tests.cluster_faults.checker import History, check
 from compat_tests.cluster_faults.harness import FaultCluster
 from compat_tests.cluster_faults.workload import JavaProducerLoad, ProducerLoad, partitions_of, read_all, wait_until
+from kbroker.net.client import ClientError, KafkaClient
+from kbroker.wire.generated.produce_request import ProduceRequest
+from kbroker.wire.records import BatchBuilder
 
 TOPIC = "faults"
 PARTITIONS = 2
@@ -54,6 +59,65 @@ def _running(load):
     except BaseException:
         load.kill()
         raise
+
+
+class _VictimTail:
+    """Writes ``tail-<seq>`` (acks=all) to partition 0 on one node only, ``rate_per_s``
+    requests a second, each one record, without waiting for earlier answers; every answer
+    goes into ``history`` (error 0: ok, else info). A stock client cannot be kept on one
+    node: once its requests time out, librdkafka asks the other brokers for metadata and
+    goes on at the new leader, which acknowledges it (seen with --duration 120: 6,155 tail
+    records acknowledged, each at its acknowledged offset in the final log). Written with
+    kbroker's own client, which talks to the one address it is given."""
+
+    def __init__(self, addr: tuple[str, int], history: History, rate_per_s: float = 50.0,
+                 timeout_ms: int = 5000) -> None:
+        self.addr, self.history, self.rate, self.timeout_ms = addr, history, rate_per_s, timeout_ms
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
+
+    async def _run(self) -> None:
+        client = KafkaClient(*self.addr, client_id="tail", request_timeout_ms=self.timeout_ms + 10000)
+        pending: set[asyncio.Task] = set()
+        try:
+            while not self._stop.is_set():
+                value = f"tail-{self.sent}"
+                self.history.invoke(value, "tail", 0)
+                t = asyncio.ensure_future(self._send(client, value))
+                pending.add(t)
+                t.add_done_callback(pending.discard)
+                self.sent += 1
+                await asyncio.sleep(1.0 / self.rate)
+        finally:
+            for t in list(pending):
+                t.cancel()      # abandoned: the answer, if any, is never seen (indeterminate)
+            await asyncio.gather(*pending, return_exceptions=True)
+            await client.close()
+
+    async def _send(self, client: KafkaClient, value: str) -> None:
+        b = BatchBuilder()
+        b.append(value=value.encode())
+        P = ProduceRequest.TopicProduceData
+        req = ProduceRequest(acks=-1, timeout_ms=self.timeout_ms, topic_data=[P(name=TOPIC, partition_data=[
+            P.PartitionProduceData(index=0, records=b.build())])])
+        try:
+            r = (await client.send(req, 9)).responses[0].partition_responses[0]
+        except ClientError as e:
+            self.history.info(value, type(e).__name__)
+            return
+        if r.error_code == 0:
+            self.history.ok(value, 0, r.base_offset)
+        else:
+            self.history.info(value, f"error {r.error_code}")
+
+    def __enter__(self) -> "_VictimTail":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def _partitions(c, bootstrap=None):
@@ -167,12 +231,13 @@ def test_pause_leader_past_the_session_timeout_then_resume(cluster, duration, lo
 @pytest.mark.parametrize("load_class", LOADS)
 def test_leader_cut_off_then_healed_truncates_its_unreplicated_tail(cluster, duration, load_class):
     """The leader of partition 0 loses its links to both other nodes (brokers and controllers)
-    while clients still reach it. A producer that only knows that node keeps writing acks=all
-    there: the records land in its log but can never be replicated, so none is acknowledged.
+    while clients still reach it. A producer that only talks to that node (_VictimTail) keeps
+    writing acks=all there: the records land in its log but can never be replicated, so none
+    is acknowledged.
     The other two fence it, elect a new leader and the main load goes on there. After healing,
     the old leader learns it was deposed and truncates that tail: its log end equals the new
-    leader's, no tail record is in any log, nothing acknowledged is lost. (The tail producer is
-    always confluent-kafka, non-idempotent: only the main load changes client.)"""
+    leader's, no tail record is in any log, nothing acknowledged is lost. (Only the main load
+    changes client.)"""
     history = History()
     tail_history = History()
     with _running(load_class(cluster.bootstrap, TOPIC, PARTITIONS, history)) as load:
@@ -180,19 +245,19 @@ def test_leader_cut_off_then_healed_truncates_its_unreplicated_tail(cluster, dur
         victim = _leader(cluster, 0)
         with cluster.isolate(victim):
             cut_end = wait_until(lambda: cluster.log_end(victim, TOPIC, 0), 10, "the victim's log end")
-            # bootstrapped on the victim alone: its metadata still names itself leader
-            tail = ProducerLoad(cluster.nodes[victim].bootstrap, TOPIC, 1, tail_history, name="tail",
-                                idempotent=False, rate_per_s=50.0, message_timeout_ms=60000).start()
-            tail_end = wait_until(lambda: (e := cluster.log_end(victim, TOPIC, 0)) and e >= cut_end + 20 and e,
-                                  30, "the tail on the cut-off leader")
-            others = [n for n in cluster.nodes if n != victim]
-            wait_until(lambda: cluster.leader_seen_by(others[0], TOPIC, 0) not in (-1, victim, None), 60,
-                       "a new leader for partition 0 elected by the other two")
-            before = load.acked(0)
-            wait_until(lambda: load.acked(0) >= before + 100, 60 + duration,
-                       "writes to partition 0 on the new leader")
-            time.sleep(duration)
-            tail.abandon()        # its unacknowledged sends must not be retried after healing
+            host, port = cluster.nodes[victim].bootstrap.rsplit(":", 1)
+            with _VictimTail((host, int(port)), tail_history) as tail:
+                tail_end = wait_until(lambda: (e := cluster.log_end(victim, TOPIC, 0)) and e >= cut_end + 20 and e,
+                                      30, "the tail on the cut-off leader")
+                others = [n for n in cluster.nodes if n != victim]
+                wait_until(lambda: cluster.leader_seen_by(others[0], TOPIC, 0) not in (-1, victim, None), 60,
+                           "a new leader for partition 0 elected by the other two")
+                before = load.acked(0)
+                wait_until(lambda: load.acked(0) >= before + 100, 60 + duration,
+                           "writes to partition 0 on the new leader")
+                time.sleep(duration)
+        answers = {s.error for s in tail_history.sends.values() if s.outcome == "info"}
+        print(f"{tail.sent} tail records sent; the cut-off leader answered {sorted(answers)}")
         assert sum(1 for s in tail_history.sends.values() if s.outcome == "ok") == 0, \
             "a write acknowledged by a leader cut off from every follower"
         wait_until(lambda: cluster.converged(TOPIC, PARTITIONS), 90,
