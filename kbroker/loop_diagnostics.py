@@ -128,10 +128,33 @@ def _timed(run, handle) -> tuple[float, float, object]:
 
 
 def _callback_name(cb) -> str:
-    """A task step names its coroutine; other callbacks their qualified name."""
+    """A task step names its coroutine and where it stopped; the sliced-work runner's step
+    names the job that had the slice and where that stopped; other callbacks their qualified
+    name."""
     owner = getattr(cb, "__self__", None)
     if isinstance(owner, asyncio.Task):
         coro = owner.get_coro()
         coro = getattr(coro, "wrapped", coro)   # a request's first step, timed (net.iteration_budget)
-        return f"task {getattr(coro, '__qualname__', coro)}"
+        name = f"task {getattr(coro, '__qualname__', coro)}"
+        if not owner.get_name().startswith("Task-"):
+            name += f" [{owner.get_name()}]"
+        frame = getattr(coro, "cr_frame", None)
+        runner = frame.f_locals.get("self") if frame is not None else None
+        job = getattr(runner, "last_job", None)   # kbroker.slices._Turns
+        return f"{name} ({_stopped_at(job or coro)})"
     return str(getattr(cb, "__qualname__", cb))
+
+
+def _stopped_at(coro) -> str:
+    """The innermost frame a coroutine or generator is suspended in: 'function file:line'
+    ('finished' once it returned)."""
+    where = None
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is None:
+            break
+        where = frame
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    if where is None:
+        return "finished"
+    return f"{where.f_code.co_qualname} {where.f_code.co_filename.rsplit('/', 1)[-1]}:{where.f_lineno}"

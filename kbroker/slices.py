@@ -108,6 +108,7 @@ class _Turns:
         self.loop = loop
         self.jobs: collections.deque = collections.deque()   # (steps, future, slice_s)
         self.task: asyncio.Task | None = None
+        self.last_job = None   # the generator that had the latest slice (loop diagnostics)
 
     def add(self, steps, slice_s: float) -> asyncio.Future:
         fut = self.loop.create_future()
@@ -124,6 +125,7 @@ class _Turns:
                 jobs.popleft()
                 steps.close()
                 continue
+            self.last_job = steps
             t0 = time.perf_counter()
             wait = None
             try:

@@ -114,3 +114,25 @@ def test_an_iteration_of_many_short_callbacks_is_logged_with_its_total_and_untim
     assert int(slow[0].split(" in ")[1].split()[0]) >= 5, slow
     assert asyncio.events.Handle._run is original_run
     assert asyncio.base_events.BaseEventLoop._run_once is original_run_once
+
+
+def test_a_slow_slice_names_the_sliced_job_and_where_it_paused(monkeypatch, caplog):
+    from kbroker.slices import run_in_slices
+    monkeypatch.setenv("KBROKER_SLOW_ITERATION_MS", "20")
+
+    def a_walk_with_one_long_step():
+        yield
+        _hold_the_loop_in_a_named_function(0.03)
+        yield            # the slice ends here: its time is up
+        yield
+
+    async def main():
+        p = LoopLagProbe(interval_s=0.005, log_ms=1e9).start()
+        await asyncio.sleep(0.01)
+        await run_in_slices(a_walk_with_one_long_step())
+        await asyncio.sleep(0.01)
+        p.stop()
+    with caplog.at_level(logging.WARNING, logger="kbroker.loop"):
+        asyncio.run(main())
+    slow = [r.getMessage() for r in caplog.records if r.getMessage().startswith("loop iteration took")]
+    assert any("_Turns._run" in m and "a_walk_with_one_long_step test_loop_diagnostics.py:" in m for m in slow), slow

@@ -97,6 +97,7 @@ class Dispatcher:
         then the request served. Until it is answered the collector is quiet: its objects are
         many and short-lived (kbroker.gc_policy). The quiet ends after ``_decode_and_serve``
         has returned, when they are gone: a collection that starts as it ends walks no request."""
+        asyncio.current_task().set_name(f"{spec.name} v{header.request_api_version}")   # loop diagnostics
         gc_policy.begin_quiet()
         try:
             return await self._decode_and_serve(conn, spec, header, steps, nbytes, t0, handled)
