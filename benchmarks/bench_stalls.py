@@ -22,7 +22,10 @@ members (raw JoinGroup/SyncGroup/Heartbeat clients, ``RawMember``) joining one g
 until all hold an assignment of one generation (its time and generation are printed).
 
 The machine may be shared: the producer's stalls are compared between brokers in the same
-run, never against fixed numbers.
+run, never against fixed numbers. ``--pin`` runs the brokers on core 0 and this process (the
+producer and every operation's clients) on core 1, as when the clients run on other
+machines: on a 2-core machine a client of 10,000 partitions otherwise takes the broker's core
+from it, and the broker's loop lags for that wait (which the probe reports as core-wait).
 """
 from __future__ import annotations
 
@@ -46,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from peers import NAMES, make_broker, rss_mb  # noqa: E402
+from peers import NAMES, make_broker, pin, rss_mb  # noqa: E402
 
 HB_TOPIC = "heartbeat"
 HB_INTERVAL = 0.002
@@ -495,7 +498,11 @@ def main() -> None:
     ap.add_argument("--out", default="")
     ap.add_argument("--plot", default="")
     ap.add_argument("--keep", action="store_true", help="keep the brokers' data and logs (path printed)")
+    ap.add_argument("--pin", action="store_true",
+                    help="brokers on core 0, this process and its clients on core 1 (as when clients run elsewhere)")
     args = ap.parse_args()
+    if args.pin and len(os.sched_getaffinity(0)) < 2:
+        ap.error("--pin needs two cores")
     kinds = args.brokers.split(",")
     st_base = {"compact_mb": 64 if args.quick else args.compact_mb}
     tmp = Path(tempfile.mkdtemp(prefix="bench-stalls-"))
@@ -509,10 +516,15 @@ def main() -> None:
         for k in kinds:
             b = make_broker(k, tmp, kbroker_overrides=common, kafka_overrides=common)
             brokers[k] = b.start()
+            if args.pin:
+                pin(b.proc.pid, {0})
             a = admin(b.bootstrap)
             a.create_topics([NewTopic(HB_TOPIC, 1, 1)])[HB_TOPIC].result(60)
             wait_topic(b.bootstrap, HB_TOPIC, 1)
             beats[k] = Heartbeat(b.bootstrap).start()
+        if args.pin:
+            for tid in os.listdir("/proc/self/task"):   # this process's threads (the heartbeat
+                os.sched_setaffinity(int(tid), {1})     # producer's too); later ones inherit it
         time.sleep(2)
         for name, setup, op, teardown in SCENARIOS:
             if args.only and not any(o in name for o in args.only.split("|")):
@@ -565,7 +577,8 @@ def main() -> None:
 def report(results, kinds, mem, args) -> None:
     lines = [f"# Acknowledgement stalls during admin work ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
              f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}; "
-             "shared with other jobs while it ran (load noise: compare columns, not runs).",
+             "shared with other jobs while it ran (load noise: compare columns, not runs)"
+             + ("; brokers pinned to core 0, the clients to core 1." if args.pin else "."),
              "Producer: one 100 B record every 2 ms, acks=1. 'stall' = longest acknowledgement latency "
              "of the records sent during the operation (ms); 'idle' = the same over the second before; "
              "'loop' = kbroker's longest event-loop lag logged by its probe in the window, with the CPU "
