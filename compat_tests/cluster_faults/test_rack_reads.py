@@ -21,10 +21,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from compat_tests.brokers import KBrokerCluster
 from compat_tests.cluster_faults.workload import partitions_of, wait_until
 from kbroker.net.client import KafkaClient
+from kbroker.tools.client import one_batch_produce
 from kbroker.wire.errors import Errors
 from kbroker.wire.generated.fetch_request import FetchRequest
 from kbroker.wire.generated.metadata_request import MetadataRequest
-from kbroker.wire.generated.produce_request import ProduceRequest
 from kbroker.wire.records import BatchBuilder
 
 pytestmark = pytest.mark.timeout(300)
@@ -132,12 +132,9 @@ def test_not_leader_answers_name_the_leader_and_its_endpoint(cluster):
     assert part.current_leader.leader_id == leader and part.current_leader.leader_epoch >= 0
     assert [(e.node_id, e.port, e.rack) for e in resp.node_endpoints] == \
         [(leader, _port(cluster, leader), f"rack-{leader}")]
-    P = ProduceRequest.TopicProduceData
     b = BatchBuilder()
     b.append(value=b"x", timestamp=0)
-    batch = b.build()
-    req = ProduceRequest(acks=-1, timeout_ms=5000, topic_data=[P(name=topic, partition_data=[
-        P.PartitionProduceData(index=0, records=batch)])])
+    req = one_batch_produce(topic, 0, b.build(), acks=-1, timeout_ms=5000)
     resp = send(_port(cluster, other), req, 10)
     r = resp.responses[0].partition_responses[0]
     assert r.error_code == Errors.NOT_LEADER_OR_FOLLOWER and r.current_leader.leader_id == leader

@@ -22,7 +22,7 @@ from compat_tests.cluster_faults.checker import History, check
 from compat_tests.cluster_faults.harness import FaultCluster
 from compat_tests.cluster_faults.workload import JavaProducerLoad, ProducerLoad, partitions_of, read_all, wait_until
 from kbroker.net.client import ClientError, KafkaClient
-from kbroker.wire.generated.produce_request import ProduceRequest
+from kbroker.tools.client import one_batch_produce
 from kbroker.wire.records import BatchBuilder
 
 TOPIC = "faults"
@@ -98,9 +98,7 @@ class _VictimTail:
     async def _send(self, client: KafkaClient, value: str) -> None:
         b = BatchBuilder()
         b.append(value=value.encode())
-        P = ProduceRequest.TopicProduceData
-        req = ProduceRequest(acks=-1, timeout_ms=self.timeout_ms, topic_data=[P(name=TOPIC, partition_data=[
-            P.PartitionProduceData(index=0, records=b.build())])])
+        req = one_batch_produce(TOPIC, 0, b.build(), acks=-1, timeout_ms=self.timeout_ms)
         try:
             r = (await client.send(req, 9)).responses[0].partition_responses[0]
         except ClientError as e:

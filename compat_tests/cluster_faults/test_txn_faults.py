@@ -155,9 +155,9 @@ def test_producer_ids_unique_across_brokers_restarts_and_controller_failover(del
 
 
 def test_produce_verification_asks_a_coordinator_on_another_broker(delayed_markers_cluster):
+    from kbroker.tools.client import one_batch_produce
     from kbroker.wire.generated.add_partitions_to_txn_request import AddPartitionsToTxnRequest
     from kbroker.wire.generated.end_txn_request import EndTxnRequest
-    from kbroker.wire.generated.produce_request import ProduceRequest
     from kbroker.wire.records import BatchBuilder
 
     c = delayed_markers_cluster
@@ -173,9 +173,7 @@ def test_produce_verification_asks_a_coordinator_on_another_broker(delayed_marke
         b = BatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=seq,
                          is_transactional=True)
         b.append(key=b"k", value=b"unverified-%d" % seq, timestamp=int(time.time() * 1000))
-        req = ProduceRequest(transactional_id=txn_id, acks=-1, timeout_ms=30000, topic_data=[
-            ProduceRequest.TopicProduceData(name=OUT, partition_data=[
-                ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=b.build())])])
+        req = one_batch_produce(OUT, 0, b.build(), acks=-1, timeout_ms=30000, transactional_id=txn_id)
         r = asyncio.run(_ask_all(c.nodes[leader].port, [req]))[0]
         return r.responses[0].partition_responses[0].error_code
 

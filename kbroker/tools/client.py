@@ -35,6 +35,14 @@ def _check(code: int, what: str, message: str | None = None) -> None:
         raise KafkaError(code, f"{what}: {error_name(code)}" + (f" ({message})" if message else ""))
 
 
+def one_batch_produce(topic: str, partition: int, batch, acks: int = -1, timeout_ms: int = 30000,
+                      transactional_id: str | None = None) -> ProduceRequest:
+    """A ProduceRequest of one record batch to one partition."""
+    P = ProduceRequest.TopicProduceData
+    return ProduceRequest(transactional_id=transactional_id, acks=acks, timeout_ms=timeout_ms, topic_data=[
+        P(name=topic, partition_data=[P.PartitionProduceData(index=partition, records=batch)])])
+
+
 class ToolClient(AdminClient):
     def __init__(self, bootstrap: str, timeout: float = 30.0, client_id: str = "kbroker-tools",
                  ssl=None, sasl=None):
@@ -146,9 +154,7 @@ class ToolClient(AdminClient):
 
     def produce(self, topic: str, partition: int, batch: bytes, acks: int = -1) -> int:
         """Append one record batch; returns its base offset."""
-        P = ProduceRequest.TopicProduceData
-        req = ProduceRequest(acks=acks, timeout_ms=int(self.timeout * 1000), topic_data=[P(name=topic, partition_data=[
-            P.PartitionProduceData(index=partition, records=batch)])])
+        req = one_batch_produce(topic, partition, batch, acks, int(self.timeout * 1000))
         r = self.call(req, 9, self.leader_addr(topic, partition)).responses[0].partition_responses[0]
         _check(r.error_code, f"Produce({topic}-{partition})", r.error_message)
         return r.base_offset
