@@ -27,6 +27,7 @@ import concurrent.futures
 import logging
 import os
 import threading
+import time
 from typing import Callable
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,8 @@ class BackgroundIO:
 
     # ------------------------------------------------------------------ segments
     def fsync_and_close(self, dups: list[int]) -> concurrent.futures.Future:
-        """fsync and close ``dups``: duplicates the caller took (LogSegment.dup_fds)."""
+        """fsync and close ``dups``: duplicates the caller took (LogSegment.dup_fds). The
+        future's result is the time the fsyncs took, ms."""
         return self.submit(_fsync_and_close, dups)
 
     # ------------------------------------------------------------------ files
@@ -152,7 +154,9 @@ class BackgroundIO:
             os.close(dfd)
 
 
-def _fsync_and_close(fds: list[int]) -> None:
+def _fsync_and_close(fds: list[int]) -> float:
+    """Returns the milliseconds the fsyncs took (kbroker.log.flush_stats)."""
+    started = time.monotonic_ns()
     err = None
     for fd in fds:
         try:
@@ -163,6 +167,7 @@ def _fsync_and_close(fds: list[int]) -> None:
             os.close(fd)
     if err is not None:  # pragma: no cover
         raise err
+    return (time.monotonic_ns() - started) / 1e6
 
 
 # files whose early write is harmless (see _write_job); recovery-point and log-start

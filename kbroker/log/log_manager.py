@@ -42,6 +42,7 @@ from .config import LONG_MAX, LogConfig
 from kbroker import gc_policy
 from kbroker.slices import each, run_in_slices, run_to_end
 from .errors import KafkaStorageError
+from .flush_stats import FlushStats
 from .partition_log import PartitionLog, RecoveryReport, parse_topic_partition
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,7 @@ class LogManager:
         self._doomed: set[int] = set()   # id() of opening futures whose partition was deleted
         self._create_batch: list = []
         self._to_register: collections.deque = collections.deque()   # groups the thread created
+        self.flush_stats = FlushStats()   # every log's fsyncs (metrics: LogFlushStats)
         self.load_report = self._startup(now_ms)
 
     def start_background_io(self) -> None:
@@ -183,7 +185,7 @@ class LogManager:
                     recovery_point=rp.get(key, 0),
                     log_start_offset=lso.get(key),
                     had_clean_shutdown=clean,
-                    topic=topic, partition=part)
+                    topic=topic, partition=part, flush_stats=self.flush_stats)
                 if key in cleaner:
                     plog.first_dirty_offset = max(cleaner[key], plog.log_start_offset)
                 self._logs[key] = plog
@@ -246,7 +248,7 @@ class LogManager:
         path = os.path.join(d, f"{topic}-{partition}")
         plog = PartitionLog.open(path, self._effective_config(topic), now_ms,
                                  had_clean_shutdown=True, topic=topic, partition=partition,
-                                 topic_id=topic_id, io=self.io)
+                                 topic_id=topic_id, io=self.io, flush_stats=self.flush_stats)
         if self.io is not None:
             # queued before any recovery-point checkpoint naming the partition (FIFO);
             # partitions created together share one fsync of the log dir
@@ -339,7 +341,8 @@ class LogManager:
                 key, _d, path, cfg, now_ms, topic_id, prepare, _fut = item
                 try:
                     plog = PartitionLog.open(path, cfg, now_ms, had_clean_shutdown=True, topic=key[0],
-                                             partition=key[1], topic_id=topic_id, io=io)
+                                             partition=key[1], topic_id=topic_id, io=io,
+                                             flush_stats=self.flush_stats)
                     try:
                         done.append((item, (plog, prepare(plog) if prepare is not None else None), None))
                     except BaseException:
@@ -582,13 +585,13 @@ class LogManager:
         await run_in_slices(each(list(self._logs.values()), start))
         n = 0
         for plog, (segs, fut) in started:
-            ok = True
+            ok, took = True, None
             try:
-                await asyncio.wrap_future(fut)
+                took = await asyncio.wrap_future(fut)
             except OSError as e:  # pragma: no cover - disk trouble
                 ok = False
                 log.error("fsync of rolled segments of %r failed: %s", plog, e)
-            plog.finish_flush_rolled(segs, ok)
+            plog.finish_flush_rolled(segs, ok, took)
             n += ok
         if self.closed:
             return n

@@ -18,6 +18,7 @@ import bisect
 import errno
 import logging
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Iterable, NamedTuple
 
@@ -45,6 +46,7 @@ from .errors import (
     RecordTooLargeError,
     UnsupportedMessageFormatError,
 )
+from .flush_stats import FlushStats
 from .segment import FileRegion, LogSegment, SegmentRecovery
 
 log = logging.getLogger(__name__)
@@ -178,6 +180,8 @@ class PartitionLog:
         self._sync_waiters: list[tuple[int, asyncio.Future]] = []
         self._sync_task: asyncio.Task | None = None
         self.sync_rounds = 0  # fsync batches run by sync() (group commit)
+        self._round_started_ns = 0  # when the group-commit round now running began
+        self.flush_stats = FlushStats()   # the LogManager's shared one (open's flush_stats)
         self._durable_offset = 0  # below it, the log data is fsynced (group commit)
         self._sync_floor: int | None = None   # an fsync round in flight covers at most this
         self._sync_requested = 0  # the highest offset an append asked to be fsynced (sync_soon)
@@ -202,7 +206,7 @@ class PartitionLog:
              recovery_point: int = 0, log_start_offset: int | None = None,
              had_clean_shutdown: bool = False, high_watermark: int | None = None,
              topic: str | None = None, partition: int | None = None,
-             topic_id: str | None = None, io=None) -> "PartitionLog":
+             topic_id: str | None = None, io=None, flush_stats: FlushStats | None = None) -> "PartitionLog":
         """Open (creating if needed) the partition directory ``dir_path``.
 
         Without ``had_clean_shutdown``, every segment from the one holding
@@ -217,6 +221,8 @@ class PartitionLog:
         os.makedirs(dir_path, exist_ok=True)
         self = cls(dir_path, config, topic, partition)
         self.io = io
+        if flush_stats is not None:
+            self.flush_stats = flush_stats
         self.last_flush_ms = now_ms
         self._load(now_ms, recovery_point, log_start_offset, had_clean_shutdown)
         self.leader_epoch_cache = LeaderEpochCache.load(os.path.join(dir_path, LEADER_EPOCH_CHECKPOINT))
@@ -999,10 +1005,12 @@ class PartitionLog:
         upto = self._leo if offset is None else min(offset, self._leo)
         if upto <= self._recovery_point:
             return
+        started = time.monotonic_ns()
         for s in self._segments_from(self._recovery_point):
             if s.base_offset >= upto:
                 break
             s.flush()
+        self.flush_stats.flushed(started)
         self.leader_epoch_cache.wait_flushed()
         self._mark_flushed(upto, now_ms)
 
@@ -1027,9 +1035,11 @@ class PartitionLog:
         if everything before it is flushed. Returns the number of segments synced."""
         pending, self._roll_flush_pending = self._roll_flush_pending, []
         pending = [s for s in pending if s in self._segments]
+        started = time.monotonic_ns()
         for s in pending:
             s.flush()
         if pending:
+            self.flush_stats.flushed(started)
             self.leader_epoch_cache.wait_flushed()
             self._advance_after_rolled_flush(pending)
         return len(pending)
@@ -1056,8 +1066,11 @@ class PartitionLog:
         self._roll_flush_in_flight += pending
         return pending, fut
 
-    def finish_flush_rolled(self, segments: list, ok: bool) -> None:
+    def finish_flush_rolled(self, segments: list, ok: bool, took_ms: float | None = None) -> None:
+        """``took_ms``: the fsyncs' time, as the IO thread measured it."""
         self._roll_flush_in_flight = [s for s in self._roll_flush_in_flight if s not in segments]
+        if ok and took_ms is not None:
+            self.flush_stats.add(took_ms)
         if self.closed:
             return
         if not ok:  # try again next time
@@ -1193,6 +1206,7 @@ class PartitionLog:
         future (its end, see ``_aio_rounds``) and the active segment."""
         upto = self._leo
         active = self._segments[-1]
+        self._round_started_ns = time.monotonic_ns()
         segs = [s for s in self._segments_from(self._recovery_point) if s.base_offset < upto]
         self._sync_floor = _NO_FLOOR
         gen = self._commit_gen
@@ -1287,22 +1301,27 @@ class PartitionLog:
         return False
 
     def _round_done(self, covered: int, active: LogSegment) -> None:
-        """Everything below ``covered`` is fsynced: answer the waiters it covers."""
+        """Everything below ``covered`` is fsynced: answer the waiters it covers. (A chained
+        round began when the one before it ended, so each round's time runs from there.)"""
         self.sync_rounds += 1
+        started, self._round_started_ns = self._round_started_ns, time.monotonic_ns()
         self._durable_offset = max(self._durable_offset, min(covered, self._leo))
         self._mark_flushed(min(covered, active.base_offset, self._leo), None)
         if covered >= self._leo:
             self._unflushed_messages = 0
         rp = max(self._durable_offset, self._recovery_point)
         still = []
+        answered = 0
         for t, f in self._sync_waiters:
             if f.done():
                 continue
             if t <= rp:
                 f.set_result(None)
+                answered += 1
             else:
                 still.append((t, f))
         self._sync_waiters = still
+        self.flush_stats.commit_round(started, answered)
 
     def _fail_sync_waiters(self, new_end: int) -> None:
         """The log was truncated to ``new_end``: waiters above it fail, and an fsync round

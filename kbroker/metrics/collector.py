@@ -51,6 +51,7 @@ class BrokerCollector:
         yield from self._partitions()
         yield from self._replication_throttles()
         yield from self._logs()
+        yield from self._flushes()
         yield from self._controller()
         yield from self._group_lag()
         yield from self._dead_letters()
@@ -161,6 +162,23 @@ class BrokerCollector:
                 leo.add_metric(lbl, plog.log_end_offset)
                 lso.add_metric(lbl, plog.log_start_offset)
         yield from (size, segs, leo, lso)
+
+    def _flushes(self):
+        """Kafka's LogFlushRateAndTimeMs timer (count and summed ms of every log fsync), and
+        how many appends the group-commit rounds of ``flush.messages=1`` topics answered."""
+        lm = getattr(self.broker, "log_manager", None)
+        if lm is None:
+            return
+        st = lm.flush_stats
+        f = SummaryMetricFamily("kafka_log_logflushstats_logflushrateandtimems",
+                                "Log fsyncs and their time, ms (LogFlushRateAndTimeMs)")
+        f.add_metric([], st.flushes, st.flush_ms)
+        yield f
+        yield CounterMetricFamily("kbroker_log_group_commit_rounds",
+                                  "Group-commit fsync rounds (flush.messages=1 topics)", value=st.commit_rounds)
+        yield CounterMetricFamily("kbroker_log_group_commit_answers",
+                                  "Appends answered by group-commit rounds (per round: this / rounds)",
+                                  value=st.commit_answers)
 
     def _quorum(self):
         """(leader id, epoch, role, log end offset, high watermark, voters) of the metadata

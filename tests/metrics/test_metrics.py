@@ -83,3 +83,39 @@ def test_replica_fetches_are_not_bytes_out():
     m.observe(FETCH, 12, FetchRequest(replica_id=2), resp, 0, 0, 0)               # a follower, v<15
     m.observe(FETCH, 15, FetchRequest(replica_state=FetchRequest.ReplicaState(replica_id=2)), resp, 0, 0, 0)
     assert m.topics["ft"].bytes_out == 7 and m.topics["ft"].fetch_requests == 3
+
+
+def test_log_flushes_and_group_commit_rounds_are_counted(broker):  # noqa: F811
+    """LogFlushRateAndTimeMs counts every log fsync; twenty produces to a flush.messages=1
+    topic appended before the loop runs again share one group-commit round."""
+    import asyncio
+
+    from kbroker.handlers.dispatcher import Dispatcher
+    from kbroker.wire.generated.create_topics_request import CreateTopicsRequest as C
+
+    T = C.CreatableTopic
+    req = C(topics=[T(name="fm", num_partitions=1, replication_factor=1,
+                      configs=[T.CreatableTopicConfig(name="flush.messages", value="1")])], timeout_ms=1000)
+    _dispatch(broker, req, 7)
+    server = broker.server
+    P = ProduceRequest.TopicProduceData
+    d = Dispatcher(server, server.api_specs)
+    before = _scrape(server)
+
+    async def twenty():
+        outs = []
+        for i in range(20):
+            r = ProduceRequest(acks=-1, timeout_ms=5000, topic_data=[
+                P(name="fm", partition_data=[P.PartitionProduceData(index=0, records=_batch(1))])])
+            outs.append(d.dispatch(None, memoryview(encode_request(i, "t", r, 9))[4:]))
+        return await asyncio.gather(*(o for o in outs if hasattr(o, "__await__")))
+
+    broker.loop.run_until_complete(twenty())
+    m = _scrape(server)
+    rounds = m[("kbroker_log_group_commit_rounds_total", ())] - before[("kbroker_log_group_commit_rounds_total", ())]
+    answers = m[("kbroker_log_group_commit_answers_total", ())] - before[("kbroker_log_group_commit_answers_total", ())]
+    assert (rounds, answers) == (1, 20)
+    assert server.log_manager.get("fm", 0).sync_rounds == 1
+    flushes = m[("kafka_log_logflushstats_logflushrateandtimems_count", ())]
+    assert flushes - before[("kafka_log_logflushstats_logflushrateandtimems_count", ())] >= 1
+    assert m[("kafka_log_logflushstats_logflushrateandtimems_sum", ())] > 0
