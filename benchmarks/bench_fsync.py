@@ -14,7 +14,9 @@ it on, which keeps at most 5 requests in flight); the brokers and the with/witho
 alternate, median of ``--trials``. A run must last long enough to be more than start-up:
 one producer sends 1 GB in about a second here. The machine may be shared: compare within
 a run; each trial's with/without pair ran back to back, so their ratios are listed too, and
-the broker's CPU time per GB (what a loaded 2-core machine turns into throughput).
+the broker's CPU time per GB (what a loaded 2-core machine turns into throughput). For
+kbroker the report also lists, from its ``/metrics`` around each run with fsync, how many
+appends each group-commit round answered and the mean time of its fsyncs.
 
 ``--pin``: the brokers run on core 0 and the producers on core 1, as when clients run on
 other machines. On two shared cores the producers need about all of the CPU, so an fsync's
@@ -48,7 +50,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_scale import create, produce  # noqa: E402
+from compat_tests.brokers import free_port  # noqa: E402
+from compat_tests.ops_util import scrape  # noqa: E402
 from peers import KAFKA_HOME, NAMES, cpu_seconds, make_broker, pin, write_report  # noqa: E402
+
+_COMMIT = ("kbroker_log_group_commit_rounds_total", "kbroker_log_group_commit_answers_total",
+           "kafka_log_logflushstats_logflushrateandtimems_count", "kafka_log_logflushstats_logflushrateandtimems_sum")
+
+
+def group_commit(port: int | None) -> tuple[float, ...] | None:
+    """kbroker's counters of group-commit rounds, the appends they answered, and all log
+    fsyncs with their summed ms (its /metrics), or None without a metrics port."""
+    if port is None:
+        return None
+    try:
+        m = scrape(port)
+    except OSError:   # the run's rate still counts; only this table misses it
+        return None
+    return tuple(m.get((name, ()), 0.0) for name in _COMMIT)
 
 
 def produce_parallel(bootstrap: str, topic: str, records: int, producers: int, extra: dict) -> float:
@@ -128,9 +147,14 @@ def main() -> None:
             return produce_java(bootstrap, topic, args.records, producers)
         return produce_parallel(bootstrap, topic, args.records, producers, extra)
 
+    rounds: dict[tuple[str, int], list[tuple[float, float]]] = {}   # kbroker: (appends/round, ms/fsync)
+    mports: dict[str, int] = {}
     try:
         for k in kinds:
-            brokers[k] = make_broker(k, tmp).start(timeout=180)
+            if k.startswith("kbroker"):
+                mports[k] = free_port()
+            brokers[k] = make_broker(k, tmp, kbroker_overrides={"metrics.port": mports[k]} if k in mports
+                                     else None).start(timeout=180)
             if args.pin:
                 pin(brokers[k].proc.pid, {0})
         if args.pin:
@@ -152,9 +176,15 @@ def main() -> None:
                     for mode in ("with", "without") if trial % 2 == 0 else ("without", "with"):
                         try:
                             c0 = cpu_seconds(brokers[k].proc.pid)
+                            g0 = group_commit(mports.get(k)) if mode == "with" else None
                             r = run(brokers[k].bootstrap, _topic(mode, n), n)
                             gb = args.records * 1024 / 1e9
                             cpu.setdefault((k, n, mode), []).append((cpu_seconds(brokers[k].proc.pid) - c0) / gb)
+                            g1 = group_commit(mports[k]) if g0 is not None else None
+                            if g1 is not None:
+                                d = [b - a for a, b in zip(g0, g1)]
+                                if d[0] and d[2]:
+                                    rounds.setdefault((k, n), []).append((d[1] / d[0], d[3] / d[2]))
                         except Exception as e:  # noqa: BLE001 - reported in the table
                             errors.append(f"{NAMES[k]}, {n} producers, {mode}: {type(e).__name__}: {e}"[:200])
                             continue
@@ -165,10 +195,10 @@ def main() -> None:
         for b in brokers.values():
             b.stop()
         shutil.rmtree(tmp, ignore_errors=True)
-    report(res, pairs, cpu, errors, kinds, counts, args)
+    report(res, pairs, cpu, rounds, errors, kinds, counts, args)
 
 
-def report(res, pairs, cpu, errors, kinds, counts, args) -> None:
+def report(res, pairs, cpu, rounds, errors, kinds, counts, args) -> None:
     L = [f"# fsync durability: flush.messages=1 against no fsync "
          f"({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
          f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; shared "
@@ -194,6 +224,14 @@ def report(res, pairs, cpu, errors, kinds, counts, args) -> None:
             cw, cwo = statistics.median(cpu[(k, n, "with")]), statistics.median(cpu[(k, n, "without")])
             L.append(f"| {n} | {NAMES[k]} | {mw:.1f} | {mwo:.1f} | {mw / mwo:.2f} | {per} | {cw:.2f} | {cwo:.2f} |")
     L.append("")
+    if rounds:
+        L += ["kbroker's group commit in the flush.messages=1 runs (its /metrics, per trial): appends "
+              "each fsync round answered, and the mean time of its log fsyncs.", "",
+              "| producers | broker | appends per round | fsync ms |", "|---:|---|---|---|"]
+        for (k, n), per in sorted(rounds.items()):
+            L.append(f"| {n} | {NAMES[k]} | {' '.join(f'{a:.2f}' for a, _ in per)} "
+                     f"| {' '.join(f'{t:.2f}' for _, t in per)} |")
+        L.append("")
     if errors:
         L += ["Errors:", ""] + [f"- {e}" for e in errors] + [""]
     write_report(L, args.out)
