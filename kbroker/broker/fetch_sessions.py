@@ -173,6 +173,7 @@ class FetchSessionCache:
         self.max_slots = max_slots
         self.eviction_ms = eviction_ms
         self.sessions: dict[int, FetchSession] = {}
+        self.evictions = 0   # sessions dropped to make room (IncrementalFetchSessionEvictionsPerSec)
         self._rand = random.Random()
 
     def _new_id(self) -> int:
@@ -203,6 +204,12 @@ class FetchSessionCache:
         stale = [sid for sid, s in self.sessions.items() if now_ms - s.last_used_ms > self.eviction_ms]
         for sid in stale:
             self.remove(sid)
+        self.evictions += len(stale)
         if len(self.sessions) >= self.max_slots and self.sessions:
             oldest = min(self.sessions.values(), key=lambda s: s.last_used_ms)
             self.remove(oldest.id)
+            self.evictions += 1
+
+    def partitions_cached(self) -> int:
+        """Partitions held by all sessions (NumIncrementalFetchPartitionsCached)."""
+        return sum(len(s.partitions) for s in list(self.sessions.values()))

@@ -52,6 +52,8 @@ class BrokerCollector:
         yield from self._replication_throttles()
         yield from self._logs()
         yield from self._flushes()
+        yield from self._network()
+        yield from self._fetch_sessions()
         yield from self._controller()
         yield from self._group_lag()
         yield from self._dead_letters()
@@ -179,6 +181,35 @@ class BrokerCollector:
         yield CounterMetricFamily("kbroker_log_group_commit_answers",
                                   "Appends answered by group-commit rounds (per round: this / rounds)",
                                   value=st.commit_answers)
+
+    def _network(self):
+        """Kafka's socket-server-metrics per listener: open connections, and connections
+        accepted and closed since start."""
+        g = GaugeMetricFamily("kafka_server_socket_server_metrics_connection_count", "Open connections",
+                              labels=["listener"])
+        made = CounterMetricFamily("kafka_server_socket_server_metrics_connection_creation",
+                                   "Connections accepted", labels=["listener"])
+        gone = CounterMetricFamily("kafka_server_socket_server_metrics_connection_close",
+                                   "Connections closed", labels=["listener"])
+        for lst in getattr(self.broker, "listeners", ()):
+            g.add_metric([lst.name], len(lst.connections))
+            made.add_metric([lst.name], lst.accepted_total)
+            gone.add_metric([lst.name], lst.closed_total)
+        yield from (g, made, gone)
+
+    def _fetch_sessions(self):
+        """Kafka's FetchSessionCache metrics (KIP-227 incremental fetch sessions)."""
+        cache = getattr(self.broker, "fetch_sessions", None)
+        if cache is None:
+            return
+        g = GaugeMetricFamily
+        yield g("kafka_server_fetchsessioncache_numincrementalfetchsessions", "Incremental fetch sessions",
+                value=len(cache.sessions))
+        yield g("kafka_server_fetchsessioncache_numincrementalfetchpartitionscached",
+                "Partitions in all incremental fetch sessions", value=cache.partitions_cached())
+        yield CounterMetricFamily("kafka_server_fetchsessioncache_incrementalfetchsessionevictions",
+                                  "Sessions evicted to make room (IncrementalFetchSessionEvictionsPerSec)",
+                                  value=cache.evictions)
 
     def _quorum(self):
         """(leader id, epoch, role, log end offset, high watermark, voters) of the metadata

@@ -48,6 +48,8 @@ class Listener:
         self.recv_buffer = recv_buffer
         self.connection_factory = connection_factory or Connection   # TLS: kbroker.security
         self.connections: set[Connection] = set()
+        self.accepted_total = 0   # connections ever accepted here, and closed (socket-server-metrics)
+        self.closed_total = 0
         self._socks: list[socket.socket] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self.limits = limits     # kbroker.net.connection_limits.ConnectionLimits, shared by listeners
@@ -217,12 +219,15 @@ class Listener:
                 conn_id=f"{self.name}-{next(_ids)}",
             )
             self.connections.add(conn)
+            self.accepted_total += 1
             log.debug("accepted connection %s from %s", conn.conn_id, peer)
             conn.start()
             if not self._accepting:
                 return            # paused by the connection creation rate
 
     def _on_closed(self, conn: Connection) -> None:
+        if conn in self.connections:
+            self.closed_total += 1
         self.connections.discard(conn)
         if self.limits is not None:
             self._released(conn.peer.rsplit(":", 1)[0])

@@ -119,3 +119,67 @@ def test_log_flushes_and_group_commit_rounds_are_counted(broker):  # noqa: F811
     flushes = m[("kafka_log_logflushstats_logflushrateandtimems_count", ())]
     assert flushes - before[("kafka_log_logflushstats_logflushrateandtimems_count", ())] >= 1
     assert m[("kafka_log_logflushstats_logflushrateandtimems_sum", ())] > 0
+
+
+def test_fetch_session_cache_metrics(broker):  # noqa: F811
+    """FetchSessionCache's sessions, cached partitions and evictions, as a new session that
+    finds the cache full evicts the oldest."""
+    from tests.handlers.test_fetch_session_parking import full_fetch
+    from tests.handlers.test_handlers import create
+
+    create(broker, "fsm", 3)
+    first = full_fetch(broker, "fsm", {0: 0, 1: 0, 2: 0})
+    assert first.session_id > 0
+    m = _scrape(broker.server)
+    assert m[("kafka_server_fetchsessioncache_numincrementalfetchsessions", ())] == 1
+    assert m[("kafka_server_fetchsessioncache_numincrementalfetchpartitionscached", ())] == 3
+    assert m[("kafka_server_fetchsessioncache_incrementalfetchsessionevictions_total", ())] == 0
+    broker.server.fetch_sessions.max_slots = 1
+    second = full_fetch(broker, "fsm", {1: 0})
+    assert second.session_id not in (0, first.session_id)
+    m = _scrape(broker.server)
+    assert m[("kafka_server_fetchsessioncache_numincrementalfetchsessions", ())] == 1
+    assert m[("kafka_server_fetchsessioncache_numincrementalfetchpartitionscached", ())] == 1
+    assert m[("kafka_server_fetchsessioncache_incrementalfetchsessionevictions_total", ())] == 1
+
+
+def test_connection_counts_per_listener(broker):  # noqa: F811
+    """socket-server-metrics: open connections, and accepted and closed since start, read
+    from a real listener on loopback."""
+    import asyncio
+    import socket
+
+    from kbroker.net.listener import Listener
+    from kbroker.wire.frame import FrameDecoder
+
+    server = broker.server
+    lst = Listener("PLAINTEXT", "127.0.0.1", 0, None, lambda: FrameDecoder(1 << 20))
+    server.listeners.append(lst)
+
+    async def until(cond):
+        for _ in range(500):
+            if cond():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("timed out")
+
+    async def main():
+        lst.start()
+        clients = [socket.create_connection(("127.0.0.1", lst.bound_port)) for _ in range(3)]
+        await until(lambda: len(lst.connections) == 3)
+        clients.pop().close()
+        await until(lambda: len(lst.connections) == 2)
+        m = _scrape(server)
+        for c in clients:
+            c.close()
+        await lst.shutdown(1)
+        return m
+
+    try:
+        m = broker.loop.run_until_complete(main())
+    finally:
+        server.listeners.remove(lst)
+    label = (("listener", "PLAINTEXT"),)
+    assert m[("kafka_server_socket_server_metrics_connection_count", label)] == 2
+    assert m[("kafka_server_socket_server_metrics_connection_creation_total", label)] == 3
+    assert m[("kafka_server_socket_server_metrics_connection_close_total", label)] == 1
