@@ -111,3 +111,52 @@ def _hog_one_core(cpu: int, seconds: float) -> None:
     t = time.perf_counter()
     while time.perf_counter() - t < seconds:
         pass
+
+
+def test_the_loop_threads_cpu_and_core_wait_are_exported():
+    """kbroker_event_loop_cpu_seconds_total grows by the CPU the loop's thread burns; the
+    families are read from the thread's schedstat, so they count that thread only."""
+    import threading
+
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from kbroker.metrics.loop_lag import LoopLagFamilies
+
+    class _Fam:
+        def __init__(self, probe):
+            self.f = LoopLagFamilies(probe)
+
+        def collect(self):
+            return self.f.families()
+
+    def scrape(probe):
+        reg = CollectorRegistry(auto_describe=False)
+        reg.register(_Fam(probe))
+        return {s.name: s.value for f in text_string_to_metric_families(generate_latest(reg).decode())
+                for s in f.samples}
+
+    async def main():
+        p = LoopLagProbe(interval_s=0.001, log_ms=1e9).start()
+        before = scrape(p)
+        end = time.thread_time() + 0.05
+        while time.thread_time() < end:     # 50 ms of CPU on the loop's thread
+            pass
+        def burn():
+            stop = time.thread_time() + 0.25
+            while time.thread_time() < stop:
+                pass
+        other = threading.Thread(target=burn)   # 250 ms of CPU, not the loop's
+        other.start()
+        other.join()
+        after = scrape(p)
+        p.stop()
+        return before, after
+
+    before, after = asyncio.run(main())
+    if "kbroker_event_loop_cpu_seconds_total" not in before:
+        import pytest
+        pytest.skip("no /proc/thread-self/schedstat on this kernel")
+    grew = after["kbroker_event_loop_cpu_seconds_total"] - before["kbroker_event_loop_cpu_seconds_total"]
+    assert 0.045 <= grew < 0.2, grew
+    assert after["kbroker_event_loop_core_wait_seconds_total"] >= before["kbroker_event_loop_core_wait_seconds_total"] >= 0

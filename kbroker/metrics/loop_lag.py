@@ -22,3 +22,9 @@ class LoopLagFamilies:
         yield GaugeMetricFamily("kbroker_event_loop_lag_max_seconds", "Largest lag since start", value=s.max_ms / 1000)
         yield CounterMetricFamily("kbroker_event_loop_stalls", f"Lags above {s.stall_ms:g} ms", value=s.stalls)
         yield CounterMetricFamily("kbroker_event_loop_lag_samples", "Probe samples taken", value=s.samples)
+        t = self.probe.thread_seconds()
+        if t is not None:   # rate(cpu) near 1: the one loop is the broker's ceiling
+            yield CounterMetricFamily("kbroker_event_loop_cpu_seconds", "CPU time of the event loop's thread",
+                                      value=t[0])
+            yield CounterMetricFamily("kbroker_event_loop_core_wait_seconds",
+                                      "Time the event loop's thread was runnable but had no core", value=t[1])
