@@ -139,3 +139,36 @@ def test_client_telemetry_kip714(mbroker):
     assert sample(m, "kbroker_client_telemetry_clients") >= 1
     # only the subscribed prefix is kept
     assert not any(k[0].startswith("org_apache_kafka_consumer_") for k in m)
+
+
+def test_flush_connection_and_loop_metrics(mbroker):
+    """flush.messages=1: every produce request waits for a group-commit round, so the rounds
+    answered exactly as many appends as the topic took requests; LogFlushRateAndTimeMs counts
+    at least those rounds. The producer's connection is counted while it is open, and the
+    loop's thread has used CPU."""
+    topic, n = "m-durable", 300
+    admin = AdminClient({"bootstrap.servers": mbroker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config={"flush.messages": "1"})])[topic].result(T)
+    before = scrape(mbroker.metrics_port)
+    p = Producer({"bootstrap.servers": mbroker.bootstrap, "acks": "all", "linger.ms": 0})
+    for i in range(n):
+        p.produce(topic, value=b"d" * 100)
+        if i % 20 == 0:
+            p.poll(0)
+    assert p.flush(T) == 0
+    m = scrape(mbroker.metrics_port)
+
+    def grew(name):
+        return (sample(m, name) or 0) - (sample(before, name) or 0)
+
+    requests = sample(m, "kafka_server_brokertopicmetrics_totalproducerequests_total", topic=topic)
+    rounds = grew("kbroker_log_group_commit_rounds_total")
+    assert requests >= 1 and grew("kbroker_log_group_commit_answers_total") == requests
+    assert 1 <= rounds <= requests
+    assert grew("kafka_log_logflushstats_logflushrateandtimems_count") >= rounds
+    assert grew("kafka_log_logflushstats_logflushrateandtimems_sum") > 0
+    assert sample(m, "kafka_server_socket_server_metrics_connection_count", listener="PLAINTEXT") >= 1
+    assert sample(m, "kafka_server_socket_server_metrics_connection_creation_total", listener="PLAINTEXT") \
+        >= sample(m, "kafka_server_socket_server_metrics_connection_count", listener="PLAINTEXT")
+    assert sample(m, "kbroker_event_loop_cpu_seconds_total") > sample(before, "kbroker_event_loop_cpu_seconds_total") > 0
+    del p
