@@ -36,6 +36,7 @@ from kbroker.broker.replica_manager import ReplicaManager
 from kbroker.broker.storage import ensure_formatted
 from kbroker.clock import SYSTEM_CLOCK, Clock
 from kbroker.config import SECURITY_PROTOCOL_IDS, BrokerConfig
+from kbroker.kraft import create_in_groups
 from kbroker.kraft.controller import EXTRA_TOPIC_CONFIGS, Controller
 from kbroker.kraft.image import MetadataImage
 from kbroker.kraft.runtime import METADATA_TOPIC, ControllerRuntime, MetadataLog, QuorumState
@@ -136,7 +137,7 @@ class KafkaServer:
     async def create_topics(self, topics, validate_only: bool = False):
         if self.control.networked:     # through the active controller, over the network
             return await self.control.create_topics(topics, validate_only)
-        results = await self.controller.submit(lambda c, now: c.create_topics(topics, validate_only, now))
+        results = await create_in_groups.create_topics(self.controller.submit, topics, validate_only)
         if not validate_only:
             await self.new_partitions_opened()
         return results

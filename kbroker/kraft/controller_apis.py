@@ -26,6 +26,7 @@ import logging
 
 from kbroker.handlers import api_versions
 from kbroker.handlers.registry import ApiSpec
+from kbroker.kraft import create_in_groups
 from kbroker.kraft.cluster_control import Registration
 from kbroker.kraft.tcp_transport import raft_source
 from kbroker.wire import registry as wire
@@ -118,7 +119,7 @@ class ControllerSide:
             setattr(self._server, name, value)
 
     async def create_topics(self, topics, validate_only: bool = False):
-        return await self.controller.submit(lambda c, now: c.create_topics(topics, validate_only, now))
+        return await create_in_groups.create_topics(self.controller.submit, topics, validate_only)
 
     async def delete_topics(self, targets):
         return await self.controller.submit(lambda c, now: c.delete_topics(targets, now))
