@@ -137,7 +137,8 @@ class KafkaServer:
     async def create_topics(self, topics, validate_only: bool = False):
         if self.control.networked:     # through the active controller, over the network
             return await self.control.create_topics(topics, validate_only)
-        results = await create_in_groups.create_topics(self.controller.submit, topics, validate_only)
+        results = await create_in_groups.create_topics(self.controller.submit, topics, validate_only,
+                                                       self.config["num.partitions"])
         if not validate_only:
             await self.new_partitions_opened()
         return results

@@ -23,6 +23,11 @@ from kbroker.kraft.records import record_class
 from kbroker.wire.errors import Errors
 
 PRODUCER_ID_BLOCK_SIZE = 1000
+# Kafka's bounds on one CreateTopics (QuorumController's MAX_RECORDS_PER_USER_OP and
+# ReplicationControlManager's MAX_PARTITIONS_PER_BATCH): past either, every topic of the
+# request fails with POLICY_VIOLATION and nothing is created
+MAX_RECORDS_PER_USER_OP = 10_000
+MAX_PARTITIONS_PER_BATCH = 10_000
 METADATA_VERSION_FEATURE = "metadata.version"
 METADATA_VERSION = 21          # 3.9-IV0
 MAX_TOPIC_NAME_LENGTH = 249
@@ -69,6 +74,23 @@ class TopicResult:
     num_partitions: int = -1
     replication_factor: int = -1
     configs: dict[str, str] = field(default_factory=dict)   # the topic's own overrides
+
+
+def requested_partitions(topics: list[NewTopic], default_partitions: int) -> int:
+    """The partitions a CreateTopics asks for, counted as Kafka bounds them."""
+    n = 0
+    for t in topics:
+        if t.assignments:
+            n += len(t.assignments)
+        elif t.num_partitions == -1:
+            n += default_partitions
+        elif t.num_partitions > 0:
+            n += t.num_partitions
+    return n
+
+
+def _refuse_all(topics: list[NewTopic], message: str) -> ControllerResult:
+    return ControllerResult([], [TopicResult(t.name, Errors.POLICY_VIOLATION, message) for t in topics])
 
 
 @dataclass
@@ -155,6 +177,8 @@ class Controller:
     # -- topics ------------------------------------------------------------------------------
 
     def create_topics(self, topics: list[NewTopic], validate_only: bool, now_ms: int) -> ControllerResult:
+        if requested_partitions(topics, self.defaults["num.partitions"]) > MAX_PARTITIONS_PER_BATCH:
+            return _refuse_all(topics, "Excessively large number of partitions per request.")
         records: list = []
         results: list[TopicResult] = []
         names = [t.name for t in topics]
@@ -169,9 +193,10 @@ class Controller:
             results.append(res)
             if res.error == 0:
                 pending.add(t.name)
-                if not validate_only:
-                    records += recs
-        return ControllerResult(records, results)
+                records += recs   # (validate_only counts them too, as Kafka's bounded list does)
+        if len(records) > MAX_RECORDS_PER_USER_OP:
+            return _refuse_all(topics, "Unable to perform excessively large batch operation.")
+        return ControllerResult([] if validate_only else records, results)
 
     def _create_topic(self, t: NewTopic, pending: set[str]) -> tuple[TopicResult, list]:
         def fail(code, msg):

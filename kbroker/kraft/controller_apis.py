@@ -119,7 +119,8 @@ class ControllerSide:
             setattr(self._server, name, value)
 
     async def create_topics(self, topics, validate_only: bool = False):
-        return await create_in_groups.create_topics(self.controller.submit, topics, validate_only)
+        return await create_in_groups.create_topics(self.controller.submit, topics, validate_only,
+                                                    self._server.config["num.partitions"])
 
     async def delete_topics(self, targets):
         return await self.controller.submit(lambda c, now: c.delete_topics(targets, now))
