@@ -204,6 +204,26 @@ def op_create_1000(b, st):
     wait_topic(b, "big", 1000)
 
 
+def op_create_9x1000(b, st):
+    """Nine topics of 1,000 partitions in one CreateTopics (Kafka refuses a request of more
+    than 10,000 partitions or records: ten would be refused)."""
+    names = [f"many{i}" for i in range(9)]
+    a = admin(b)   # (kept: a collected client fails its futures)
+    for f in a.create_topics([NewTopic(n, 1000, 1) for n in names], operation_timeout=300).values():
+        f.result(600)
+    for n in names:
+        wait_topic(b, n, 1000, timeout=600)
+
+
+def teardown_9x1000(b, st):
+    a = admin(b)
+    for f in a.delete_topics([f"many{i}" for i in range(9)]).values():
+        try:
+            f.result(600)
+        except Exception:
+            pass
+
+
 def op_delete_1000(b, st):
     a = admin(b)
     a.delete_topics(["big"])["big"].result(120)
@@ -478,6 +498,7 @@ SCENARIOS = [
     ("first consumer group (__consumer_offsets created)", None, op_first_group, None),
     ("create a topic of 1,000 partitions", None, op_create_1000, None),
     ("delete the topic of 1,000 partitions", None, op_delete_1000, None),
+    ("create 9 topics of 1,000 partitions in one request", None, op_create_9x1000, teardown_9x1000),
     ("Metadata for 10,000 partitions (20 requests)", setup_metadata_10k, op_metadata_10k, teardown_metadata_10k),
     ("a consumer of 10,000 partitions (full fetches, 5 s caught up)", setup_consumer_10k, op_consumer_10k,
      teardown_metadata_10k),
