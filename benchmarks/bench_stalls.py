@@ -215,13 +215,18 @@ def op_create_9x1000(b, st):
         wait_topic(b, n, 1000, timeout=600)
 
 
-def teardown_9x1000(b, st):
+def delete_quietly(b, names, timeout=300):
+    """Delete ``names`` and wait, whatever each answers (a teardown)."""
     a = admin(b)
-    for f in a.delete_topics([f"many{i}" for i in range(9)]).values():
+    for f in a.delete_topics(names).values():
         try:
-            f.result(600)
+            f.result(timeout)
         except Exception:
             pass
+
+
+def teardown_9x1000(b, st):
+    delete_quietly(b, [f"many{i}" for i in range(9)], 600)
 
 
 def op_delete_1000(b, st):
@@ -244,12 +249,7 @@ def op_metadata_10k(b, st):
 
 
 def teardown_metadata_10k(b, st):
-    a = admin(b)
-    for f in a.delete_topics([f"meta{i}" for i in range(10)]).values():
-        try:
-            f.result(300)
-        except Exception:
-            pass
+    delete_quietly(b, [f"meta{i}" for i in range(10)])
 
 
 def setup_consumer_10k(b, st):
