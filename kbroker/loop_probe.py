@@ -127,17 +127,21 @@ class LoopLagProbe:
             self._untime()
             self._untime = None
 
-    def _read_run_delay(self) -> int:
+    def _schedstat(self) -> tuple[int, int]:
         # "<run time ns> <run-queue delay ns> <timeslices>"
-        return int(os.pread(self._sched_fd, 96, 0).split()[1])
+        run, wait = os.pread(self._sched_fd, 96, 0).split()[:2]
+        return int(run), int(wait)
+
+    def _read_run_delay(self) -> int:
+        return self._schedstat()[1]
 
     def thread_seconds(self) -> tuple[float, float] | None:
         """The loop thread's CPU time and its time runnable without a core, since it
         started (seconds), or None where the kernel does not say (no schedstat)."""
         if self._sched_fd is None:
             return None
-        run, wait = os.pread(self._sched_fd, 96, 0).split()[:2]
-        return int(run) / 1e9, int(wait) / 1e9
+        run, wait = self._schedstat()
+        return run / 1e9, wait / 1e9
 
     def _on_gc(self, phase: str, info: dict) -> None:
         # the collector runs on whichever thread allocates: a pause of every thread

@@ -76,17 +76,13 @@ class TopicResult:
     configs: dict[str, str] = field(default_factory=dict)   # the topic's own overrides
 
 
-def requested_partitions(topics: list[NewTopic], default_partitions: int) -> int:
-    """The partitions a CreateTopics asks for, counted as Kafka bounds them."""
-    n = 0
-    for t in topics:
-        if t.assignments:
-            n += len(t.assignments)
-        elif t.num_partitions == -1:
-            n += default_partitions
-        elif t.num_partitions > 0:
-            n += t.num_partitions
-    return n
+def partitions_asked(t: NewTopic, default_partitions: int) -> int:
+    """The partitions one topic of a CreateTopics asks for, counted as Kafka bounds them."""
+    if t.assignments:
+        return len(t.assignments)
+    if t.num_partitions == -1:
+        return default_partitions
+    return max(t.num_partitions, 0)
 
 
 def _refuse_all(topics: list[NewTopic], message: str) -> ControllerResult:
@@ -177,7 +173,8 @@ class Controller:
     # -- topics ------------------------------------------------------------------------------
 
     def create_topics(self, topics: list[NewTopic], validate_only: bool, now_ms: int) -> ControllerResult:
-        if requested_partitions(topics, self.defaults["num.partitions"]) > MAX_PARTITIONS_PER_BATCH:
+        default = self.defaults["num.partitions"]
+        if sum(partitions_asked(t, default) for t in topics) > MAX_PARTITIONS_PER_BATCH:
             return _refuse_all(topics, "Excessively large number of partitions per request.")
         records: list = []
         results: list[TopicResult] = []

@@ -19,13 +19,9 @@ from __future__ import annotations
 
 from typing import Awaitable, Callable
 
-from kbroker.kraft.controller import MAX_RECORDS_PER_USER_OP, requested_partitions
+from kbroker.kraft.controller import MAX_RECORDS_PER_USER_OP, partitions_asked
 
 PARTITIONS_PER_OP = 1000
-
-
-def _partitions(t, default_partitions: int) -> int:
-    return requested_partitions([t], default_partitions)
 
 
 def groups(topics: list, default_partitions: int, per_op: int = PARTITIONS_PER_OP) -> list[list]:
@@ -33,14 +29,14 @@ def groups(topics: list, default_partitions: int, per_op: int = PARTITIONS_PER_O
     alone); all in one run if a name repeats or the request may reach Kafka's bounds (its
     records, valid or not, would be more than MAX_RECORDS_PER_USER_OP)."""
     names = [t.name for t in topics]
-    most_records = sum(1 + len(t.configs) + _partitions(t, default_partitions) for t in topics)
+    sizes = [partitions_asked(t, default_partitions) for t in topics]
+    most_records = sum(1 + len(t.configs) + n for t, n in zip(topics, sizes))
     if len(set(names)) != len(names) or most_records > MAX_RECORDS_PER_USER_OP:
         return [list(topics)] if topics else []
     out: list[list] = []
     run: list = []
     size = 0
-    for t in topics:
-        n = _partitions(t, default_partitions)
+    for t, n in zip(topics, sizes):
         if run and size + n > per_op:
             out.append(run)
             run, size = [], 0
