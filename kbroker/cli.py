@@ -95,9 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"kbroker: configuration error: {e}", file=sys.stderr)
         return 2
+    from kbroker.loop_clock import new_event_loop
     from kbroker.server import serve
     try:
-        asyncio.run(serve(cfg))
+        with asyncio.Runner(loop_factory=new_event_loop) as runner:
+            runner.run(serve(cfg))
     except KeyboardInterrupt:
         pass
     except Exception as e:

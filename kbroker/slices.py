@@ -22,6 +22,8 @@ import time
 import weakref
 from typing import Any, Callable, Generator, TypeVar
 
+from kbroker import loop_clock
+
 T = TypeVar("T")
 
 # Work between two hand-backs of the loop (tests set 0: yield at every step). 2 ms: with the
@@ -127,11 +129,12 @@ class _Turns:
                 continue
             self.last_job = steps
             t0 = time.perf_counter()
+            budget = loop_clock.left(self.loop, slice_s)   # (what other work left of this iteration)
             wait = None
             try:
                 while wait is None:
                     wait = next(steps)
-                    if time.perf_counter() - t0 > slice_s:
+                    if time.perf_counter() - t0 > budget:
                         break
             except StopIteration as done:
                 jobs.popleft()
