@@ -60,6 +60,7 @@ class RaftDriver:
         self._closing = False
         self._polled = asyncio.Event()      # set after each poll of the node
         transport.set_receiver(self._receive)
+        node.log.on_flushed = self._wake.set   # a flush done off the loop: poll again (the HW may move)
 
     # -- public --------------------------------------------------------------------------------
 

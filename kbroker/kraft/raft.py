@@ -19,7 +19,8 @@ it. Followers and observers pull with Fetch (last fetched epoch; a diverging epo
 answer makes them truncate); the leader parks a Fetch that has nothing new until data arrives
 or ``max_wait_ms`` passes. The high watermark is the largest offset a majority of voters have
 flushed, counted only once it covers the LeaderChangeMessage the leader wrote at the start of
-its epoch, and never goes back. A replica behind the leader's log start gets a snapshot id and
+its epoch, and never goes back. A flush may end after the poll that asked for it (the
+log's ``on_flushed`` then has the node polled again); a follower's next Fetch waits for it. A replica behind the leader's log start gets a snapshot id and
 pulls it with FetchSnapshot. The voter set is static (``controller.quorum.voters``,
 kraft.version 0) or comes from VotersRecords in the log and snapshots (KIP-853; one
 AddRaftVoter / RemoveRaftVoter at a time, each committed before the next).
@@ -86,8 +87,9 @@ class RaftConfig:
     fetch_max_bytes: int = 8 * 1024 * 1024
     snapshot_chunk_bytes: int = 1024 * 1024
     cluster_id: str | None = None
-    # test hook: a deliberately broken rule the simulation's checker must catch
+    # test hooks: deliberately broken rules the simulation's checker must catch
     unsafe_minority_hw: bool = False
+    unsafe_fetch_before_flush: bool = False
 
     @classmethod
     def from_kafka(cls, cfg) -> "RaftConfig":
@@ -443,7 +445,10 @@ class RaftNode:
         elif self.role in (FOLLOWER, UNATTACHED):
             if self.log.flushed_offset < self.log.end_offset:
                 self.log.flush()
-            if not self._fetch_in_flight() and now_ms >= self._next_fetch_ms:
+            # the fetch offset tells the leader what this voter has durably: the next fetch
+            # waits for a flush under way
+            if not self._fetch_in_flight() and now_ms >= self._next_fetch_ms \
+                    and (self.log.flushed_offset >= self.log.end_offset or self.config.unsafe_fetch_before_flush):
                 if self.role == FOLLOWER:
                     self._send_fetch(self.leader_id, now_ms)
                 elif not self.is_voter and (self.voters or self.bootstrap):

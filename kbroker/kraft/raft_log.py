@@ -15,21 +15,30 @@ store the leader's bytes unchanged.
     read(offset, max_bytes)        whole batches from the one holding offset (>= 1 batch)
     end_offset_for_epoch(epoch)    (epoch, end offset) of the largest epoch <= epoch
     epoch_for_offset(offset)       epoch of the batch holding offset
-    truncate_to(offset), flush(), reset_to(offset, epoch) (empty, starting after a snapshot),
+    truncate_to(offset), reset_to(offset, epoch) (empty, starting after a snapshot),
     advance_start(offset) (cleaning below a snapshot), batches(from_offset)
+    flush()                        make everything below end_offset durable, now or later:
+                                   flushed_offset rises when it is done, and then
+                                   ``on_flushed()`` (if set) is called
 ``MemoryRaftLog`` keeps the batches in a list (and can lose what was not flushed, for the
-simulation's crashes); ``DiskRaftLog`` is ``kbroker.log.PartitionLog`` for
-``__cluster_metadata-0``.
+simulation's crashes; with ``later_flushes`` a flush completes when the simulation says);
+``DiskRaftLog`` is ``kbroker.log.PartitionLog`` for ``__cluster_metadata-0``: on an event
+loop its fsync runs off the loop (an fsync of the metadata log held the loop for 25 ms
+while thousands of partition directories were being created), elsewhere at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import bisect
+import logging
 import os
-from typing import Iterator, Protocol
+from typing import Callable, Iterator, Protocol
 
 from kbroker.log.checkpoint import LeaderEpochCache
 from kbroker.wire.records import BatchBuilder, ControlRecordType, RecordBatch, control_key, iter_batches
+
+log = logging.getLogger("kbroker.kraft")
 
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_PARTITION_DIR = METADATA_TOPIC + "-0"
@@ -60,6 +69,7 @@ class RaftLog(Protocol):
     start_epoch: int
     end_offset: int
     flushed_offset: int
+    on_flushed: Callable[[], None] | None
 
     @property
     def last_epoch(self) -> int: ...
@@ -106,7 +116,7 @@ class _EpochIndex:
 
 
 class MemoryRaftLog(_EpochIndex):
-    def __init__(self) -> None:
+    def __init__(self, later_flushes: bool = False) -> None:
         self.cache = LeaderEpochCache(None)
         self._batches: list[bytes] = []
         self._bases: list[int] = []
@@ -114,6 +124,10 @@ class MemoryRaftLog(_EpochIndex):
         self.start_epoch = 0
         self.end_offset = 0
         self.flushed_offset = 0
+        self.on_flushed: Callable[[], None] | None = None
+        # later_flushes: flush() only asks (flush_wanted); complete_flush() does it
+        self.later_flushes = later_flushes
+        self.flush_wanted = 0
 
     def append(self, data: bytes) -> None:
         for b in iter_batches(data):
@@ -153,19 +167,32 @@ class MemoryRaftLog(_EpochIndex):
                               if self._batches else self.start_offset)
         self.cache.truncate_from_end(self.end_offset)
         self.flushed_offset = min(self.flushed_offset, self.end_offset)
+        # what is appended after a truncation is not in a flush asked for before it
+        self.flush_wanted = min(self.flush_wanted, self.end_offset)
 
     def flush(self) -> None:
-        self.flushed_offset = self.end_offset
+        if not self.later_flushes:
+            self.flushed_offset = self.end_offset
+        elif self.end_offset > self.flushed_offset:
+            self.flush_wanted = max(self.flush_wanted, self.end_offset)
+
+    def complete_flush(self) -> None:
+        """(later_flushes) The flush asked for is done."""
+        if self.flush_wanted > self.flushed_offset:
+            self.flushed_offset = min(self.flush_wanted, self.end_offset)
+            if self.on_flushed is not None:
+                self.on_flushed()
 
     def lose_unflushed(self) -> None:
-        """A crash: what was not flushed is gone."""
+        """A crash: what was not flushed is gone, and so is a flush under way."""
         self.truncate_to(self.flushed_offset)
+        self.flush_wanted = self.flushed_offset
 
     def reset_to(self, offset: int, epoch: int) -> None:
         self._batches.clear()
         self._bases.clear()
         self.cache.clear()
-        self.start_offset = self.end_offset = self.flushed_offset = offset
+        self.start_offset = self.end_offset = self.flushed_offset = self.flush_wanted = offset
         self.start_epoch = epoch
 
     def advance_start(self, offset: int) -> None:
@@ -187,6 +214,8 @@ class DiskRaftLog(_EpochIndex):
         self.start_epoch = start_epoch
         # what a freshly opened log holds survived: it is as durable as it gets
         self.flushed_offset = plog.log_end_offset
+        self.on_flushed: Callable[[], None] | None = None
+        self._flush_asked = self.flushed_offset   # the end of the latest flush under way
 
     @classmethod
     def open(cls, metadata_dir: str, now_ms: int = 0, start_epoch: int = 0, config=None):
@@ -221,15 +250,39 @@ class DiskRaftLog(_EpochIndex):
     def truncate_to(self, offset: int) -> None:
         self.plog.truncate_to(offset)
         self.flushed_offset = min(self.flushed_offset, self.end_offset)
+        self._flush_asked = min(self._flush_asked, self.end_offset)
 
     def flush(self) -> None:
-        self.plog.flush()
-        self.flushed_offset = self.end_offset
+        end = self.end_offset
+        if end <= max(self.flushed_offset, self._flush_asked):
+            return                        # durable, or a flush under way covers it
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:              # (tools, the simulation: no loop to keep free)
+            self.plog.flush()
+            self.flushed_offset = self._flush_asked = end
+            return
+        self._flush_asked = end
+        # the partition log's group commit: native AIO or a worker thread, never this thread;
+        # it answers once everything now below ``end`` is durable (a truncation meanwhile
+        # makes it wait for what is appended in its place)
+        self.plog.when_durable(end, lambda error: self._flushed(end, error))
+
+    def _flushed(self, end: int, error: Exception | None) -> None:
+        if error is not None:
+            if end <= self.end_offset:    # (else truncated below it: nothing failed)
+                log.error("flushing the metadata log to offset %d failed: %s", end, error)
+            self._flush_asked = self.flushed_offset   # the next poll asks again
+            return
+        if min(end, self.end_offset) > self.flushed_offset:
+            self.flushed_offset = min(end, self.end_offset)
+            if self.on_flushed is not None:
+                self.on_flushed()
 
     def reset_to(self, offset: int, epoch: int) -> None:
         self.plog.truncate_fully_and_start_at(offset)
         self.start_epoch = epoch
-        self.flushed_offset = offset
+        self.flushed_offset = self._flush_asked = offset
 
     def advance_start(self, offset: int) -> None:
         if offset > self.start_offset:

@@ -74,6 +74,76 @@ def test_memory_log_crash_loses_only_unflushed():
     assert log.end_offset == 4 and log.last_epoch == 1
 
 
+def test_memory_log_later_flushes_complete_when_told():
+    log = MemoryRaftLog(later_flushes=True)
+    woken = []
+    log.on_flushed = lambda: woken.append(log.flushed_offset)
+    fill(log, [1, 1])
+    log.flush()
+    assert log.flushed_offset == 0 and log.flush_wanted == 4
+    log.truncate_to(2)                   # the flush asked for covers only what stays
+    fill(log, [2])
+    log.complete_flush()
+    assert log.flushed_offset == 2 and woken == [2]
+    log.flush()
+    log.lose_unflushed()                 # a crash: the flush under way is gone too
+    assert log.end_offset == 2 and log.flush_wanted == 2
+
+
+def test_disk_log_flushes_off_the_event_loop(tmp_path, monkeypatch):
+    """On a loop, flush() returns at once and the fsync runs elsewhere: flush() syncs nothing
+    on the calling thread (an fsync of the metadata log held the loop for 25 ms while the disk
+    was busy); flushed_offset rises when it is done, and on_flushed says so."""
+    import asyncio
+
+    log = DiskRaftLog.open(str(tmp_path))
+    in_flush, synced_in_flush = [], []
+
+    def watch(real):
+        def synced(fd):
+            if in_flush:
+                synced_in_flush.append(fd)
+            return real(fd)
+        return synced
+    monkeypatch.setattr(os, "fsync", watch(os.fsync))
+    monkeypatch.setattr(os, "fdatasync", watch(os.fdatasync))
+
+    def flush():
+        in_flush.append(1)
+        try:
+            log.flush()
+        finally:
+            in_flush.pop()
+
+    async def run():
+        flushed = asyncio.Event()
+        log.on_flushed = flushed.set
+        fill(log, [1, 1])
+        flush()
+        assert log.flushed_offset == 0        # not yet: under way
+        flush()                               # (asked once: the flush under way covers it)
+        await asyncio.wait_for(flushed.wait(), 10)
+        assert log.flushed_offset == 4
+        fill(log, [2])
+        flushed.clear()
+        flush()
+        log.truncate_to(5)                    # truncated below what the flush was asked for
+        assert log.flushed_offset == 4
+        fill(log, [3])
+        flush()
+        await asyncio.wait_for(flushed.wait(), 10)
+        assert log.flushed_offset == log.end_offset == 6 and log.last_epoch == 3
+    asyncio.run(run())
+    assert synced_in_flush == []
+    fill(log, [3])
+    flush()                                   # without a loop: at once, here
+    assert synced_in_flush and log.flushed_offset == 8
+    log.close()
+    again = DiskRaftLog.open(str(tmp_path))
+    assert again.end_offset == 8
+    again.close()
+
+
 def test_disk_log_keeps_the_metadata_framing_and_reopens(tmp_path):
     log = DiskRaftLog.open(str(tmp_path))
     lc = build_control_batch(0, 1, [(ControlRecordType.LEADER_CHANGE, b"\x00\x00")], 0)

@@ -58,7 +58,7 @@ class SimNode:
         self.sim = sim
         self.id = node_id
         if sim.root is None:
-            self.log = MemoryRaftLog()
+            self.log = MemoryRaftLog(later_flushes=sim.later_flushes)
             self.store = MemoryQuorumStore()
             self.snaps = MemorySnapshotStore()
         else:                               # the real files: PartitionLog, quorum-state, checkpoints
@@ -68,6 +68,8 @@ class SimNode:
             self.snaps = DirSnapshotStore(os.path.join(self.dir, METADATA_PARTITION_DIR))
         self.rate = 1.0
         self.offset = sim.rng.randrange(10_000)
+        self.incarnation = 0
+        self.flush_due = False              # (later flushes) a completion is scheduled
         self.node: RaftNode | None = None
         self.deadline = 0                   # global time of the next poll it asked for
         self.values: list[bytes] = []       # the state machine: data records in order
@@ -84,15 +86,22 @@ class SimNode:
 
     def start(self, t: int) -> None:
         voters = None if self.sim.dynamic else self.sim.static_voters
-        cfg = RaftConfig(**CONFIG, unsafe_minority_hw=self.sim.bad == "minority_hw")
+        cfg = RaftConfig(**CONFIG, unsafe_minority_hw=self.sim.bad == "minority_hw",
+                         unsafe_fetch_before_flush=self.sim.bad == "fetch_before_flush")
         self.node = RaftNode(self.id, self.log, self.store, self.snaps, cfg,
                              random.Random(self.sim.rng.random()), voters=voters, now_ms=self.local(t))
+        self.log.on_flushed = self.flushed    # (as the driver does: a flush done later wakes the node)
         self.values, self.applied, self.last_hw = [], 0, 0
         self.deadline = t
         self.sim.net.set_down(self.id, False)
 
+    def flushed(self) -> None:
+        self.deadline = min(self.deadline, self.sim.t)
+
     def crash(self, lose_unflushed: bool) -> None:
         self.node = None
+        self.incarnation += 1                 # a flush under way dies with the process
+        self.flush_due = False
         self.sim.net.set_down(self.id, True)
         if isinstance(self.log, DiskRaftLog):
             # a killed process: files stay as written (page cache); reopen runs recovery
@@ -100,15 +109,24 @@ class SimNode:
             self.log = DiskRaftLog.open(self.dir)
         elif lose_unflushed:
             self.log.lose_unflushed()
+        else:
+            self.log.flush_wanted = self.log.flushed_offset
 
 
 class Sim:
     def __init__(self, scenario: str, seed: int, voters: int = 3, observers: int = 1,
-                 bad: str | None = None, verbose: bool = False, root: str | None = None) -> None:
-        """``root``: a directory for on-disk storage (else everything is in memory)."""
+                 bad: str | None = None, verbose: bool = False, root: str | None = None,
+                 later_flushes: bool | None = None) -> None:
+        """``root``: a directory for on-disk storage (else everything is in memory).
+        ``later_flushes``: None, the seed decides (in memory only)."""
         self.scenario, self.seed, self.bad, self.verbose = scenario, seed, bad, verbose
         self.root = root
         self.rng = random.Random(f"{scenario}/{voters}/{seed}")
+        # half the seeds flush later, as the broker's metadata log does (an fsync off the
+        # loop): a flush ends 0-9 ms after the poll that asked, or never if the node crashes
+        self.flush_rng = random.Random(f"flush/{scenario}/{voters}/{seed}")
+        seeded = self.flush_rng.random() < 0.5
+        self.later_flushes = root is None and (seeded if later_flushes is None else later_flushes)
         faults = Faults(min_delay_ms=1, max_delay_ms=5)
         if scenario == "flaky":
             faults = Faults(min_delay_ms=1, max_delay_ms=8, drop=0.05, duplicate=0.05,
@@ -202,6 +220,11 @@ class Sim:
             n = self.nodes[args[0]]
             if n.node is not None:
                 n.crash(args[1])
+        elif what == "flushed":
+            n = self.nodes[args[0]]
+            if n.incarnation == args[1]:
+                n.flush_due = False
+                n.log.complete_flush()
         elif what == "restart":
             n = self.nodes[args[0]]
             if n.node is None:
@@ -297,6 +320,9 @@ class Sim:
                 except AssertionError as e:
                     self.fail(f"node {n.id} refused: {e}")
                 n.deadline = max(self.t + (0 if got else 1), n.to_global(deadline))
+                if getattr(n.log, "flush_wanted", 0) > n.log.flushed_offset and not n.flush_due:
+                    n.flush_due = True
+                    self.at(self.t + self.flush_rng.randrange(10), "flushed", n.id, n.incarnation)
                 for env in out:
                     self.net.send(env, self.t)
                 self.stats["polls"] += 1
@@ -464,7 +490,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, default=200)
     ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--seed", type=int, help="run one seed")
-    ap.add_argument("--bad", choices=("minority_hw",), help="a deliberately broken rule")
+    ap.add_argument("--bad", choices=("minority_hw", "fetch_before_flush"), help="a deliberately broken rule")
     ap.add_argument("--disk", action="store_true", help="real files (in a temporary directory)")
     ap.add_argument("-v", "--verbose", action="store_true")
     a = ap.parse_args(argv)

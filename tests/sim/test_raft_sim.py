@@ -31,6 +31,20 @@ def test_checker_catches_a_high_watermark_that_advances_on_a_minority():
     assert failures[0].rstrip().endswith("--bad minority_hw")
 
 
+def test_checker_catches_a_follower_that_fetches_before_its_flush_ends():
+    """Half the seeds flush later (as the broker's metadata log does, off the loop): a follower
+    whose Fetch reports what it has not flushed yet lets a crash lose a committed entry."""
+    failures = run_seeds("crash", 3, range(20), bad="fetch_before_flush")
+    assert failures, "a fetch offset above the flushed offset went unnoticed"
+    assert "is only on" in failures[0]
+    assert failures[0].rstrip().endswith("--bad fetch_before_flush")
+
+
+def test_some_seeds_flush_later():
+    later = [s for s in range(20) if Sim("crash", s, voters=3).later_flushes]
+    assert 0 < len(later) < 20
+
+
 def test_a_seed_replays_exactly():
     a = Sim("flaky", 7, voters=5).run()
     b = Sim("flaky", 7, voters=5).run()
