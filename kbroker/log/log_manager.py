@@ -384,6 +384,10 @@ class LogManager:
                         raise
                 except Exception as e:  # noqa: BLE001 - reported through the partition's future
                     done.append((item, None, e))
+                # Hand the GIL over between partitions: the loop thread gives it up at each
+                # system call and otherwise waits up to the switch interval to get it back
+                # from this thread's Python (a log's open: ~0.2 ms of it)
+                time.sleep(0)
                 if time.monotonic() - last > 0.005 or len(done) >= 64:
                     loop.call_soon_threadsafe(self._created_many, done)
                     done, last = [], time.monotonic()
