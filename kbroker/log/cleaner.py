@@ -475,4 +475,4 @@ class LogCleaner:
                 bb.append(key=r.key, value=r.value, headers=r.headers, timestamp=r.timestamp,
                           offset=r.offset)
             yield
-        return bb.build(last_offset_delta=b.last_offset_delta)
+        return (yield from bb.build_steps(b.last_offset_delta, RECORDS_PER_STEP))

@@ -587,10 +587,8 @@ class PartitionLog:
             if b.is_control:
                 continue
             try:
-                for r in b.records():
-                    if r.key is None:
-                        bad.append(i)
-                    i += 1
+                bad += [i + j for j in b.keyless_records()]
+                i += b.records_count
             except _records.CorruptRecordError as e:
                 raise CorruptRecordError(str(e)) from None
             except _records.CodecError as e:

@@ -357,6 +357,20 @@ class RecordBatch:
             data = bytes(data)
         return _keys_and_values(data, self.records_count, self._off)
 
+    def keyless_records(self, max_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE) -> list[int]:
+        """Indexes (in the batch) of the records that have no key."""
+        if self.records_count == 0 and self.attributes & _CODEC_MASK:
+            return []
+        data = self.records_bytes(max_size)
+        if type(data) is not bytes:
+            data = bytes(data)
+        found = _keyless(data, self.records_count, self._off)
+        if found is None:
+            found = [i for i, r in enumerate(_decode_records(data, self.records_count, self.base_offset,
+                                                             self.base_timestamp, None, self._off))
+                     if r.key is None]
+        return found
+
     def __iter__(self) -> Iterator[Record]:
         return self.records()
 
@@ -652,6 +666,55 @@ def _keys_and_values(data: bytes, count, position):
         raise CorruptRecordError(f"{end - pos} bytes left after the batch's {count} records", position)
 
 
+def _keyless(data: bytes, count, position) -> list[int] | None:
+    """Indexes of the records without a key among the ``count`` records in ``data``, reading
+    only each record's lengths (a compacted topic's check on every append: decoding the
+    records cost ~3 ms per 1,000 of 1 KiB). None if a record has headers: the caller then
+    decodes them, which checks the headers too. A field running past its record, or a
+    record past the data, is an error, as in ``_decode_records``."""
+    end = len(data)
+    pos = 0
+    out = []
+    try:
+        for i in range(count):
+            v, pos = _read_uvarint(data, pos)
+            rec_end = pos + ((v >> 1) ^ -(v & 1))
+            if rec_end <= pos or rec_end > end:
+                raise CorruptRecordError("record length overruns the batch", position)
+            pos += 1                                  # attributes
+            while data[pos] >= 0x80:                  # timestamp delta
+                pos += 1
+            pos += 1
+            while data[pos] >= 0x80:                  # offset delta
+                pos += 1
+            pos += 1
+            for field in range(2):                    # key, value
+                v = data[pos]
+                if v < 0x80:
+                    pos += 1
+                else:
+                    v, pos = _read_uvarint(data, pos)
+                if v & 1:
+                    if v != 1:
+                        raise CorruptRecordError("invalid key or value length", position)
+                    if field == 0:
+                        out.append(i)
+                else:
+                    pos += v >> 1
+            if pos >= rec_end:
+                raise CorruptRecordError("record key or value overruns the record", position)
+            if data[pos] != 0:                        # headers: the full decode checks them
+                return None
+            if pos + 1 != rec_end:
+                raise CorruptRecordError("record declared more bytes than it held", position)
+            pos = rec_end
+    except IndexError:
+        raise CorruptRecordError("record data ends inside a record", position) from None
+    if pos != end:
+        raise CorruptRecordError(f"{end - pos} bytes left after the batch's {count} records", position)
+    return out
+
+
 def _write_varint(out: bytearray, value: int) -> None:
     v = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
     while v >= 0x80:
@@ -792,10 +855,10 @@ class BatchBuilder:
         self._next_delta = delta + 1
         return self.base_offset + delta
 
-    def _encode_records(self, base_ts: int) -> bytearray:
-        out = bytearray()
+    def _encode_records(self, base_ts: int, out: bytearray, start: int, stop: int) -> None:
+        """Append the encoding of records ``start:stop`` to ``out``."""
         body = bytearray()
-        for delta, ts, key, value, headers in self._recs:
+        for delta, ts, key, value, headers in self._recs[start:stop]:
             body.clear()
             body.append(0)  # attributes
             _write_varint(body, ts - base_ts)
@@ -811,24 +874,44 @@ class BatchBuilder:
                 _write_bytes(body, hv)
             _write_varint(out, len(body))
             out += body
-        return out
 
-    def build(self, last_offset_delta: int | None = None) -> bytes:
-        """The finished batch. ``last_offset_delta`` may be given to keep a batch's
-        original offset range when records were removed (compaction)."""
+    def _timestamps(self) -> tuple[int, int]:
+        """(base timestamp, max timestamp) of the batch."""
         recs = self._recs
         if recs:
-            timestamps = [r[1] for r in recs]
-            first_ts = timestamps[0]
-            max_ts = max(timestamps)
+            first_ts = recs[0][1]
+            max_ts = max(r[1] for r in recs)
         else:
             first_ts = max_ts = NO_TIMESTAMP
         base_ts = first_ts if self.delete_horizon_ms is None else self.delete_horizon_ms
         if self.log_append_time is not None:
             max_ts = self.log_append_time
+        return base_ts, max_ts
+
+    def build(self, last_offset_delta: int | None = None) -> bytes:
+        """The finished batch. ``last_offset_delta`` may be given to keep a batch's
+        original offset range when records were removed (compaction)."""
+        base_ts, max_ts = self._timestamps()
+        body = bytearray()
+        self._encode_records(base_ts, body, 0, len(self._recs))
+        return self._finish(body, base_ts, max_ts, last_offset_delta)
+
+    def build_steps(self, last_offset_delta: int | None = None, records_per_step: int = 200):
+        """``build`` as steps (kbroker.slices): a pause after every ``records_per_step``
+        records encoded; returns the batch. (Rebuilding a 1 MB batch of 1,000 records in
+        one go held the event loop ~3 ms.)"""
+        base_ts, max_ts = self._timestamps()
+        body = bytearray()
+        for start in range(0, len(self._recs), records_per_step):
+            self._encode_records(base_ts, body, start, start + records_per_step)
+            yield
+        return self._finish(body, base_ts, max_ts, last_offset_delta)
+
+    def _finish(self, body: bytearray, base_ts: int, max_ts: int, last_offset_delta: int | None) -> bytes:
+        """Header, compression and CRC around the encoded records."""
+        recs = self._recs
         if last_offset_delta is None:
             last_offset_delta = recs[-1][0] if recs else 0
-        body = self._encode_records(base_ts)
         if self.compression:
             body = compress(self.compression, body)
         attrs = self.compression

@@ -275,3 +275,34 @@ def test_delete_horizon():
     b = RecordBatch(bb.build())
     assert b.has_delete_horizon and b.delete_horizon_ms == 50_000
     assert [r.timestamp for r in b.records()] == [1_000]
+
+
+def test_build_steps_builds_what_build_does_a_pause_per_group_of_records():
+    import random
+
+    from kbroker.slices import run_to_end
+    from kbroker.wire import compression as C
+    rng = random.Random(3)
+    for n, codec, horizon in ((0, C.NONE, None), (1, C.NONE, None), (450, C.NONE, None),
+                              (450, C.ZSTD, None), (201, C.NONE, 5000)):
+        def builder():
+            b = BatchBuilder(codec, base_offset=100, delete_horizon_ms=horizon)
+            for i in range(n):
+                b.append(key=b"k%d" % i, value=rng.randbytes(20), timestamp=1000 + i,
+                         headers=[("h", b"v")] if i % 7 == 0 else (), offset=100 + 2 * i)
+            return b
+        state = rng.getstate()
+        one_go = builder().build(last_offset_delta=2 * n + 5)
+        rng.setstate(state)
+        steps = builder().build_steps(last_offset_delta=2 * n + 5, records_per_step=200)
+        pauses = 0
+        try:
+            while True:
+                next(steps)
+                pauses += 1
+        except StopIteration as done:
+            stepped = done.value
+        assert stepped == one_go
+        assert pauses == -(-n // 200)
+        rng.setstate(state)
+        assert run_to_end(builder().build_steps(2 * n + 5)) == one_go

@@ -7,7 +7,7 @@ from kbroker.wire import compression as C
 from kbroker.wire.records import BatchBuilder, CorruptRecordError, RecordBatch
 
 
-def random_batch(rng, codec=C.NONE):
+def random_batch(rng, codec=C.NONE, with_headers=True):
     b = BatchBuilder(codec)
     offset = 0
     for _ in range(rng.randrange(0, 40)):
@@ -15,7 +15,7 @@ def random_batch(rng, codec=C.NONE):
         key = None if rng.random() < 0.2 else rng.randbytes(rng.choice((0, 2, 63, 64, 300)))
         value = None if rng.random() < 0.2 else rng.randbytes(size)
         headers = [("h%d" % i, None if rng.random() < 0.3 else rng.randbytes(rng.randrange(100)))
-                   for i in range(rng.choice((0, 0, 1, 3)))]
+                   for i in range(rng.choice((0, 0, 1, 3)) if with_headers else 0)]
         ts = rng.choice((0, 1, -1, 1 << 40, rng.randrange(-(1 << 20), 1 << 20)))
         offset += rng.choice((1, 1, 200))               # gaps, as compaction leaves them
         b.append(key=key, value=value, headers=headers, timestamp=ts, offset=offset)
@@ -82,3 +82,44 @@ def test_a_key_or_record_overrunning_its_length_is_refused_before_it_is_read():
         raw[at] = bad
         got, raised = read_until_error(RecordBatch(raw))
         assert raised and got == [(b"k", b""), (b"m", b"")][:len(got)]
+
+
+def keyless_by_decoding(batch):
+    return [i for i, r in enumerate(batch.records()) if r.key is None]
+
+
+def test_keyless_records_are_what_records_reads():
+    """The compacted topics' key check (only lengths read) against a full decode; batches
+    with headers go through the decode, the others through the length scan."""
+    rng = random.Random(21)
+    for i in range(300):
+        codec = C.NONE if i % 10 else rng.choice((C.GZIP, C.ZSTD, C.LZ4))
+        batch = RecordBatch(random_batch(rng, codec))
+        assert batch.keyless_records() == keyless_by_decoding(batch), f"batch {i}"
+        plain = BatchBuilder(codec)                  # the same records without headers: scanned
+        for r in batch.records():
+            plain.append(key=r.key, value=r.value, timestamp=r.timestamp, offset=r.offset)
+        plain = RecordBatch(plain.build())
+        assert plain.keyless_records() == keyless_by_decoding(plain) == keyless_by_decoding(batch)
+
+
+def test_keyless_records_refuse_damaged_record_data():
+    rng = random.Random(8)
+    raised = 0
+    for _ in range(400):
+        raw = bytearray(random_batch(rng, with_headers=False))   # (the length scan's batches)
+        if len(raw) <= 61:
+            continue
+        at = rng.randrange(61, len(raw))
+        raw[at] = rng.randrange(256)
+        if rng.random() < 0.3:
+            del raw[rng.randrange(61, len(raw)):]
+            raw[8:12] = (len(raw) - 12).to_bytes(4, "big")
+        batch = RecordBatch(raw)
+        try:
+            got = batch.keyless_records()
+        except CorruptRecordError:
+            raised += 1
+            continue
+        assert got == keyless_by_decoding(batch)     # what it accepts, a full decode reads the same
+    assert raised > 50
