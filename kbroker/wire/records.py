@@ -625,45 +625,63 @@ def _decode_records(data: bytes, count, base_offset, base_ts, log_append_ts, pos
 _KEY_VALUE = (0, 1)   # the two length-prefixed fields _keys_and_values reads
 
 
+def _records_at(data: bytes, count, position):
+    """Steps over ``count`` records in ``data`` without decoding them: yields, for each, where
+    its key's length starts and where the record ends (the caller reads the key and value
+    from there). A record running past the data, or data left after the last, is an error;
+    an IndexError here or in the caller means the data ended inside a record."""
+    end = len(data)
+    pos = 0
+    for _ in range(count):
+        v, pos = _read_uvarint(data, pos)
+        rec_end = pos + ((v >> 1) ^ -(v & 1))
+        if rec_end <= pos or rec_end > end:
+            raise CorruptRecordError("record length overruns the batch", position)
+        pos += 1                                  # attributes
+        while data[pos] >= 0x80:                  # timestamp delta
+            pos += 1
+        pos += 1
+        while data[pos] >= 0x80:                  # offset delta
+            pos += 1
+        yield pos + 1, rec_end
+        pos = rec_end
+    if pos != end:
+        raise CorruptRecordError(f"{end - pos} bytes left after the batch's {count} records", position)
+
+
+def _field_length(data: bytes, pos: int, position) -> tuple[int, int]:
+    """The length of the key or value at ``pos`` (-1: null) and where its bytes start."""
+    v = data[pos]
+    if v < 0x80:
+        pos += 1
+    else:
+        v, pos = _read_uvarint(data, pos)
+    if v & 1:
+        if v != 1:
+            raise CorruptRecordError("invalid key or value length", position)
+        return -1, pos
+    return v >> 1, pos
+
+
 def _keys_and_values(data: bytes, count, position):
     """Generator over the (key, value) of ``count`` records in ``data``: ``_decode_records``
     without the offsets, timestamps and headers, which it steps over (the record length says
     where the next record starts). A key or value running past its record is an error."""
-    end = len(data)
-    pos = 0
     try:
-        for _ in range(count):
-            v, pos = _read_uvarint(data, pos)
-            rec_end = pos + ((v >> 1) ^ -(v & 1))
-            if rec_end <= pos or rec_end > end:
-                raise CorruptRecordError("record length overruns the batch", position)
-            pos += 1                                  # attributes
-            while data[pos] >= 0x80:                  # timestamp delta
-                pos += 1
-            pos += 1
-            while data[pos] >= 0x80:                  # offset delta
-                pos += 1
-            pos += 1
+        for pos, rec_end in _records_at(data, count, position):
             kv = []                                   # [key, value]
             for _field in _KEY_VALUE:
-                v = data[pos]
-                if v < 0x80:
-                    pos += 1
-                else:
-                    v, pos = _read_uvarint(data, pos)
-                if v & 1:
+                n, pos = _field_length(data, pos, position)
+                if n < 0:
                     kv.append(None)
                 else:
-                    kv.append(data[pos : pos + (v >> 1)])
-                    pos += v >> 1
+                    kv.append(data[pos : pos + n])
+                    pos += n
             if pos >= rec_end:                        # (the header count is at least a byte)
                 raise CorruptRecordError("record key or value overruns the record", position)
             yield tuple(kv)
-            pos = rec_end
     except IndexError:
         raise CorruptRecordError("record data ends inside a record", position) from None
-    if pos != end:
-        raise CorruptRecordError(f"{end - pos} bytes left after the batch's {count} records", position)
 
 
 def _keyless(data: bytes, count, position) -> list[int] | None:
@@ -672,46 +690,24 @@ def _keyless(data: bytes, count, position) -> list[int] | None:
     records cost ~3 ms per 1,000 of 1 KiB). None if a record has headers: the caller then
     decodes them, which checks the headers too. A field running past its record, or a
     record past the data, is an error, as in ``_decode_records``."""
-    end = len(data)
-    pos = 0
     out = []
     try:
-        for i in range(count):
-            v, pos = _read_uvarint(data, pos)
-            rec_end = pos + ((v >> 1) ^ -(v & 1))
-            if rec_end <= pos or rec_end > end:
-                raise CorruptRecordError("record length overruns the batch", position)
-            pos += 1                                  # attributes
-            while data[pos] >= 0x80:                  # timestamp delta
-                pos += 1
-            pos += 1
-            while data[pos] >= 0x80:                  # offset delta
-                pos += 1
-            pos += 1
-            for field in range(2):                    # key, value
-                v = data[pos]
-                if v < 0x80:
-                    pos += 1
-                else:
-                    v, pos = _read_uvarint(data, pos)
-                if v & 1:
-                    if v != 1:
-                        raise CorruptRecordError("invalid key or value length", position)
-                    if field == 0:
-                        out.append(i)
-                else:
-                    pos += v >> 1
+        for i, (pos, rec_end) in enumerate(_records_at(data, count, position)):
+            key, pos = _field_length(data, pos, position)
+            if key < 0:
+                out.append(i)
+            else:
+                pos += key
+            value, pos = _field_length(data, pos, position)
+            pos += max(value, 0)
             if pos >= rec_end:
                 raise CorruptRecordError("record key or value overruns the record", position)
             if data[pos] != 0:                        # headers: the full decode checks them
                 return None
             if pos + 1 != rec_end:
                 raise CorruptRecordError("record declared more bytes than it held", position)
-            pos = rec_end
     except IndexError:
         raise CorruptRecordError("record data ends inside a record", position) from None
-    if pos != end:
-        raise CorruptRecordError(f"{end - pos} bytes left after the batch's {count} records", position)
     return out
 
 
