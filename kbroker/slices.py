@@ -10,7 +10,9 @@ after it reads the future's result. ``run_to_end`` blocks on it.
 
 All sliced work of one loop takes turns in one runner: one slice per loop iteration, round
 robin. Fifty partitions loading at once as fifty tasks that each ran 4 ms per iteration
-held the loop for 200-300 ms per iteration; taking turns keeps it to one slice.
+held the loop for 200-300 ms per iteration; taking turns keeps it to one slice. On the
+broker's loop a slice takes only what the iteration's other work left of
+``loop_clock.ITERATION_S`` (at least one step).
 """
 
 from __future__ import annotations

@@ -19,10 +19,11 @@ it. Followers and observers pull with Fetch (last fetched epoch; a diverging epo
 answer makes them truncate); the leader parks a Fetch that has nothing new until data arrives
 or ``max_wait_ms`` passes. The high watermark is the largest offset a majority of voters have
 flushed, counted only once it covers the LeaderChangeMessage the leader wrote at the start of
-its epoch, and never goes back. A flush may end after the poll that asked for it (the
-log's ``on_flushed`` then has the node polled again); a follower's next Fetch waits for it. A replica behind the leader's log start gets a snapshot id and
-pulls it with FetchSnapshot. The voter set is static (``controller.quorum.voters``,
-kraft.version 0) or comes from VotersRecords in the log and snapshots (KIP-853; one
+its epoch, and never goes back. A flush may end after the poll that asked for it (the log's
+``on_flushed`` then has the node polled again); a follower's next Fetch waits for it. A
+replica behind the leader's log start gets a snapshot id and pulls it with FetchSnapshot.
+The voter set is static (``controller.quorum.voters``, kraft.version 0) or comes from
+VotersRecords in the log and snapshots (KIP-853; one
 AddRaftVoter / RemoveRaftVoter at a time, each committed before the next).
 
 Pre-vote travels in the Vote request as a tagged field (``PRE_VOTE_TAG``): the schemas we
