@@ -548,7 +548,10 @@ class RaftNode:
         log_ok = (p.last_offset_epoch, p.last_offset) >= (self.log.last_epoch, self.log.end_offset)
         granted = False
         err = Errors.NONE
-        if not self.is_voter:
+        if not self.is_voter and env.msg.voter_id != self.node_id:
+            # (a request naming this replica as its voter is answered: the candidate's voter
+            # set may hold a VotersRecord adding it that it has not fetched yet, and without
+            # its vote that set elects no one; Kafka checks only that the request is for it)
             err = Errors.INCONSISTENT_VOTER_SET
         elif cand not in self.voters:
             pass                        # a removed (or not yet added) voter cannot be elected
