@@ -3,6 +3,7 @@ work takes only what other work left of an iteration."""
 
 import asyncio
 import time
+import types
 
 from kbroker import loop_clock, slices
 
@@ -13,17 +14,21 @@ def burn(seconds: float) -> None:
         pass
 
 
-def test_elapsed_counts_from_the_start_of_the_iteration():
+def test_elapsed_counts_from_the_start_of_the_iteration(monkeypatch):
+    now = [100.0]                          # a fake clock: the loop's selector reads it too
+    monkeypatch.setattr(loop_clock, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
     loop = loop_clock.new_event_loop()
     seen = []
 
     def first():
-        burn(0.003)
+        now[0] += 0.003                     # 3 ms of work in this iteration
         seen.append(loop_clock.elapsed(loop))
         loop.call_soon(second)          # runs in the next iteration
 
     def second():
         seen.append(loop_clock.elapsed(loop))
+        seen.append(loop_clock.left(loop, 0.004))
+        now[0] += 0.004
         seen.append(loop_clock.left(loop, 0.004))
         loop.stop()
     try:
@@ -34,6 +39,7 @@ def test_elapsed_counts_from_the_start_of_the_iteration():
     assert seen[0] >= 0.003
     assert seen[1] < 0.003              # a new iteration: counted from its own start
     assert 0 < seen[2] <= 0.004
+    assert abs(seen[3] - 0.001) < 1e-9  # 4 ms of the iteration's 5 used: 1 ms left
 
 
 def test_a_loop_without_the_clock_reports_nothing():

@@ -36,7 +36,7 @@ import os
 from typing import Callable, Iterator, Protocol
 
 from kbroker.log.checkpoint import LeaderEpochCache
-from kbroker.wire.records import BatchBuilder, ControlRecordType, RecordBatch, control_key, iter_batches
+from kbroker.wire.records import BatchBuilder, RecordBatch, control_key, iter_batches
 
 log = logging.getLogger("kbroker.kraft")
 
@@ -274,8 +274,9 @@ class DiskRaftLog(_EpochIndex):
                 log.error("flushing the metadata log to offset %d failed: %s", end, error)
             self._flush_asked = self.flushed_offset   # the next poll asks again
             return
-        if min(end, self.end_offset) > self.flushed_offset:
-            self.flushed_offset = min(end, self.end_offset)
+        durable = min(end, self.end_offset)
+        if durable > self.flushed_offset:
+            self.flushed_offset = durable
             if self.on_flushed is not None:
                 self.on_flushed()
 
