@@ -162,6 +162,20 @@ def test_kill9_leader_then_restart_loses_nothing(cluster, duration, load_class):
     assert _leader(cluster, 0) != -1
 
 
+def test_kill9_leader_with_flush_messages_1(cluster, duration):
+    """The same with ``flush.messages=1`` on the topic: leaders and followers fsync every
+    append off their loops (group commit; a follower's next Fetch waits for its fsync),
+    and failover and catch-up go on as without it."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    res = ConfigResource("topic", TOPIC, incremental_configs=[
+        ConfigEntry("flush.messages", "1", incremental_operation=AlterConfigOpType.SET)])
+    for f in admin.incremental_alter_configs([res]).values():
+        f.result(30)
+    _fault_round(cluster, duration, cluster.kill, cluster.restart, "the leader is dead", ProducerLoad)
+
+
 @pytest.mark.parametrize("load_class", WITH_JAVA_39)
 def test_rolling_restart_with_controlled_shutdown(cluster, duration, load_class):
     """Every node in turn: SIGTERM (controlled shutdown: it hands its leaderships over and

@@ -148,14 +148,30 @@ class ReplicationDriver:
                 f.backoff_all(self.now_ms)
                 continue
             last_error = None
+            appended = []
             try:
-                f.handle_response(req, resp, self.now_ms)
+                appended = f.handle_response(req, resp, self.now_ms)
             except Exception:
                 log.exception("applying a fetch from broker %d failed", leader)
                 f.backoff_all(self.now_ms)
             for t in f.truncations:
                 log.info("%s-%d truncated to %d: %s", t.topic, t.partition, t.offset, t.reason)
             f.truncations.clear()
+            if appended:
+                await self._durable(f, leader, appended)
+
+    async def _durable(self, f: ReplicaFetcher, leader: int, appended: list) -> None:
+        """Wait for the fsyncs the last answer's appends started (flush.messages) before
+        the next Fetch reports their end to the leader, as Kafka's fetcher thread, which
+        fsyncs inside the append; here the loop serves everyone else meanwhile."""
+        waits = [w for w in (r.durable_wait() for r in appended) if w is not None]
+        if not waits:
+            return
+        for outcome in await asyncio.gather(*waits, return_exceptions=True):
+            if isinstance(outcome, Exception):
+                log.warning("fsync of data fetched from broker %d failed: %r", leader, outcome)
+                f.backoff_all(self.now_ms)
+                return
 
     # -- ISR changes -----------------------------------------------------------------------
 

@@ -140,13 +140,16 @@ class ReplicaFetcher:
 
     # -- responses -----------------------------------------------------------------------
 
-    def handle_response(self, request: FetchRequest, response, now_ms: int) -> None:
+    def handle_response(self, request: FetchRequest, response, now_ms: int) -> list:
         """Apply a Fetch answer. ``request`` is the one it answers: a partition whose
-        epoch or offset changed since (a newer role, a truncation) ignores stale data."""
+        epoch or offset changed since (a newer role, a truncation) ignores stale data.
+        Returns the replicas it appended to (whose fsyncs, if flush.messages started any,
+        the next Fetch waits for: its offsets count toward the leader's high watermark)."""
         asked = {(t.topic, p.partition): p for t in request.topics for p in t.partitions}
+        appended: list = []
         if response.error_code:
             self.backoff_all(now_ms)
-            return
+            return appended
         names = {p.topic_id: p.topic for p in self.partitions.values()}
         for t in response.responses:
             topic = t.topic or names.get(t.topic_id, "")   # v13+ names topics by id only
@@ -157,23 +160,28 @@ class ReplicaFetcher:
                 if fp is None or sent is None or sent.current_leader_epoch != fp.leader_epoch \
                         or sent.fetch_offset != fp.replica.log_end_offset:
                     continue
-                self._apply(fp, pd, now_ms)
+                if self._apply(fp, pd, now_ms):
+                    appended.append(fp.replica)
+        return appended
 
     def backoff_all(self, now_ms: int) -> None:
         """The request failed as a whole (connection lost, timeout)."""
         for p in self.partitions.values():
             p.backoff_until_ms = now_ms + self.backoff_ms
 
-    def _apply(self, fp: FollowedPartition, pd, now_ms: int) -> None:
+    def _apply(self, fp: FollowedPartition, pd, now_ms: int) -> bool:
+        """One partition's answer; True if it appended records."""
         r = fp.replica
         err = pd.error_code
+        appended = False
         if err == Errors.NONE:
             de = pd.diverging_epoch
             if de is not None and de.epoch >= 0 and de.end_offset >= 0:
                 self._truncate_diverging(fp, de.epoch, de.end_offset, now_ms)
-                return
+                return False
             if pd.records is not None and len(pd.records):
                 r.append_as_follower(pd.records, now_ms)
+                appended = True
                 if self.throttle is not None and self.throttle.is_throttled(fp.topic, fp.partition):
                     self.throttle.record(len(pd.records), now_ms)
             r.advance_high_watermark(min(pd.high_watermark, r.log_end_offset))
@@ -193,6 +201,7 @@ class ReplicaFetcher:
             fp.stale = True
         else:
             fp.backoff_until_ms = now_ms + self.backoff_ms
+        return appended
 
     def _truncate_diverging(self, fp: FollowedPartition, epoch: int, end_offset: int,
                             now_ms: int) -> None:

@@ -220,8 +220,15 @@ class Partition:
         else:
             self.producer_state.load_from_batches(info.batches)
         if info.flush_required:
-            self.log.flush()
+            # off the loop, as a leader's: the fetcher's next Fetch waits for it (durable_wait)
+            self.log.sync_soon(info.last_offset + 1)
         return info
+
+    def durable_wait(self):
+        """An awaitable for the fsync ``append_as_follower`` started (flush.messages
+        reached), or None when nothing it appended waits for one."""
+        end = self.log.log_end_offset
+        return self.log.sync(end) if self.log.awaits_sync(end) else None
 
     def truncate_to(self, offset: int, now_ms: int) -> bool:
         """Drop everything at and after ``offset`` (a follower's divergent tail); producer

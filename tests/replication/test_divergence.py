@@ -57,12 +57,23 @@ class Cluster:
                 pd.diverging_epoch = PD.EpochEndOffset(epoch=ans.diverging[0], end_offset=ans.diverging[1])
             elif ans.read_offset >= 0:
                 pd.records = lead.read(ans.read_offset, max_records) or None
-            f.handle_response(req, FetchResponse(responses=[
+            self.appended = f.handle_response(req, FetchResponse(responses=[
                 FetchResponse.FetchableTopicResponse(topic="t", partitions=[pd])]), self.now)
         return f
 
     def values(self, i):
         return self.r[i].values()
+
+
+def test_an_answer_names_the_replicas_it_appended_to():
+    # the driver waits for these replicas' fsyncs (flush.messages) before its next Fetch
+    c = Cluster((1, 2))
+    c.elect(1, [1, 2])
+    c.write("m1")
+    c.fetch(2)
+    assert c.appended == [c.r[2]]
+    c.fetch(2)                       # nothing new: nothing appended
+    assert c.appended == []
 
 
 def test_kip101_follower_keeps_a_committed_record_its_high_watermark_had_not_reached():

@@ -108,3 +108,52 @@ def test_empty_epoch_begun_as_leader_is_dropped_by_a_no_op_truncation(tmp_path):
     apply_partition_state(p, 1, 2, 2, 2, [1, 2], [2], 3)
     assert not p.truncate_to(3, 4)
     assert p.latest_epoch == 0
+
+
+def test_follower_fsync_runs_off_the_loop_and_durable_wait_covers_it(tmp_path, monkeypatch):
+    """flush.messages reached by a follower append: the fsync is started, not run on the
+    calling thread (it held the follower's loop, serving all its clients, for each fetch),
+    and ``durable_wait`` is what the fetcher's next Fetch waits for."""
+    import asyncio
+    import os
+    import threading
+
+    from kbroker.log.log_manager import LogManager
+
+    cfg = LogConfig(flush_messages=1)
+    lm = LogManager([str(tmp_path / "b")])
+    lm.start_background_io()          # as in the broker: checkpoints in the IO thread
+    plog = lm.get_or_create("t", 0, cfg)
+    follower = Partition("t", 0, uuid.UUID(int=1), plog,
+                         ProducerStateManager(plog.dir, topic_partition="t-0"), 0, cfg)
+    apply_partition_state(follower, 2, 1, 3, 0, [1, 2], [1, 2], 0)
+    leader = open_partition(tmp_path / "a")
+    apply_partition_state(leader, 1, 1, 3, 0, [1, 2], [1, 2], 0)
+    for seq in (0, 2):
+        assert leader.append_as_leader(batch(seq, 2), 10).error == 0
+    data = leader.log.read(0, 1 << 20).to_bytes()
+
+    main = threading.get_ident()
+    on_loop = []
+    for name in ("fsync", "fdatasync"):
+        real = getattr(os, name)
+
+        def counted(fd, real=real):
+            if threading.get_ident() == main:
+                on_loop.append(fd)
+            return real(fd)
+        monkeypatch.setattr(os, name, counted)
+
+    async def run():
+        assert follower.durable_wait() is None          # nothing appended yet
+        follower.append_as_follower(bytearray(data), 20)
+        assert follower.log_end_offset == 4
+        wait = follower.durable_wait()
+        assert wait is not None
+        await asyncio.wait_for(wait, 10)
+        assert not follower.log.awaits_sync(4)
+        assert follower.durable_wait() is None
+    asyncio.run(run())
+    assert on_loop == []
+    lm.shutdown()
+
