@@ -6,7 +6,8 @@ a reference measured in the same run. Results: benchmarks/results/replication.md
         (paced at --rate msg/s, linger 0: p50/p99 from produce() to the delivery report) on
         a 3-node cluster, RF=3, min.insync.replicas=2, acks=all, beside a 1-node cluster,
         RF=1, acks=1, both up at once and measured in alternation for --rounds rounds
-        (medians; the machine is shared): ratios 3-node / 1-node. ``--peer kafka`` runs the
+        (medians; the machine is shared): ratios 3-node / 1-node. ``--flush-messages 1``
+        fsyncs every append (leaders and followers). ``--peer kafka`` runs the
         same two shapes on Apache Kafka 4.0 (../shared/reference-kafka) in the same rotation
         and adds kbroker / Kafka ratios.
     python benchmarks/bench_replication.py failover [--trials 10] [--peer kafka]
@@ -57,9 +58,12 @@ def _cluster(base: Path, kind: str, n: int, overrides: dict | None = None):
     return KBrokerCluster(base / f"n{n}", n, overrides=cfg).start()
 
 
-def _create(c: KBrokerCluster, partitions: int, rf: int, min_isr: int) -> None:
+def _create(c: KBrokerCluster, partitions: int, rf: int, min_isr: int, flush_messages: int | None = None) -> None:
     admin = AdminClient({"bootstrap.servers": c.bootstrap})
-    topic = NewTopic(TOPIC, partitions, rf, config={"min.insync.replicas": str(min_isr)})
+    config = {"min.insync.replicas": str(min_isr)}
+    if flush_messages:
+        config["flush.messages"] = str(flush_messages)
+    topic = NewTopic(TOPIC, partitions, rf, config=config)
     for f in admin.create_topics([topic]).values():
         f.result(60)
     wait_until(lambda: all(len(p.isrs) == rf for p in
@@ -133,7 +137,7 @@ def produce(args) -> None:
         for kind, n in setups:
             rf, min_isr, _ = shapes[n]
             clusters[kind, n] = _cluster(base, kind, n)
-            _create(clusters[kind, n], args.partitions, rf, min_isr)
+            _create(clusters[kind, n], args.partitions, rf, min_isr, args.flush_messages)
         tput = {s: [] for s in setups}
         lat = {s: [] for s in setups}
         for r in range(args.rounds):
@@ -240,6 +244,8 @@ def main() -> None:
     pr.add_argument("--seconds", type=float, default=5.0)
     pr.add_argument("--rounds", type=int, default=5)
     pr.add_argument("--rate", type=float, default=200.0)
+    pr.add_argument("--flush-messages", type=int, help="the topic's flush.messages (1: fsync every append, "
+                    "on leaders and followers)")
     pr.add_argument("--peer", choices=["kafka"], help="also measure Apache Kafka 4.0 (reference-kafka)")
     fo = sub.add_parser("failover")
     fo.add_argument("--trials", type=int, default=10)
