@@ -49,12 +49,35 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from peers import NAMES, make_broker, pin, rss_mb  # noqa: E402
+from peers import NAMES, cpu_seconds, make_broker, pin, rss_mb  # noqa: E402
 
 HB_TOPIC = "heartbeat"
 HB_INTERVAL = 0.002
 IDLE_S = 1.0
 SETTLE_S = 0.5
+# Before a broker's operation, wait (up to QUIET_TIMEOUT_S) until the other brokers use less
+# than QUIET_CORES between them: what one broker left running (Kafka deletes topics and
+# compiles in the background) otherwise takes the cores from the next one's window.
+QUIET_CORES = 0.15
+QUIET_SAMPLE_S = 0.5
+QUIET_TIMEOUT_S = 30.0
+
+
+def others_cpu(brokers: dict, kind: str) -> float:
+    """CPU seconds used so far by every broker but ``kind``."""
+    return sum(cpu_seconds(b.proc.pid) for k, b in brokers.items() if k != kind)
+
+
+def wait_quiet(brokers: dict, kind: str) -> float:
+    """Until the brokers other than ``kind`` use less than QUIET_CORES over a sample
+    (or QUIET_TIMEOUT_S passed); returns the seconds waited."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < QUIET_TIMEOUT_S:
+        c0 = others_cpu(brokers, kind)
+        time.sleep(QUIET_SAMPLE_S)
+        if (others_cpu(brokers, kind) - c0) / QUIET_SAMPLE_S < QUIET_CORES:
+            break
+    return time.perf_counter() - t0
 
 
 # ----------------------------------------------------------------------------- heartbeat
@@ -558,14 +581,17 @@ def main() -> None:
                     if setup:
                         setup(b.bootstrap, st)
                     hb.wait_acked(60)
+                    quiet_s = wait_quiet(brokers, k)
                     time.sleep(IDLE_S)
                     idle = hb.worst(time.perf_counter() - IDLE_S, time.perf_counter())
-                    w0, t0 = time.time(), time.perf_counter()
+                    w0, t0, c0 = time.time(), time.perf_counter(), others_cpu(brokers, k)
                     op(b.bootstrap, st)
                     t1, w1 = time.perf_counter(), time.time()
                     time.sleep(SETTLE_S)
+                    others = (others_cpu(brokers, k) - c0) / (time.perf_counter() - t0)
                     hb.wait_acked(60)
                     row = {"stall_ms": hb.worst(t0, t1 + SETTLE_S), "idle_ms": idle, "op_s": t1 - t0,
+                           "quiet_s": quiet_s, "others_cores": others,
                            **{k2: v for k2, v in st.items() if k2 in ("rebalance_s", "generation")}}
                     if args.keep:   # to find the operation in the kept logs
                         row["window"] = "%s-%s" % (time.strftime("%H:%M:%S", time.localtime(w0)),
@@ -607,11 +633,14 @@ def report(results, kinds, mem, args) -> None:
              "(the scheduler's run-queue delay): a lag that is mostly waiting for a core is the machine's "
              "load, not work held on the loop; what is neither CPU nor core-wait is the GIL or a "
              "blocking call. 'held' = the longest lag less its core-wait: how long kbroker itself held "
-             "its loop.", "",
+             "its loop. Each operation starts once the other brokers use less than "
+             f"{QUIET_CORES} of a core; 'others' = the cores they used during kbroker's operation.", "",
              "| operation | " + " | ".join(f"{NAMES[k]} stall (idle) ms" for k in kinds)
              + (" | kbroker loop ms (CPU ms, core-wait ms) | kbroker held ms" if "kbroker" in kinds else "")
-             + (" | kbroker / Kafka stall" if "kbroker" in kinds and "kafka" in kinds else "") + " |",
-             "|---|" + "---:|" * (len(kinds) + 2 * ("kbroker" in kinds) + ("kbroker" in kinds and "kafka" in kinds))]
+             + (" | kbroker / Kafka stall" if "kbroker" in kinds and "kafka" in kinds else "")
+             + (" | others (cores)" if "kbroker" in kinds and len(kinds) > 1 else "") + " |",
+             "|---|" + "---:|" * (len(kinds) + 2 * ("kbroker" in kinds) + ("kbroker" in kinds and "kafka" in kinds)
+                                  + ("kbroker" in kinds and len(kinds) > 1))]
     for name, row in results.items():
         cells = []
         for k in kinds:
@@ -627,6 +656,9 @@ def report(results, kinds, mem, args) -> None:
         if "kbroker" in kinds and "kafka" in kinds:
             a, b = row.get("kbroker", {}), row.get("kafka", {})
             cells.append(f"{a['stall_ms'] / max(b['stall_ms'], 1):.2f}" if "stall_ms" in a and "stall_ms" in b else "n/a")
+        if "kbroker" in kinds and len(kinds) > 1:
+            r = row.get("kbroker", {})
+            cells.append(f"{r['others_cores']:.2f}" if "others_cores" in r else "n/a")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += ["", "Errors (operation not supported by a peer, or failed):", ""]
     for name, row in results.items():
