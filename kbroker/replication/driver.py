@@ -162,16 +162,22 @@ class ReplicationDriver:
 
     async def _durable(self, f: ReplicaFetcher, leader: int, appended: list) -> None:
         """Wait for the fsyncs the last answer's appends started (flush.messages) before
-        the next Fetch reports their end to the leader, as Kafka's fetcher thread, which
-        fsyncs inside the append; here the loop serves everyone else meanwhile."""
-        waits = [w for w in (r.durable_wait() for r in appended) if w is not None]
+        the next Fetch reports their ends to the leader, as Kafka's fetcher thread, which
+        fsyncs inside the append; here the loop serves everyone else meanwhile. A partition
+        whose fsync failed (or that was truncated meanwhile) backs off."""
+        waits = []
+        for fp in appended:
+            w = fp.replica.durable_wait()
+            if w is not None:
+                waits.append((fp, w))
         if not waits:
             return
-        for outcome in await asyncio.gather(*waits, return_exceptions=True):
+        outcomes = await asyncio.gather(*(w for _, w in waits), return_exceptions=True)
+        for (fp, _), outcome in zip(waits, outcomes):
             if isinstance(outcome, Exception):
-                log.warning("fsync of data fetched from broker %d failed: %r", leader, outcome)
-                f.backoff_all(self.now_ms)
-                return
+                log.warning("%s-%d: fsync of data fetched from broker %d failed: %r",
+                            fp.topic, fp.partition, leader, outcome)
+                fp.backoff_until_ms = self.now_ms + f.backoff_ms
 
     # -- ISR changes -----------------------------------------------------------------------
 

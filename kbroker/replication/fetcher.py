@@ -143,7 +143,7 @@ class ReplicaFetcher:
     def handle_response(self, request: FetchRequest, response, now_ms: int) -> list:
         """Apply a Fetch answer. ``request`` is the one it answers: a partition whose
         epoch or offset changed since (a newer role, a truncation) ignores stale data.
-        Returns the replicas it appended to (whose fsyncs, if flush.messages started any,
+        Returns the partitions it appended to (whose fsyncs, if flush.messages started any,
         the next Fetch waits for: its offsets count toward the leader's high watermark)."""
         asked = {(t.topic, p.partition): p for t in request.topics for p in t.partitions}
         appended: list = []
@@ -161,7 +161,7 @@ class ReplicaFetcher:
                         or sent.fetch_offset != fp.replica.log_end_offset:
                     continue
                 if self._apply(fp, pd, now_ms):
-                    appended.append(fp.replica)
+                    appended.append(fp)
         return appended
 
     def backoff_all(self, now_ms: int) -> None:

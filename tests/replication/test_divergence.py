@@ -66,12 +66,12 @@ class Cluster:
 
 
 def test_an_answer_names_the_replicas_it_appended_to():
-    # the driver waits for these replicas' fsyncs (flush.messages) before its next Fetch
+    # the driver waits for these partitions' fsyncs (flush.messages) before its next Fetch
     c = Cluster((1, 2))
     c.elect(1, [1, 2])
     c.write("m1")
     c.fetch(2)
-    assert c.appended == [c.r[2]]
+    assert [fp.replica for fp in c.appended] == [c.r[2]]
     c.fetch(2)                       # nothing new: nothing appended
     assert c.appended == []
 
