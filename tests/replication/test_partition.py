@@ -157,3 +157,37 @@ def test_follower_fsync_runs_off_the_loop_and_durable_wait_covers_it(tmp_path, m
     assert on_loop == []
     lm.shutdown()
 
+
+
+def test_a_failed_follower_fsync_backs_off_that_partition_alone():
+    """The fetcher's next Fetch waits for its partitions' fsyncs; one that fails (a
+    truncation by a newer role, a disk error) keeps that partition out for a backoff, and
+    its neighbours are fetched as before."""
+    import asyncio
+    import types
+
+    from kbroker.log.partition_log import KafkaStorageError
+    from kbroker.replication.driver import ReplicationDriver
+    from kbroker.replication.fetcher import ReplicaFetcher
+
+    class Replica:
+        def __init__(self, error=None):
+            self.error, self.waited = error, False
+
+        def durable_wait(self):
+            async def wait():
+                self.waited = True
+                if self.error:
+                    raise self.error
+            return wait()
+
+    f = ReplicaFetcher(2, 1, backoff_ms=500)
+    ok, failed = Replica(), Replica(KafkaStorageError("log truncated"))
+    f.add("t", 0, uuid.UUID(int=1), 3, ok)
+    f.add("t", 1, uuid.UUID(int=1), 3, failed)
+    driver = types.SimpleNamespace(now_ms=1000)
+    appended = [f.partitions[("t", 0)], f.partitions[("t", 1)]]
+    asyncio.run(ReplicationDriver._durable(driver, f, 1, appended))
+    assert ok.waited and failed.waited
+    assert f.partitions[("t", 0)].backoff_until_ms == 0
+    assert f.partitions[("t", 1)].backoff_until_ms == 1500
