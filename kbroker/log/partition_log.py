@@ -1123,10 +1123,6 @@ class PartitionLog:
         except RuntimeError:
             self.flush()
             return
-        if self._sync_floor is not None:
-            # a round is in flight and this append waits for the next: its pages start out
-            # now, beside that round, and the next round finds them written
-            self._segments[-1].start_writeback()
         # (raised only after the bytes are written: a worker thread's follow-on round reads it)
         self._sync_requested = max(self._sync_requested, offset)
         self._start_sync_loop(loop)

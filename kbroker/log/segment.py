@@ -21,7 +21,7 @@ from typing import Iterator, NamedTuple
 from kbroker.wire import records as _records
 from kbroker.wire.records import LOG_OVERHEAD, RECORD_BATCH_OVERHEAD, RecordBatch
 
-from . import writeback, zero_fill
+from . import zero_fill
 from .config import INT_MAX, LogConfig
 from .errors import KafkaStorageError
 from .fd_cache import FileHandle
@@ -166,7 +166,6 @@ class LogSegment:
         # so offset translation never needs a batch header; known for what we wrote/scanned
         self.contiguous = create
         self._zero_fill: zero_fill.ZeroFill | None = None   # group commit: zeros ahead of the appends
-        self._last_append_at = 0    # where the last append's bytes begin (start_writeback)
 
     # -- identity -----------------------------------------------------------------------
     @property
@@ -361,19 +360,11 @@ class LogSegment:
         if self._zero_fill is not None:
             self._zero_fill.claim(position + (buf.nbytes if isinstance(buf, memoryview) else len(buf)))
         pwrite_all(self.handle.fileno(), buf, position)
-        self._last_append_at = position
         self._after_write(batches, position)
         self._next_offset = largest_offset + 1
         if self.config.group_commit and not self.suffix:
             # (a .cleaned file being written by the cleaner is fsynced once, at its end)
             self._fill_ahead()
-
-    def start_writeback(self) -> None:
-        """Start writing out the last append's pages (kbroker.log.writeback): group commit
-        asks for it when that append waits for the round after the one in flight."""
-        start = self._last_append_at
-        if start < self.size and not self.handle.closed:
-            writeback.start(self.handle.fileno(), start, self.size - start)
 
     def _fill_ahead(self) -> None:
         """After an append to a log that fsyncs every append: keep zeros written ahead of
