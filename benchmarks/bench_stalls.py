@@ -4,11 +4,14 @@
                                       [--out benchmarks/results/stalls.md] [--plot benchmarks/results/stalls.png]
 
 A producer sends one record every 2 ms (acks=1, linger 0) to a 1-partition topic on each
-broker, all the time. Each scenario runs an operation against one broker at a time (the
-brokers alternate: kbroker, Kafka, Tansu, then the next scenario), and reports the longest
-acknowledgement latency of the records sent while it ran (its "stall": how long a client
-saw the broker hold its records) next to the same producer's worst latency in the idle second
-before. For kbroker it also reports the longest event-loop lag its probe logged in the window
+broker, all the time, each from a process of its own (so the operations' clients here do
+not hold the GIL its acknowledgements are timed under). Each scenario runs an operation
+against one broker at a time (the brokers alternate: kbroker, Kafka, Tansu, then the next
+scenario), once the other brokers are quiet (below 0.2 of a core each, at most 20 s), and
+reports the longest acknowledgement latency of the records sent while it ran (its "stall":
+how long a client saw the broker hold its records) next to the same producer's worst
+latency in the idle second before. For kbroker it also reports the longest event-loop lag
+its probe logged in the window
 (kbroker.loop_probe, lowered to log every lag above 10 ms here).
 
 Scenarios (issue 15): the first consumer group (``__consumer_offsets`` created), a topic of
@@ -23,7 +26,7 @@ until all hold an assignment of one generation (its time and generation are prin
 
 The machine may be shared: the producer's stalls are compared between brokers in the same
 run, never against fixed numbers. ``--pin`` runs the brokers on core 0 and this process (the
-producer and every operation's clients) on core 1, as when the clients run on other
+producers and every operation's clients) on core 1, as when the clients run on other
 machines: on a 2-core machine a client of 10,000 partitions otherwise takes the broker's core
 from it, and the broker's loop lags for that wait (which the probe reports as core-wait).
 """
@@ -32,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import multiprocessing
 import os
 import platform
 import re
@@ -170,7 +174,6 @@ class HeartbeatProcess:
     (perf_counter, CLOCK_MONOTONIC) is the machine's, so times compare across processes."""
 
     def __init__(self, bootstrap: str) -> None:
-        import multiprocessing
         ctx = multiprocessing.get_context("spawn")   # (no fork of librdkafka's threads)
         self._conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_heartbeat_child, args=(bootstrap, child), daemon=True)
