@@ -11,8 +11,8 @@ scenario), once the other brokers are quiet (below 0.2 of a core each, at most 2
 reports the longest acknowledgement latency of the records sent while it ran (its "stall":
 how long a client saw the broker hold its records) next to the same producer's worst
 latency in the idle second before. For kbroker it also reports the longest event-loop lag
-its probe logged in the window
-(kbroker.loop_probe, lowered to log every lag above 10 ms here).
+its probe logged in the window (kbroker.loop_probe, lowered to log every lag above 10 ms
+here).
 
 Scenarios (issue 15): the first consumer group (``__consumer_offsets`` created), a topic of
 1,000 partitions created and then deleted, Metadata for 10,000 partitions (10 topics of
