@@ -17,6 +17,13 @@ a reference measured in the same run. Results: benchmarks/results/replication.md
         ratio to broker.session.timeout.ms (the time the controller waits before it fences a
         silent broker and elects a successor), and with ``--peer kafka`` to a 3-node Kafka 4.0
         cluster with the same configs, measured after it.
+    python benchmarks/bench_replication.py follower [--seconds 20] [--flush-messages 1]
+        what replication costs a follower's other clients: a 3-node cluster, a topic whose
+        partitions all lead on node 1 and follow on nodes 2 and 3 (RF=3, acks=all, as fast as
+        one producer goes), and on node 2 a topic of its own that a producer in a process of
+        its own writes one record to every 2 ms (acks=1): that producer's acknowledgement
+        latency (p50, p99, max) with node 2 idle, then while it follows the load. With
+        ``--flush-messages 1`` the followers fsync every append.
 """
 from __future__ import annotations
 
@@ -33,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
+from benchmarks.bench_stalls import HB_TOPIC, HeartbeatProcess  # noqa: E402
 from benchmarks.peers import KafkaCluster  # noqa: E402
 from compat_tests.brokers import KBrokerCluster  # noqa: E402
 from compat_tests.cluster_faults.workload import wait_until  # noqa: E402
@@ -234,6 +242,66 @@ def _failover_trials(base: Path, kind: str, trials: int) -> list[float]:
         c.close()
 
 
+def _load_for(bootstrap: str, seconds: float, size: int) -> float:
+    """acks=all records as fast as one producer goes for ``seconds``; acknowledged per second."""
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                  "enable.idempotence": True, "queue.buffering.max.messages": 1000000})
+    value = b"x" * size
+    done = [0]
+
+    def ack(err, msg):
+        if err is None:
+            done[0] += 1
+    t0 = time.monotonic()
+    end = t0 + seconds
+    while time.monotonic() < end:
+        try:
+            p.produce(TOPIC, value, on_delivery=ack)
+        except BufferError:
+            p.poll(0.01)
+        p.poll(0)
+    p.flush(120)
+    return done[0] / (time.monotonic() - t0)
+
+
+def follower(args) -> None:
+    base = Path(tempfile.mkdtemp(prefix="bench-follower-"))
+    c = _cluster(base, "kbroker", 3)
+    hb = None
+    try:
+        ids = sorted(c.nodes)
+        leader, probed = ids[0], ids[1]
+        config = {"min.insync.replicas": "2"}
+        if args.flush_messages:
+            config["flush.messages"] = str(args.flush_messages)
+        admin = AdminClient({"bootstrap.servers": c.bootstrap})
+        order = [leader] + [i for i in ids if i != leader]
+        for f in admin.create_topics([
+                NewTopic(TOPIC, num_partitions=args.partitions, replica_assignment=[order] * args.partitions, config=config),
+                NewTopic(HB_TOPIC, num_partitions=1, replica_assignment=[[probed]])]).values():
+            f.result(60)
+        wait_until(lambda: all(len(p.isrs) == 3 for p in
+                               admin.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions.values()),
+                   60, "a full ISR")
+        hb = HeartbeatProcess(c.nodes[probed].bootstrap).start()
+        time.sleep(2)
+        t0 = time.perf_counter()
+        time.sleep(args.seconds)
+        idle = hb.latencies(t0, time.perf_counter())
+        t0 = time.perf_counter()
+        rate = _load_for(c.nodes[leader].bootstrap, args.seconds, args.size)
+        loaded = hb.latencies(t0, time.perf_counter())
+    finally:
+        if hb is not None:
+            hb.stop()
+        c.close()
+    fm = f"flush.messages={args.flush_messages}" if args.flush_messages else "no fsync"
+    print(f"load on node {leader} ({fm}): {rate:,.0f} msg/s of {args.size} B, acks=all, RF=3")
+    for name, lat in (("idle", idle), ("following the load", loaded)):
+        print(f"node {probed} {name}: its own producer's acks p50 {_pct(lat, 50):.2f} ms, "
+              f"p99 {_pct(lat, 99):.2f} ms, max {max(lat):.1f} ms ({len(lat)} records)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -250,8 +318,13 @@ def main() -> None:
     fo = sub.add_parser("failover")
     fo.add_argument("--trials", type=int, default=10)
     fo.add_argument("--peer", choices=["kafka"], help="also measure Apache Kafka 4.0 (reference-kafka)")
+    fl = sub.add_parser("follower")
+    fl.add_argument("--seconds", type=float, default=20.0)
+    fl.add_argument("--size", type=int, default=1024)
+    fl.add_argument("--partitions", type=int, default=3)
+    fl.add_argument("--flush-messages", type=int, help="the loaded topic's flush.messages")
     args = ap.parse_args()
-    {"produce": produce, "failover": failover}[args.cmd](args)
+    {"produce": produce, "failover": failover, "follower": follower}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -124,19 +124,21 @@ class Heartbeat:
             self.errors += 1
         self.acked[idx] = time.perf_counter()
 
-    def worst(self, t0: float, t1: float) -> float:
-        """Longest ack latency (ms) of the records sent in [t0, t1]; unacked ones count up
-        to now."""
+    def latencies(self, t0: float, t1: float) -> list[float]:
+        """Ack latencies (ms) of the records sent in [t0, t1]; unacked ones count up to now."""
         now = time.perf_counter()
-        worst = 0.0
+        out = []
         for i in range(len(self.sent) - 1, -1, -1):
             s = self.sent[i]
             if s < t0:
                 break
-            if s > t1:
-                continue
-            worst = max(worst, self.acked.get(i, now) - s)
-        return worst * 1000
+            if s <= t1:
+                out.append((self.acked.get(i, now) - s) * 1000)
+        return out
+
+    def worst(self, t0: float, t1: float) -> float:
+        """Longest ack latency (ms) of the records sent in [t0, t1]."""
+        return max(self.latencies(t0, t1), default=0.0)
 
     def wait_acked(self, timeout: float = 60) -> None:
         deadline = time.perf_counter() + timeout
@@ -158,6 +160,8 @@ def _heartbeat_child(bootstrap: str, conn) -> None:
         cmd, args = conn.recv()
         if cmd == "worst":
             conn.send(hb.worst(*args))
+        elif cmd == "latencies":
+            conn.send(hb.latencies(*args))
         elif cmd == "wait_acked":
             hb.wait_acked(*args)
             conn.send(None)
@@ -191,6 +195,9 @@ class HeartbeatProcess:
 
     def worst(self, t0: float, t1: float) -> float:
         return self._ask("worst", t0, t1)
+
+    def latencies(self, t0: float, t1: float) -> list[float]:
+        return self._ask("latencies", t0, t1)
 
     def wait_acked(self, timeout: float = 60) -> None:
         self._ask("wait_acked", timeout)
