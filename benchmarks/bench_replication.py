@@ -28,6 +28,7 @@ a reference measured in the same run. Results: benchmarks/results/replication.md
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import tempfile
@@ -157,6 +158,7 @@ def produce(args) -> None:
     finally:
         for c in clusters.values():
             c.close()
+        shutil.rmtree(base, ignore_errors=True)
     res = {}
     for kind, n in setups:
         rf, _, acks = shapes[n]
@@ -180,9 +182,12 @@ def produce(args) -> None:
 
 def failover(args) -> None:
     base = Path(tempfile.mkdtemp(prefix="bench-failover-"))
-    result = {"kbroker": _failover_trials(base, "kbroker", args.trials)}
-    if args.peer:
-        result[args.peer] = _failover_trials(base, args.peer, args.trials)
+    try:
+        result = {"kbroker": _failover_trials(base, "kbroker", args.trials)}
+        if args.peer:
+            result[args.peer] = _failover_trials(base, args.peer, args.trials)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
     print()
     for kind, times in result.items():
         print(f"{kind}: kill -9 of the leader -> first acks=all write acknowledged by its successor, "
@@ -295,6 +300,7 @@ def follower(args) -> None:
         if hb is not None:
             hb.stop()
         c.close()
+        shutil.rmtree(base, ignore_errors=True)
     fm = f"flush.messages={args.flush_messages}" if args.flush_messages else "no fsync"
     print(f"load on node {leader} ({fm}): {rate:,.0f} msg/s of {args.size} B, acks=all, RF=3")
     for name, lat in (("idle", idle), ("following the load", loaded)):
