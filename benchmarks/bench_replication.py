@@ -80,9 +80,14 @@ def _create(c: KBrokerCluster, partitions: int, rf: int, min_isr: int, flush_mes
                60, "a full ISR")
 
 
+def _fast_producer(bootstrap: str, acks: str) -> Producer:
+    """A producer for throughput: linger 5 ms, a large local queue, idempotent with acks=all."""
+    return Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
+                     "enable.idempotence": acks == "all", "queue.buffering.max.messages": 1000000})
+
+
 def _throughput(bootstrap: str, acks: str, messages: int, size: int) -> float:
-    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
-                  "enable.idempotence": acks == "all", "queue.buffering.max.messages": 1000000})
+    p = _fast_producer(bootstrap, acks)
     value = b"x" * size
     done = [0]
 
@@ -249,8 +254,7 @@ def _failover_trials(base: Path, kind: str, trials: int) -> list[float]:
 
 def _load_for(bootstrap: str, seconds: float, size: int) -> float:
     """acks=all records as fast as one producer goes for ``seconds``; acknowledged per second."""
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
-                  "enable.idempotence": True, "queue.buffering.max.messages": 1000000})
+    p = _fast_producer(bootstrap, "all")
     value = b"x" * size
     done = [0]
 

@@ -65,7 +65,7 @@ class Cluster:
         return self.r[i].values()
 
 
-def test_an_answer_names_the_replicas_it_appended_to():
+def test_an_answer_names_the_partitions_it_appended_to():
     # the driver waits for these partitions' fsyncs (flush.messages) before its next Fetch
     c = Cluster((1, 2))
     c.elect(1, [1, 2])
