@@ -22,7 +22,9 @@ hundreds of segments deleted (DeleteRecords to the end of a topic of 300 small s
 then the retention pass that removes them), a compacted log cleaned (``--compact-mb``; the
 issue's 1 GB is the default of a full run, 64 MB with --quick), and 500 classic-protocol
 members (raw JoinGroup/SyncGroup/Heartbeat clients, ``RawMember``) joining one group at once
-until all hold an assignment of one generation (its time and generation are printed).
+until all hold an assignment of one generation (its time and generation are printed), and
+another process creating 9,000 partition-like directories on the filesystem that holds the
+brokers' logs, syncing it every 1,000 (the producer's appends then meet a busy journal).
 
 The machine may be shared: the producer's stalls are compared between brokers in the same
 run, never against fixed numbers. ``--pin`` runs the brokers on core 0 and this process (the
@@ -582,6 +584,41 @@ def op_rebalance_500(b, st, n=REBALANCE_MEMBERS):
     asyncio.run(main())
 
 
+FS_BURST_DIRS = 9000
+
+
+def _fs_burst_child(root: str, dirs: int) -> None:
+    """Partition-like directories (four files each, one with a few bytes), the filesystem
+    synced every 1,000: what a broker creating 9,000 partitions does to the journal."""
+    for i in range(dirs):
+        d = os.path.join(root, f"t-{i}")
+        os.mkdir(d)
+        for n in ("00000000000000000000.log", "00000000000000000000.index",
+                  "00000000000000000000.timeindex", "leader-epoch-checkpoint"):
+            fd = os.open(os.path.join(d, n), os.O_CREAT | os.O_WRONLY, 0o644)
+            if n.startswith("leader"):
+                os.write(fd, b"0\n0\n")
+            os.close(fd)
+        if i % 1000 == 999:
+            os.sync()
+
+
+def op_fs_burst(b, st):
+    """Another process creates FS_BURST_DIRS directories on the brokers' filesystem while the
+    producer writes: each append that grows a file takes a journal handle, and those wait
+    while the journal commits."""
+    root = tempfile.mkdtemp(prefix="fs-burst-", dir=st["scratch"])
+    st["burst_root"] = root
+    child = multiprocessing.get_context("spawn").Process(target=_fs_burst_child, args=(root, FS_BURST_DIRS))
+    child.start()
+    child.join(300)
+
+
+def teardown_fs_burst(b, st):
+    shutil.rmtree(st.pop("burst_root"), ignore_errors=True)
+    os.sync()
+
+
 SCENARIOS = [
     # name, setup, operation, teardown
     ("first consumer group (__consumer_offsets created)", None, op_first_group, None),
@@ -595,6 +632,8 @@ SCENARIOS = [
     ("delete 300 segments (DeleteRecords + retention)", setup_segments, op_delete_segments, None),
     ("compact a log (--compact-mb)", setup_compaction, op_compaction, None),
     (f"{REBALANCE_MEMBERS} classic members join one group", setup_rebalance, op_rebalance_500, None),
+    (f"another process creates {FS_BURST_DIRS:,} directories on the logs' filesystem", None, op_fs_burst,
+     teardown_fs_burst),
 ]
 
 
@@ -614,8 +653,8 @@ def main() -> None:
     if args.pin and len(os.sched_getaffinity(0)) < 2:
         ap.error("--pin needs two cores")
     kinds = args.brokers.split(",")
-    st_base = {"compact_mb": 64 if args.quick else args.compact_mb}
     tmp = Path(tempfile.mkdtemp(prefix="bench-stalls-"))
+    st_base = {"compact_mb": 64 if args.quick else args.compact_mb, "scratch": str(tmp)}
     common = {"log.retention.check.interval.ms": "1000", "log.cleaner.backoff.ms": "1000",
               "group.initial.rebalance.delay.ms": "0"}
     os.environ["KBROKER_LOOP_LOG_MS"] = "10"
@@ -664,7 +703,7 @@ def main() -> None:
                     if args.keep:   # to find the operation in the kept logs
                         row["window"] = "%s-%s" % (time.strftime("%H:%M:%S", time.localtime(w0)),
                                                    time.strftime("%H:%M:%S", time.localtime(w1 + SETTLE_S)))
-                    if k == "kbroker":
+                    if k.startswith("kbroker"):   # (and an A/B variant, kbroker+NAME=VALUE)
                         row["probe_ms"], row["probe_cpu_ms"], row["probe_wait_ms"] = probe_lags(b.log_path, w0, w1 + SETTLE_S, with_cpu=True)
                         row["held_ms"] = probe_held(b.log_path, w0, w1 + SETTLE_S)
                     if teardown:

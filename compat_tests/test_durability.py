@@ -3,7 +3,7 @@ is killed with SIGKILL and restarted on the same data. Afterwards every acknowle
 readable at its acknowledged offset, and none is duplicated. (issue 4)
 
 With ``flush.messages=1`` the same holds while the active segment has zeros written ahead of
-its appends (kbroker.log.zero_fill): recovery after each kill cuts them. Turned off by
+its appends (kbroker.log.fill_ahead): recovery after each kill cuts them. Turned off by
 ``log.zero.fill.ahead=false``, the files hold the log alone."""
 from __future__ import annotations
 

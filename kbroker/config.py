@@ -303,11 +303,16 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("client.telemetry.metrics", "list", [],
               doc="KIP-714: client metric name prefixes to request (* = all); empty (default) disables telemetry"),
     ConfigDef("client.telemetry.push.interval.ms", "int", 30000, at_least(100)),
-    # Storage (kbroker.log.zero_fill): not in Kafka
+    # Storage (kbroker.log.fill_ahead): not in Kafka
     ConfigDef("log.zero.fill.ahead", "boolean", True,
               doc="Write zeros ahead of the appends (256 KiB to 8 MiB) of partitions that fsync every append "
                   "(flush.messages=1), so each fsync overwrites allocated blocks instead of growing "
                   "the file. Turn off on copy-on-write filesystems (btrfs, ZFS), where it only adds writes"),
+    ConfigDef("log.allocate.ahead", "boolean", True,
+              doc="Allocate disk space (fallocate, 64 KiB to 8 MiB) ahead of the appends of every other "
+                  "partition's active segment, from a worker thread, so an append on the event loop does not "
+                  "grow its file (growing it can wait for the filesystem's journal). The file is trimmed to "
+                  "the log at the segment's roll and at shutdown"),
 ]
 
 BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_DEFS}

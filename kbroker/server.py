@@ -435,8 +435,9 @@ async def serve(config: BrokerConfig, *, clock: Clock = SYSTEM_CLOCK) -> None:
     import sys
     sys.setswitchinterval(0.001)
     from kbroker.log.fd_cache import raise_open_file_limit
-    from kbroker.log import zero_fill
-    zero_fill.ENABLED = bool(config["log.zero.fill.ahead"])   # process-wide, like the switch interval
+    from kbroker.log import fill_ahead
+    fill_ahead.ZEROS = bool(config["log.zero.fill.ahead"])   # process-wide, like the switch interval
+    fill_ahead.ALLOCATE = bool(config["log.allocate.ahead"])
     raise_open_file_limit()   # before the worker threads start: the table then grows without a wait
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()

@@ -21,7 +21,7 @@ from typing import Iterator, NamedTuple
 from kbroker.wire import records as _records
 from kbroker.wire.records import LOG_OVERHEAD, RECORD_BATCH_OVERHEAD, RecordBatch
 
-from . import zero_fill
+from . import fill_ahead
 from .config import INT_MAX, LogConfig
 from .errors import KafkaStorageError
 from .fd_cache import FileHandle
@@ -165,7 +165,7 @@ class LogSegment:
         # True when every batch starts right after the previous one (no compaction gaps),
         # so offset translation never needs a batch header; known for what we wrote/scanned
         self.contiguous = create
-        self._zero_fill: zero_fill.ZeroFill | None = None   # group commit: zeros ahead of the appends
+        self._fill: fill_ahead.FillAhead | None = None   # space made ahead of the appends
 
     # -- identity -----------------------------------------------------------------------
     @property
@@ -357,30 +357,33 @@ class LogSegment:
         position = self.size
         if self.contiguous and batches and position and batches[0].base_offset != self._next_offset:
             self.contiguous = False
-        if self._zero_fill is not None:
-            self._zero_fill.claim(position + (buf.nbytes if isinstance(buf, memoryview) else len(buf)))
+        if self._fill is not None:
+            self._fill.claim(position + (buf.nbytes if isinstance(buf, memoryview) else len(buf)))
         pwrite_all(self.handle.fileno(), buf, position)
         self._after_write(batches, position)
         self._next_offset = largest_offset + 1
-        if self.config.group_commit and not self.suffix:
-            # (a .cleaned file being written by the cleaner is fsynced once, at its end)
+        if not self.suffix:
+            # (not a .cleaned file the cleaner writes: it is not on the loop, and it is
+            # fsynced once, at its end)
             self._fill_ahead()
 
     def _fill_ahead(self) -> None:
-        """After an append to a log that fsyncs every append: keep zeros written ahead of
-        the log's end (kbroker.log.zero_fill), up to segment.bytes."""
-        zf = self._zero_fill
-        if zf is None:
-            if self.handle.closed or not zero_fill.ENABLED:
+        """After an append: keep space made ahead of the log's end, up to segment.bytes
+        (kbroker.log.fill_ahead): zeros for a log that fsyncs every append, allocated
+        blocks for any other."""
+        fill = self._fill
+        if fill is None:
+            zeros = self.config.group_commit
+            if self.handle.closed or not (fill_ahead.ZEROS if zeros else fill_ahead.ALLOCATE):
                 return
-            zf = self._zero_fill = zero_fill.ZeroFill(self.size)
-        zf.ahead(self.config.segment_bytes, self.handle.fileno())
+            fill = self._fill = fill_ahead.FillAhead(self.size, zeros)
+        fill.ahead(self.config.segment_bytes, self.handle.fileno())
 
-    def _stop_zero_fill(self) -> None:
-        """Before the file is trimmed, truncated, closed or deleted: no zeros after this."""
-        if self._zero_fill is not None:
-            self._zero_fill.stop()
-            self._zero_fill = None
+    def _stop_fill(self) -> None:
+        """Before the file is trimmed, truncated, closed or deleted: no more space after this."""
+        if self._fill is not None:
+            self._fill.stop()
+            self._fill = None
 
     def _after_write(self, batches, position: int) -> None:
         interval = self.config.index_interval_bytes
@@ -539,7 +542,7 @@ class LogSegment:
         if pos >= self.size:
             return 0
         removed = self.size - pos
-        self._stop_zero_fill()   # (the next append starts a new one from ``pos``)
+        self._stop_fill()   # (the next append starts a new one from ``pos``)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         os.ftruncate(self.handle.fileno(), pos)
@@ -588,7 +591,7 @@ class LogSegment:
                                          skip_full_check=True)
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
-        self._stop_zero_fill()
+        self._stop_fill()
         self._trim_file()
         self.active = False
         self.handle.unpin()
@@ -625,7 +628,7 @@ class LogSegment:
 
     def close(self) -> None:
         """Clean close: trims like a roll (the time index keeps its final entry)."""
-        self._stop_zero_fill()
+        self._stop_fill()
         if self.active:
             try:
                 self.on_become_inactive()
@@ -637,12 +640,12 @@ class LogSegment:
 
     def detach_descriptors(self) -> None:
         """Before another thread closes this segment: out of the descriptor cache."""
-        self._stop_zero_fill()
+        self._stop_fill()
         for h in (self.handle, self.offset_index._h, self.time_index._h):
             h.detach()
 
     def close_handles_only(self) -> None:
-        self._stop_zero_fill()
+        self._stop_fill()
         self.offset_index.close()
         self.time_index.close()
         self.handle.close()
@@ -677,7 +680,7 @@ class LogSegment:
         """Unlink the files. The log descriptor is left to the FileHandle's last reference
         (regions in flight keep reading the unlinked file); the indexes close now.
         ``defer(paths)``: the unlinks run later (a worker thread) instead of now."""
-        self._stop_zero_fill()
+        self._stop_fill()
         self.offset_index.close()
         self.time_index.close()
         if not self.handle.closed:

@@ -188,7 +188,7 @@ def _dump_log(path: str, args) -> None:
 
 def _batches_before_zeros(data):
     """The batches, stopping quietly at a zero-filled tail: an active segment of a
-    flush.messages=1 partition has zeros written ahead of its appends (kbroker.log.zero_fill),
+    flush.messages=1 partition has zeros written ahead of its appends (kbroker.log.fill_ahead),
     and a preallocated one is zeros past its end."""
     pos = 0
     try:

@@ -8,7 +8,7 @@ import threading
 
 from kbroker.handlers.context import RequestContext
 from kbroker.handlers.deferred import Deferred
-from kbroker.log import aio_fsync, zero_fill
+from kbroker.log import aio_fsync, fill_ahead
 from kbroker.wire.generated.metadata_request import MetadataRequest
 from kbroker.wire.generated.produce_request import ProduceRequest
 
@@ -26,7 +26,7 @@ def _produce_req(topic, records, acks=1):
 
 
 def test_acks_wait_for_a_shared_fsync_off_the_loop(broker, monkeypatch, fsync_path, submit_held):
-    monkeypatch.setattr(zero_fill, "ENABLED", False)   # its fsyncs are not group commit's
+    monkeypatch.setattr(fill_ahead, "ZEROS", False)   # its fsyncs are not group commit's
     assert create(broker, "durable", configs={"flush.messages": "1"}).topics[0].error_code == 0
     server = broker.server
     plog = server.log_manager.get("durable", 0)

@@ -5,7 +5,7 @@ own offset, so the parent can check the reopened log record by record.
 usage: python crash_writer.py LOG_DIR PREALLOCATE(true|false|zerofill) COMPRESSION(0..4)
 
 zerofill: flush.messages=1, whose active segment gets zeros written ahead of the appends
-(kbroker.log.zero_fill; nothing fsyncs here, the page cache outlives the process).
+(kbroker.log.fill_ahead; nothing fsyncs here, the page cache outlives the process).
 """
 
 import sys

@@ -14,16 +14,16 @@ import pytest
 
 from kbroker.log import aio_fsync
 from kbroker.log import partition_log as pl
-from kbroker.log import zero_fill
+from kbroker.log import fill_ahead
 
 from .helpers import make_batch
 from .test_partition_log import cfg, open_log
 
 
 @pytest.fixture(autouse=True)
-def _no_zero_fill(monkeypatch):
+def _no_fill(monkeypatch):
     """These tests count and gate the log's fsyncs; the zero filler's are not group commit's."""
-    monkeypatch.setattr(zero_fill, "ENABLED", False)
+    monkeypatch.setattr(fill_ahead, "ZEROS", False)
 
 
 class _Disk:

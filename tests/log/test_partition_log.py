@@ -4,7 +4,7 @@ import struct
 
 import pytest
 
-from kbroker.log import aio_fsync, errors, zero_fill
+from kbroker.log import aio_fsync, errors, fill_ahead
 from kbroker.log.config import LogConfig
 from kbroker.log.index import OffsetIndex, TimeIndex
 from kbroker.log.partition_log import (
@@ -480,12 +480,44 @@ def test_unclean_reopen_recovers_from_recovery_point(tmp_path):
 
 
 def _crash_log(tmp_path, c, n=20):
+    """A log left as a crash leaves it, its files holding the log alone (no space allocated
+    ahead: these tests damage the files at positions counted from their ends)."""
+    allocate, fill_ahead.ALLOCATE = fill_ahead.ALLOCATE, False
+    try:
+        log = open_log(tmp_path, c)
+        for _ in range(n):
+            log.append(make_batch(3), 0)
+        data = read_all(log)
+        log.close_without_trim()
+    finally:
+        fill_ahead.ALLOCATE = allocate
+    return data
+
+
+def test_recovery_torn_batch_before_allocated_space(tmp_path):
+    """A crash that tore the last append inside space allocated ahead: every complete batch
+    before it stays, the rest goes."""
+    c = cfg(segment_bytes=1_000_000)
     log = open_log(tmp_path, c)
-    for _ in range(n):
+    for _ in range(20):
         log.append(make_batch(3), 0)
+    seg = log.active_segment
+    job = seg._fill._job
+    if job is not None:
+        job.result(timeout=10)
     data = read_all(log)
     log.close_without_trim()
-    return data
+    assert os.path.getsize(seg.path) > seg.size                    # space ahead of the log
+    with open(seg.path, "r+b") as f:                               # the last batch half-written
+        last = list(iter_batches(data))[-1]
+        f.seek(seg.size - last.size // 2)
+        f.write(bytes(last.size // 2))
+    log = open_log(tmp_path, c)
+    rep = log.recovery
+    good = offsets_of(data)[:-1]
+    assert offsets_of(read_all(log)) == good
+    assert log.log_end_offset == good[-1][1] + 1 == rep.truncated_at_offset
+    log.close()
 
 
 def test_recovery_torn_tail(tmp_path):
@@ -594,7 +626,7 @@ def test_interrupted_clean_swap_and_deleted_files(tmp_path):
 
 
 def test_flush_and_group_commit(tmp_path, monkeypatch, fsync_path):
-    monkeypatch.setattr(zero_fill, "ENABLED", False)   # its fsyncs are not group commit's
+    monkeypatch.setattr(fill_ahead, "ZEROS", False)   # its fsyncs are not group commit's
     log = open_log(tmp_path, cfg(flush_messages=1))
     assert log.config.group_commit
     info = log.append(make_batch(2), 0)

@@ -1,7 +1,9 @@
-"""Zeros written ahead of a group-commit log's appends (kbroker.log.zero_fill): the file is
-longer than the log only while the segment is active, reads and recovery see the log alone,
-and the filler never overwrites bytes the log wrote."""
+"""Space made ahead of an active segment's appends (kbroker.log.fill_ahead): zeros for a
+group-commit log, allocated blocks for any other. The file is longer than the log only while
+the segment is active, reads and recovery see the log alone, and the filler never overwrites
+bytes the log wrote."""
 
+import concurrent.futures
 import os
 import random
 import threading
@@ -9,24 +11,24 @@ import time
 
 import pytest
 
-from kbroker.log import zero_fill
-from kbroker.log.zero_fill import ZeroFill
+from kbroker.log import fill_ahead
+from kbroker.log.fill_ahead import FillAhead
 
 from .helpers import make_batch
 from .test_partition_log import cfg, open_log, read_all
 
 
 def _wait_for_fill(log):
-    zf = log.active_segment._zero_fill
+    zf = log.active_segment._fill
     if zf is not None and zf._job is not None:
-        zf._job.result(timeout=10)
+        concurrent.futures.wait([zf._job], timeout=10)   # (a failed job is the next append's to see)
 
 
 @pytest.fixture
 def small_chunks(monkeypatch):
-    monkeypatch.setattr(zero_fill, "CHUNK", 64 << 10)
-    monkeypatch.setattr(zero_fill, "MIN_CHUNK", 16 << 10)
-    monkeypatch.setattr(zero_fill, "STEP", 4 << 10)
+    monkeypatch.setattr(fill_ahead, "CHUNK", 64 << 10)
+    monkeypatch.setattr(fill_ahead, "MIN_CHUNK", 16 << 10)
+    monkeypatch.setattr(fill_ahead, "STEP", 4 << 10)
 
 
 def test_a_group_commit_log_writes_zeros_ahead_and_trims_them_at_the_roll(tmp_path, small_chunks):
@@ -56,11 +58,102 @@ def test_a_group_commit_log_writes_zeros_ahead_and_trims_them_at_the_roll(tmp_pa
     again.close()
 
 
-def test_a_log_without_fsync_on_every_append_writes_no_zeros(tmp_path, small_chunks):
+def _no_zeros_written(monkeypatch):
+    def never(fd, pos, size):
+        raise AssertionError("zeros written for a log that does not fsync every append")
+    monkeypatch.setattr(fill_ahead, "_pwrite_zeros", never)
+
+
+def test_any_other_log_gets_space_allocated_ahead_and_trimmed_at_the_roll(tmp_path, small_chunks, monkeypatch):
+    _no_zeros_written(monkeypatch)
+    syncs = []
+    real_sync = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (syncs.append(fd), real_sync(fd)))
+    c = cfg(segment_bytes=600_000)
+    log = open_log(tmp_path, c)
+    first = log.active_segment
+    log.append(make_batch(3), 0)
+    _wait_for_fill(log)
+    assert first._fill is not None and not first._fill.zeros
+    on_disk = os.path.getsize(first.path)
+    assert on_disk == first.size + (64 << 10)            # the first, smallest allocation
+    with open(first.path, "rb") as f:
+        f.seek(first.size)
+        assert f.read() == bytes(on_disk - first.size)   # allocated blocks read as zeros
+    ahead = []
+    while log.active_segment is first:
+        log.append(make_batch(20, value=b"v" * 400), 0)
+        _wait_for_fill(log)
+        ahead.append(os.path.getsize(first.path) - first.size)
+        assert os.path.getsize(first.path) >= first.size   # never below the log
+    assert max(ahead) > 64 << 10                         # grew with the segment (a quarter of it)
+    assert os.path.getsize(first.path) == first.size     # trimmed when it rolled
+    assert syncs == []                                   # allocation alone: nothing fsynced
+    data = read_all(log)
+    log.close()
+    assert os.path.getsize(log.active_segment.path) == log.active_segment.size   # and at close
+    again = open_log(tmp_path, c, had_clean_shutdown=True)
+    assert read_all(again) == data
+    again.close()
+
+
+def test_allocation_never_changes_what_the_log_wrote(tmp_path, small_chunks, monkeypatch):
+    """Appends keep going while allocation jobs run over the range they write into."""
+    _no_zeros_written(monkeypatch)
+    monkeypatch.setattr(fill_ahead, "ALLOCATE_MIN_CHUNK", 4 << 10)
+    log = open_log(tmp_path, cfg(segment_bytes=10_000_000))
+    rng = random.Random(7)
+    for i in range(300):
+        log.append(make_batch(1 + rng.randrange(4), value=bytes([65 + i % 26]) * rng.randrange(50, 900)), 0)
+    _wait_for_fill(log)
+    batches = list(log.batches(0))
+    assert [b.base_offset for b in batches][:3] == [0, batches[1].base_offset, batches[2].base_offset]
+    for i, b in enumerate(batches):
+        assert {r.value for r in b.records()} == {bytes([65 + i % 26]) * len(next(iter(b.records())).value)}
+    log.close()
+
+
+def test_allocation_ahead_can_be_turned_off(tmp_path, small_chunks, monkeypatch):
+    monkeypatch.setattr(fill_ahead, "ALLOCATE", False)
     log = open_log(tmp_path, cfg(segment_bytes=200_000))
     log.append(make_batch(3), 0)
-    assert log.active_segment._zero_fill is None
+    assert log.active_segment._fill is None
     assert os.path.getsize(log.active_segment.path) == log.active_segment.size
+    log.close()
+
+
+def test_a_filesystem_without_fallocate_is_reported_once_and_appends_go_on(tmp_path, small_chunks, monkeypatch, caplog):
+    monkeypatch.setattr(fill_ahead, "_fallocate", None)
+    monkeypatch.setattr(fill_ahead, "_refusals_logged", set())
+    c = cfg(segment_bytes=200_000)
+    logs = [open_log(tmp_path / f"p{i}", c) for i in range(2)]
+    with caplog.at_level("INFO", logger="kbroker.log.fill_ahead"):
+        for _ in range(3):
+            for log in logs:
+                log.append(make_batch(2), 0)
+                _wait_for_fill(log)
+    assert all(log.active_segment._fill.stopped for log in logs)
+    assert all(os.path.getsize(log.active_segment.path) == log.active_segment.size for log in logs)
+    assert sum("no space allocated ahead" in r.getMessage() for r in caplog.records) == 1
+    for log in logs:
+        assert log.log_end_offset == 6
+        log.close()
+
+
+def test_recovery_after_a_crash_cuts_the_allocated_space_and_keeps_every_append(tmp_path, small_chunks):
+    c = cfg(segment_bytes=1_000_000)
+    log = open_log(tmp_path, c)
+    for i in range(40):
+        log.append(make_batch(1 + i % 5, value=b"x" * 300), 0)
+        _wait_for_fill(log)
+    data, end = read_all(log), log.log_end_offset
+    assert os.path.getsize(log.active_segment.path) > len(data)
+    log.close_without_trim()                             # as kill -9 leaves it
+    log = open_log(tmp_path, c)
+    rep = log.recovery
+    assert rep.zero_tail_bytes == rep.dropped_bytes > 0 and not rep.damaged, rep
+    assert read_all(log) == data and log.log_end_offset == end
+    assert log.append(make_batch(1), 0).first_offset == end
     log.close()
 
 
@@ -88,7 +181,7 @@ def test_a_truncation_stops_the_filler_and_appends_go_on_from_the_new_end(tmp_pa
         log.append(make_batch(2, value=b"y" * 500), 0)
     log.truncate_to(20)
     _wait_for_fill(log)
-    assert log.active_segment._zero_fill is None         # a new one starts with the next append
+    assert log.active_segment._fill is None         # a new one starts with the next append
     for _ in range(30):
         log.append(make_batch(2, value=b"z" * 500), 0)
         _wait_for_fill(log)
@@ -99,19 +192,19 @@ def test_a_truncation_stops_the_filler_and_appends_go_on_from_the_new_end(tmp_pa
 def test_the_filler_never_overwrites_what_the_log_wrote(tmp_path, monkeypatch):
     """Appends race a filler whose every step is slow: an append that reaches into the
     range being filled must not be overwritten by that step's zeros."""
-    monkeypatch.setattr(zero_fill, "CHUNK", 256 << 10)
-    monkeypatch.setattr(zero_fill, "MIN_CHUNK", 64 << 10)
-    monkeypatch.setattr(zero_fill, "STEP", 8 << 10)
-    real = zero_fill._pwrite_zeros
+    monkeypatch.setattr(fill_ahead, "CHUNK", 256 << 10)
+    monkeypatch.setattr(fill_ahead, "MIN_CHUNK", 64 << 10)
+    monkeypatch.setattr(fill_ahead, "STEP", 8 << 10)
+    real = fill_ahead._pwrite_zeros
 
     def slow(fd, position, size):
         time.sleep(0.0005)        # the step decided where to write; appends go on meanwhile
         real(fd, position, size)
-    monkeypatch.setattr(zero_fill, "_pwrite_zeros", slow)
+    monkeypatch.setattr(fill_ahead, "_pwrite_zeros", slow)
     path = str(tmp_path / "f")
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     rng = random.Random(11)
-    zf = ZeroFill(0)
+    zf = FillAhead(0, zeros=True)
     written = bytearray()
     try:
         while len(written) < (2 << 20):
@@ -135,7 +228,7 @@ def test_the_filler_never_overwrites_what_the_log_wrote(tmp_path, monkeypatch):
 
 def test_an_append_takes_no_lock_while_no_fill_runs():
     """``claim`` takes the lock only when it reaches into a running job."""
-    zf = ZeroFill(0)
+    zf = FillAhead(0, zeros=True)
     zf.lock.acquire()             # as a step in progress would hold it
     try:
         done = threading.Event()
@@ -148,11 +241,11 @@ def test_an_append_takes_no_lock_while_no_fill_runs():
 def test_a_failed_fill_is_not_retried_for_that_file(tmp_path, monkeypatch, caplog):
     def full(fd, position, size):
         raise OSError(28, "No space left on device")
-    monkeypatch.setattr(zero_fill, "_pwrite_zeros", full)
+    monkeypatch.setattr(fill_ahead, "_pwrite_zeros", full)
     path = str(tmp_path / "f")
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        zf = ZeroFill(0)
+        zf = FillAhead(0, zeros=True)
         zf.claim(100)
         zf.ahead(1 << 30, fd)
         zf._job.exception(timeout=10)
@@ -178,13 +271,13 @@ def test_the_cleaners_segments_get_no_zeros(tmp_path, small_chunks, monkeypatch)
     log.high_watermark = log.log_end_offset
     _wait_for_fill(log)
     filled = []
-    real = zero_fill.ZeroFill
+    real = fill_ahead.FillAhead
 
-    def recording(size):
-        zf = real(size)
+    def recording(size, zeros):
+        zf = real(size, zeros)
         filled.append(zf)
         return zf
-    monkeypatch.setattr(zero_fill, "ZeroFill", recording)
+    monkeypatch.setattr(fill_ahead, "FillAhead", recording)
     stats = LogCleaner().clean(log, 5000)
     assert stats.records_removed > 0
     assert filled == []
@@ -196,10 +289,10 @@ def test_each_step_of_zeros_is_fsynced_before_the_next_is_written(tmp_path, smal
     included: the filler leaves at most one step of them unsynced (fsyncing once per job left
     up to a whole job for the appends' fsyncs to write)."""
     events = []   # the filler thread's own writes and fsyncs (the log's flushes are not it)
-    real_write, real_sync = zero_fill._pwrite_zeros, os.fdatasync
+    real_write, real_sync = fill_ahead._pwrite_zeros, os.fdatasync
 
     def mine(kind):
-        if threading.current_thread().name.startswith("kbroker-zero-fill"):
+        if threading.current_thread().name.startswith("kbroker-fill-ahead"):
             events.append(kind)
 
     def zeros(fd, pos, size):
@@ -209,7 +302,7 @@ def test_each_step_of_zeros_is_fsynced_before_the_next_is_written(tmp_path, smal
     def sync(fd):
         mine("sync")
         return real_sync(fd)
-    monkeypatch.setattr(zero_fill, "_pwrite_zeros", zeros)
+    monkeypatch.setattr(fill_ahead, "_pwrite_zeros", zeros)
     monkeypatch.setattr(os, "fdatasync", sync)
     log = open_log(tmp_path, cfg(flush_messages=1, segment_bytes=200_000))
     for _ in range(12):
