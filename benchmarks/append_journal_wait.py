@@ -25,7 +25,6 @@ a comparison: ``bench_stalls.py`` measures the brokers side by side.
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import multiprocessing
 import os
 import shutil

@@ -2,10 +2,9 @@
 is killed with SIGKILL and restarted on the same data. Afterwards every acknowledged record is
 readable at its acknowledged offset, and none is duplicated. (issue 4)
 
-The active segment has space ahead of its appends (kbroker.log.fill_ahead: blocks allocated,
-or with ``flush.messages=1`` zeros written) that reads as zeros: recovery after each kill cuts
-it. Turned off (``log.allocate.ahead=false``, ``log.zero.fill.ahead=false``), the files hold the
-log alone."""
+With ``flush.messages=1`` the same holds while the active segment has zeros written ahead of
+its appends (kbroker.log.fill_ahead): recovery after each kill cuts them. Turned off by
+``log.zero.fill.ahead=false``, the files hold the log alone."""
 from __future__ import annotations
 
 import os
@@ -44,12 +43,10 @@ def _zero_tail_bytes(data_dir, topic: str) -> int:
     return extra
 
 
-@pytest.mark.parametrize("flush,space_ahead", [(False, True), (False, False), (True, True), (True, False)],
-                         ids=["page-cache", "page-cache-no-allocation", "fsync-zero-fill", "fsync-no-zero-fill"])
-def test_acked_records_survive_sigkill(tmp_path, flush, space_ahead):
-    # space ahead of the appends: zeros for flush.messages=1, allocated blocks otherwise
-    switch = "log.zero.fill.ahead" if flush else "log.allocate.ahead"
-    broker = BrokerProcess(tmp_path / "b", overrides={switch: str(space_ahead).lower()}).start()
+@pytest.mark.parametrize("flush,zero_fill", [(False, True), (True, True), (True, False)],
+                         ids=["page-cache", "fsync-zero-fill", "fsync-no-zero-fill"])
+def test_acked_records_survive_sigkill(tmp_path, flush, zero_fill):
+    broker = BrokerProcess(tmp_path / "b", overrides={"log.zero.fill.ahead": str(zero_fill).lower()}).start()
     try:
         topic = "durable"
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})   # outlives the future
@@ -90,11 +87,11 @@ def test_acked_records_survive_sigkill(tmp_path, flush, space_ahead):
             for _ in range(KILLS):
                 time.sleep(1.5)
                 # kill while the producer writes again (after a restart it may take a while),
-                # and, with space ahead, once the filler has caught up with it
+                # and, with zeros written ahead, once the filler has caught up with it
                 n0, deadline = len(acked), time.monotonic() + 30
                 while True:
                     z = _zero_tail_bytes(broker.data_dir, topic)
-                    if len(acked) > n0 + 100 and (z or not space_ahead) \
+                    if len(acked) > n0 + 100 and (z or not (flush and zero_fill)) \
                             or time.monotonic() > deadline:
                         break
                     time.sleep(0.05)
@@ -117,7 +114,7 @@ def test_acked_records_survive_sigkill(tmp_path, flush, space_ahead):
         at = {(c.partition, c.offset): c.value for c in got}
         lost = [v for v, pos in acked.items() if at.get(pos) != v]
         assert not lost, f"{len(lost)} acknowledged records lost or moved, e.g. {lost[:5]}"
-        if space_ahead:
+        if flush and zero_fill:
             assert min(zeros) > 0, zeros        # each kill hit files with zeros ahead of the log
         else:
             assert max(zeros) == 0, zeros

@@ -309,10 +309,10 @@ _BROKER_DEFS: list[ConfigDef] = [
                   "(flush.messages=1), so each fsync overwrites allocated blocks instead of growing "
                   "the file. Turn off on copy-on-write filesystems (btrfs, ZFS), where it only adds writes"),
     ConfigDef("log.allocate.ahead", "boolean", True,
-              doc="Allocate disk space (fallocate, 64 KiB to 8 MiB) ahead of the appends of every other "
-                  "partition's active segment, from a worker thread, so an append on the event loop does not "
-                  "grow its file (growing it can wait for the filesystem's journal). The file is trimmed to "
-                  "the log at the segment's roll and at shutdown"),
+              doc="Allocate disk blocks (fallocate, 64 KiB to 8 MiB, the file's length unchanged) past the "
+                  "end of every other partition's active segment, from a worker thread, so an append on the "
+                  "event loop does not allocate them (which can wait for the filesystem's journal). They are "
+                  "released at the segment's roll and at shutdown"),
 ]
 
 BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_DEFS}

@@ -5,14 +5,18 @@ Growing a file is a journaled change (ext4: the new size, and the blocks allocat
 and a journaled change waits while the journal commits. Appends run on the event loop, so
 one that grows its file can hold every client: a plain loop of 16 KiB appends, beside
 another process creating 9,000 partition directories on the same ext4, saw single appends
-take 9.5-19 ms; with the space allocated ahead, 0.1-3 ms (``benchmarks/results/stalls.md``,
+take 9.6-19 ms; with blocks allocated ahead, 0.1-4.4 ms (``benchmarks/results/stalls.md``,
 session 27). Two kinds of space, by the log's flush policy:
 
-- **Allocated** (every log): ``fallocate`` sets the file's length and allocates its blocks
-  (unwritten: they read as zeros) from 64 KiB up to 8 MiB ahead, a quarter of what the
-  segment holds; the next job starts when half of one is left. ``fallocate`` never changes
-  bytes already written, so it needs no coordination with the appends. (Setting the length
-  alone, as Kafka's ``preallocate`` does, left the appends' waits as they were.)
+- **Allocated** (every log): ``fallocate`` with ``FALLOC_FL_KEEP_SIZE`` allocates blocks from
+  64 KiB up to 8 MiB past the log's end (a quarter of what the segment holds), and the next
+  allocation starts when half of one is left. The file's length stays the log's, so readers,
+  tools and recovery see nothing of it; appends then grow the length into blocks already
+  there, which in the measurement above does not wait. (Setting the length alone, as Kafka's
+  ``preallocate`` does, left the appends' waits as they were.) ``fallocate`` never changes
+  bytes already written, so it needs no coordination with the appends. Blocks past the end
+  stay allocated until the file is truncated, so a roll or close truncates the file to its
+  length, which releases them.
 - **Zeros** (logs that fsync every append, flush.messages=1): an fdatasync after an append
   that grew the file also commits the new size and the blocks allocated for it. Over blocks
   already written it only writes the data: a 16 KiB append + fdatasync took 113 us instead
@@ -23,8 +27,9 @@ session 27). Two kinds of space, by the log's flush policy:
   soon as it is written: an append's fdatasync writes out every dirty page of the file, the
   zeros ahead included.
 
-The file is longer than the log until a roll or close trims it (LogSegment); recovery after a
-crash stops at the zeros as it does for a preallocated file (a zero-filled tail is not damage).
+With zeros the file is longer than the log until a roll or close trims it (LogSegment);
+recovery after a crash stops at the zeros as it does for a preallocated file (a zero-filled
+tail is not damage).
 
 The zero filler and the appends never write the same bytes: the filler writes in steps under
 ``lock``, each from at least ``claimed`` (the end of what the log has written or is about to
@@ -51,7 +56,8 @@ log = logging.getLogger(__name__)
 CHUNK = 8 << 20     # the largest job
 MIN_CHUNK = 256 << 10   # the first job of zeros: a job is as large as the log written so far,
                         # so a quiet partition's file stays near its size (thousands of them)
-ALLOCATE_MIN_CHUNK = 64 << 10   # the first allocation: 10,000 partitions hold 640 MB ahead at most
+ALLOCATE_MIN_CHUNK = 64 << 10   # the first allocation: 10,000 quiet partitions hold 640 MB ahead
+_KEEP_SIZE = 1      # FALLOC_FL_KEEP_SIZE
 STEP = 1 << 20      # one pwrite (what an append reaching into a running job may wait for)
 ZEROS = True        # the broker's log.zero.fill.ahead; tests that count a log's fsyncs turn it off
 ALLOCATE = True     # the broker's log.allocate.ahead
@@ -170,17 +176,17 @@ class FillAhead:
             os.close(fd)
 
     def _allocate(self, fd: int, start: int, end: int) -> int:
-        """Worker thread: blocks allocated for [start, end), the file at least ``end`` long
-        (mode 0: bytes already written stay as they are). Under ``lock``, so that once
-        ``stop`` returns no allocation grows a file its segment is about to trim. Returns
-        the end allocated (``start`` if stopped first)."""
+        """Worker thread: blocks allocated for [start, end), the file's length unchanged
+        (bytes already written stay as they are). Under ``lock``, so that once ``stop``
+        returns no allocation adds blocks after the segment released them. Returns the end
+        allocated (``start`` if stopped first)."""
         try:
             with self.lock:
                 if self.stopped:
                     return start
                 if _fallocate is None:
                     raise OSError(errno.EOPNOTSUPP, "fallocate is not available here")
-                if _fallocate(fd, 0, start, end - start) != 0:
+                if _fallocate(fd, _KEEP_SIZE, start, end - start) != 0:
                     e = ctypes.get_errno()
                     raise OSError(e, f"fallocate: {os.strerror(e)}")
             return end

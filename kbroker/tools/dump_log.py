@@ -187,9 +187,9 @@ def _dump_log(path: str, args) -> None:
 
 
 def _batches_before_zeros(data):
-    """The batches, stopping quietly at a zero-filled tail: an active segment has space
-    ahead of its appends that reads as zeros (kbroker.log.fill_ahead: zeros written for a
-    flush.messages=1 partition, blocks allocated for any other)."""
+    """The batches, stopping quietly at a zero-filled tail: an active segment of a
+    flush.messages=1 partition has zeros written ahead of its appends (kbroker.log.fill_ahead),
+    and a preallocated one is zeros past its end."""
     pos = 0
     try:
         for b in iter_batches(data):

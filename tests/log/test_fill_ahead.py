@@ -64,7 +64,17 @@ def _no_zeros_written(monkeypatch):
     monkeypatch.setattr(fill_ahead, "_pwrite_zeros", never)
 
 
-def test_any_other_log_gets_space_allocated_ahead_and_trimmed_at_the_roll(tmp_path, small_chunks, monkeypatch):
+def _allocated(path) -> int:
+    return os.stat(path).st_blocks * 512
+
+
+def _blocks_for(size: int) -> int:
+    """What a file of ``size`` bytes holds on disk with nothing past its end (and room for
+    two blocks of the filesystem's own extent index)."""
+    return -(-size // 4096) * 4096 + 8192
+
+
+def test_any_other_log_gets_blocks_allocated_past_its_end_and_released_at_the_roll(tmp_path, small_chunks, monkeypatch):
     _no_zeros_written(monkeypatch)
     syncs = []
     real_sync = os.fdatasync
@@ -75,23 +85,22 @@ def test_any_other_log_gets_space_allocated_ahead_and_trimmed_at_the_roll(tmp_pa
     log.append(make_batch(3), 0)
     _wait_for_fill(log)
     assert first._fill is not None and not first._fill.zeros
-    on_disk = os.path.getsize(first.path)
-    assert on_disk == first.size + (64 << 10)            # the first, smallest allocation
-    with open(first.path, "rb") as f:
-        f.seek(first.size)
-        assert f.read() == bytes(on_disk - first.size)   # allocated blocks read as zeros
+    assert os.path.getsize(first.path) == first.size                 # the length stays the log's
+    assert _allocated(first.path) >= first.size + (64 << 10)         # the first, smallest allocation
     ahead = []
     while log.active_segment is first:
         log.append(make_batch(20, value=b"v" * 400), 0)
         _wait_for_fill(log)
-        ahead.append(os.path.getsize(first.path) - first.size)
-        assert os.path.getsize(first.path) >= first.size   # never below the log
-    assert max(ahead) > 64 << 10                         # grew with the segment (a quarter of it)
-    assert os.path.getsize(first.path) == first.size     # trimmed when it rolled
-    assert syncs == []                                   # allocation alone: nothing fsynced
+        assert os.path.getsize(first.path) == first.size
+        ahead.append(_allocated(first.path) - first.size)
+    assert max(ahead) > 64 << 10                                     # grew with the segment
+    assert _allocated(first.path) <= _blocks_for(first.size)          # released when it rolled
+    assert syncs == []                                               # allocation alone: nothing fsynced
     data = read_all(log)
+    active = log.active_segment
+    assert _allocated(active.path) > _blocks_for(active.size)
     log.close()
-    assert os.path.getsize(log.active_segment.path) == log.active_segment.size   # and at close
+    assert _allocated(active.path) <= _blocks_for(active.size)        # and at close
     again = open_log(tmp_path, c, had_clean_shutdown=True)
     assert read_all(again) == data
     again.close()
@@ -118,7 +127,7 @@ def test_allocation_ahead_can_be_turned_off(tmp_path, small_chunks, monkeypatch)
     log = open_log(tmp_path, cfg(segment_bytes=200_000))
     log.append(make_batch(3), 0)
     assert log.active_segment._fill is None
-    assert os.path.getsize(log.active_segment.path) == log.active_segment.size
+    assert _allocated(log.active_segment.path) <= _blocks_for(log.active_segment.size)
     log.close()
 
 
@@ -140,21 +149,22 @@ def test_a_filesystem_without_fallocate_is_reported_once_and_appends_go_on(tmp_p
         log.close()
 
 
-def test_recovery_after_a_crash_cuts_the_allocated_space_and_keeps_every_append(tmp_path, small_chunks):
+def test_after_a_crash_the_log_is_whole_and_the_blocks_left_past_it_are_released(tmp_path, small_chunks):
     c = cfg(segment_bytes=1_000_000)
     log = open_log(tmp_path, c)
     for i in range(40):
         log.append(make_batch(1 + i % 5, value=b"x" * 300), 0)
         _wait_for_fill(log)
-    data, end = read_all(log), log.log_end_offset
-    assert os.path.getsize(log.active_segment.path) > len(data)
+    data, end, path = read_all(log), log.log_end_offset, log.active_segment.path
+    assert _allocated(path) > _blocks_for(len(data))
     log.close_without_trim()                             # as kill -9 leaves it
     log = open_log(tmp_path, c)
     rep = log.recovery
-    assert rep.zero_tail_bytes == rep.dropped_bytes > 0 and not rep.damaged, rep
+    assert rep.dropped_bytes == 0 and not rep.damaged, rep          # nothing to cut: the length is the log's
     assert read_all(log) == data and log.log_end_offset == end
     assert log.append(make_batch(1), 0).first_offset == end
     log.close()
+    assert _allocated(path) <= _blocks_for(os.path.getsize(path))    # released at the close
 
 
 def test_recovery_after_a_crash_cuts_the_zeros_and_keeps_every_append(tmp_path, small_chunks):

@@ -2,7 +2,6 @@ import os
 
 import pytest
 
-from kbroker.log import fill_ahead
 from kbroker.log.checkpoint import (
     LeaderEpochCache,
     OffsetCheckpointFile,
@@ -94,8 +93,7 @@ def test_manager_create_reopen_clean(tmp_path):
     lm2.shutdown()
 
 
-def test_manager_unclean_reopen_recovers(tmp_path, monkeypatch):
-    monkeypatch.setattr(fill_ahead, "ALLOCATE", False)   # the file's end is the log's (torn below)
+def test_manager_unclean_reopen_recovers(tmp_path):
     d = str(tmp_path / "d")
     lm = LogManager([d], LogConfig.from_props({"segment.bytes": "1000"}))
     lg = lm.get_or_create("t", 0)

@@ -480,44 +480,12 @@ def test_unclean_reopen_recovers_from_recovery_point(tmp_path):
 
 
 def _crash_log(tmp_path, c, n=20):
-    """A log left as a crash leaves it, its files holding the log alone (no space allocated
-    ahead: these tests damage the files at positions counted from their ends)."""
-    allocate, fill_ahead.ALLOCATE = fill_ahead.ALLOCATE, False
-    try:
-        log = open_log(tmp_path, c)
-        for _ in range(n):
-            log.append(make_batch(3), 0)
-        data = read_all(log)
-        log.close_without_trim()
-    finally:
-        fill_ahead.ALLOCATE = allocate
-    return data
-
-
-def test_recovery_torn_batch_before_allocated_space(tmp_path):
-    """A crash that tore the last append inside space allocated ahead: every complete batch
-    before it stays, the rest goes."""
-    c = cfg(segment_bytes=1_000_000)
     log = open_log(tmp_path, c)
-    for _ in range(20):
+    for _ in range(n):
         log.append(make_batch(3), 0)
-    seg = log.active_segment
-    job = seg._fill._job
-    if job is not None:
-        job.result(timeout=10)
     data = read_all(log)
     log.close_without_trim()
-    assert os.path.getsize(seg.path) > seg.size                    # space ahead of the log
-    with open(seg.path, "r+b") as f:                               # the last batch half-written
-        last = list(iter_batches(data))[-1]
-        f.seek(seg.size - last.size // 2)
-        f.write(bytes(last.size // 2))
-    log = open_log(tmp_path, c)
-    rep = log.recovery
-    good = offsets_of(data)[:-1]
-    assert offsets_of(read_all(log)) == good
-    assert log.log_end_offset == good[-1][1] + 1 == rep.truncated_at_offset
-    log.close()
+    return data
 
 
 def test_recovery_torn_tail(tmp_path):
