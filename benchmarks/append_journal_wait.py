@@ -44,7 +44,10 @@ MAX_S = 120.0
 POLICIES = ("grow", "length ahead", "allocated ahead")
 
 
-def _burst(root: str, dirs: int) -> None:
+def metadata_burst(root: str, dirs: int) -> None:
+    """Partition-like directories under ``root`` (four files each, one with a few bytes),
+    the filesystem synced every 1,000: what a broker creating that many partitions does to
+    the journal. (Also bench_stalls.py's scenario.)"""
     for i in range(dirs):
         d = os.path.join(root, f"t-{i}")
         os.mkdir(d)
@@ -68,7 +71,7 @@ def appends_during_burst(workdir: Path, policy: str, dirs: int) -> list[float]:
         os.ftruncate(fd, 1 << 30)
     buf = os.urandom(APPEND)
     took, pos = [], 0
-    child = multiprocessing.get_context("spawn").Process(target=_burst, args=(str(root), dirs))
+    child = multiprocessing.get_context("spawn").Process(target=metadata_burst, args=(str(root), dirs))
     child.start()
     try:
         end = time.monotonic() + MAX_S

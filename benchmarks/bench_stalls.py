@@ -55,6 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
+from append_journal_wait import metadata_burst  # noqa: E402
 from peers import NAMES, cpu_seconds, make_broker, pin, rss_mb  # noqa: E402
 
 HB_TOPIC = "heartbeat"
@@ -587,29 +588,13 @@ def op_rebalance_500(b, st, n=REBALANCE_MEMBERS):
 FS_BURST_DIRS = 9000
 
 
-def _fs_burst_child(root: str, dirs: int) -> None:
-    """Partition-like directories (four files each, one with a few bytes), the filesystem
-    synced every 1,000: what a broker creating 9,000 partitions does to the journal."""
-    for i in range(dirs):
-        d = os.path.join(root, f"t-{i}")
-        os.mkdir(d)
-        for n in ("00000000000000000000.log", "00000000000000000000.index",
-                  "00000000000000000000.timeindex", "leader-epoch-checkpoint"):
-            fd = os.open(os.path.join(d, n), os.O_CREAT | os.O_WRONLY, 0o644)
-            if n.startswith("leader"):
-                os.write(fd, b"0\n0\n")
-            os.close(fd)
-        if i % 1000 == 999:
-            os.sync()
-
-
 def op_fs_burst(b, st):
-    """Another process creates FS_BURST_DIRS directories on the brokers' filesystem while the
+    """Another process creates --burst-dirs directories on the brokers' filesystem while the
     producer writes: each append that grows a file takes a journal handle, and those wait
     while the journal commits."""
     root = tempfile.mkdtemp(prefix="fs-burst-", dir=st["scratch"])
     st["burst_root"] = root
-    child = multiprocessing.get_context("spawn").Process(target=_fs_burst_child, args=(root, FS_BURST_DIRS))
+    child = multiprocessing.get_context("spawn").Process(target=metadata_burst, args=(root, st["burst_dirs"]))
     child.start()
     child.join(300)
 
@@ -632,7 +617,7 @@ SCENARIOS = [
     ("delete 300 segments (DeleteRecords + retention)", setup_segments, op_delete_segments, None),
     ("compact a log (--compact-mb)", setup_compaction, op_compaction, None),
     (f"{REBALANCE_MEMBERS} classic members join one group", setup_rebalance, op_rebalance_500, None),
-    (f"another process creates {FS_BURST_DIRS:,} directories on the logs' filesystem", None, op_fs_burst,
+    ("another process creates directories on the logs' filesystem (--burst-dirs)", None, op_fs_burst,
      teardown_fs_burst),
 ]
 
@@ -643,6 +628,8 @@ def main() -> None:
     ap.add_argument("--brokers", default="kbroker,kafka,tansu")
     ap.add_argument("--only", default="", help="run the scenarios naming one of these ('|'-separated)")
     ap.add_argument("--compact-mb", type=int, default=1024)
+    ap.add_argument("--burst-dirs", type=int, default=FS_BURST_DIRS,
+                    help="directories another process creates in the filesystem scenario")
     ap.add_argument("--quick", action="store_true", help="64 MB compaction")
     ap.add_argument("--out", default="")
     ap.add_argument("--plot", default="")
@@ -654,7 +641,8 @@ def main() -> None:
         ap.error("--pin needs two cores")
     kinds = args.brokers.split(",")
     tmp = Path(tempfile.mkdtemp(prefix="bench-stalls-"))
-    st_base = {"compact_mb": 64 if args.quick else args.compact_mb, "scratch": str(tmp)}
+    st_base = {"compact_mb": 64 if args.quick else args.compact_mb, "scratch": str(tmp),
+               "burst_dirs": args.burst_dirs}
     common = {"log.retention.check.interval.ms": "1000", "log.cleaner.backoff.ms": "1000",
               "group.initial.rebalance.delay.ms": "0"}
     os.environ["KBROKER_LOOP_LOG_MS"] = "10"

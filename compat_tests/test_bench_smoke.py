@@ -16,7 +16,7 @@ RUNS = {
     "bench_offsets_load": ["--brokers", "kbroker", "--commits", "20", "--partitions", "20", "--groups", "3"],
     "bench_cores": ["--partitions", "6", "--records", "300", "--trials", "1"],
     # (the heartbeat producer in a process of its own, the quiet gate with no other broker)
-    "bench_stalls": ["--brokers", "kbroker", "--only", "first consumer group"],
+    "bench_stalls": ["--brokers", "kbroker", "--only", "first consumer group|another process", "--burst-dirs", "200"],
     "bench_scale": ["--brokers", "kbroker", "--partitions", "3", "--records", "300", "--rows-only",
                     "--from-beginning", "--client-stats-ms", "250"],
 }
