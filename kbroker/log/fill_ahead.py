@@ -156,6 +156,12 @@ class FillAhead:
         step)."""
         pos = start
         try:
+            # the job's blocks first, outside the lock: a step that allocated its own held
+            # the lock (and an append that reached into it) while a busy journal committed.
+            # (Stopped meanwhile, this leaves at most one job's blocks past the end until
+            # the file is truncated or deleted.)
+            if not self.stopped and _fallocate is not None:
+                _fallocate(fd, _KEEP_SIZE, start, end - start)   # (refused: the steps allocate)
             while pos < end:
                 nxt = min(pos + STEP, end)
                 with self.lock:

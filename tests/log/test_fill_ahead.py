@@ -321,3 +321,22 @@ def test_each_step_of_zeros_is_fsynced_before_the_next_is_written(tmp_path, smal
     assert events.count("zeros") > 10
     assert all(events[i + 1] == "sync" for i, k in enumerate(events) if k == "zeros")
     log.close()
+
+
+def test_a_zero_fill_job_allocates_its_blocks_before_it_takes_the_lock(tmp_path, small_chunks, monkeypatch):
+    """The steps of zeros write into blocks allocated first, outside the lock: a step that
+    allocated held the lock, and an append reaching into it, while a busy journal committed."""
+    calls = []
+    real = fill_ahead._fallocate
+
+    def recording(fd, mode, start, length):
+        calls.append((log.active_segment._fill.lock.locked(), mode, length))
+        return real(fd, mode, start, length)
+    monkeypatch.setattr(fill_ahead, "_fallocate", recording)
+    log = open_log(tmp_path, cfg(flush_messages=1, segment_bytes=200_000))
+    for _ in range(12):
+        log.append(make_batch(20, value=b"v" * 200), 0)
+        _wait_for_fill(log)
+    assert calls and all(not locked and mode == fill_ahead._KEEP_SIZE for locked, mode, _ in calls)
+    assert sum(length for *_, length in calls) >= os.path.getsize(log.active_segment.path) - (16 << 10)
+    log.close()
