@@ -23,9 +23,9 @@ session 27). Two kinds of space, by the log's flush policy:
   of 166-215, 1 MiB 0.38-0.49 ms instead of 0.69-0.72 (``benchmarks/results/fsync.md``).
   Group commit puts that fdatasync in every acknowledgement's path, so these logs get zeros
   written ahead and fsynced, off that path; appends then overwrite zeros. Each job writes as
-  much as the file holds already, from 256 KiB up to 8 MiB. Each 1 MiB step is fsynced as
-  soon as it is written: an append's fdatasync writes out every dirty page of the file, the
-  zeros ahead included.
+  much as the file holds already, from 256 KiB up to 8 MiB, into blocks it allocates first.
+  Each 1 MiB step is fsynced as soon as it is written: an append's fdatasync writes out every
+  dirty page of the file, the zeros ahead included.
 
 With zeros the file is longer than the log until a roll or close trims it (LogSegment);
 recovery after a crash stops at the zeros as it does for a preallocated file (a zero-filled
