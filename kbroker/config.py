@@ -312,7 +312,7 @@ _BROKER_DEFS: list[ConfigDef] = [
               doc="Allocate disk blocks (fallocate, 64 KiB to 8 MiB, the file's length unchanged) past the "
                   "end of every other partition's active segment, from a worker thread, so an append on the "
                   "event loop does not allocate them (which can wait for the filesystem's journal). They are "
-                  "released at the segment's roll and at shutdown"),
+                  "released at the segment's roll and at shutdown. On tmpfs they are memory: turn it off there"),
 ]
 
 BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_DEFS}
