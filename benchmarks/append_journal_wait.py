@@ -37,6 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kbroker.log import fill_ahead  # noqa: E402
+from kbroker.log.segment import index_file, log_file, time_index_file  # noqa: E402
 
 APPEND = 16 << 10
 INTERVAL_S = 0.001
@@ -51,10 +52,10 @@ def metadata_burst(root: str, dirs: int) -> None:
     for i in range(dirs):
         d = os.path.join(root, f"t-{i}")
         os.mkdir(d)
-        for n in ("00000000000000000000.log", "00000000000000000000.index",
-                  "00000000000000000000.timeindex", "leader-epoch-checkpoint"):
-            fd = os.open(os.path.join(d, n), os.O_CREAT | os.O_WRONLY, 0o644)
-            if n.startswith("leader"):
+        for path in (log_file(d, 0), index_file(d, 0), time_index_file(d, 0),
+                     os.path.join(d, "leader-epoch-checkpoint")):
+            fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
+            if path.endswith("checkpoint"):
                 os.write(fd, b"0\n0\n")
             os.close(fd)
         if i % 1000 == 999:

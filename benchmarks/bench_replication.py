@@ -86,6 +86,17 @@ def _fast_producer(bootstrap: str, acks: str) -> Producer:
                      "enable.idempotence": acks == "all", "queue.buffering.max.messages": 1000000})
 
 
+def _send(p: Producer, value: bytes, ack) -> None:
+    """One record to TOPIC, waiting for room in the producer's local queue."""
+    while True:
+        try:
+            p.produce(TOPIC, value, on_delivery=ack)
+            break
+        except BufferError:
+            p.poll(0.01)
+    p.poll(0)
+
+
 def _throughput(bootstrap: str, acks: str, messages: int, size: int) -> float:
     p = _fast_producer(bootstrap, acks)
     value = b"x" * size
@@ -98,13 +109,7 @@ def _throughput(bootstrap: str, acks: str, messages: int, size: int) -> float:
     p.flush(30)
     t0 = time.monotonic()
     for _ in range(messages):
-        while True:
-            try:
-                p.produce(TOPIC, value, on_delivery=ack)
-                break
-            except BufferError:
-                p.poll(0.01)
-        p.poll(0)
+        _send(p, value, ack)
     p.flush(120)
     took = time.monotonic() - t0
     assert done[0] == messages + 1, f"{done[0] - 1} of {messages} acknowledged"
@@ -264,11 +269,7 @@ def _load_for(bootstrap: str, seconds: float, size: int) -> float:
     t0 = time.monotonic()
     end = t0 + seconds
     while time.monotonic() < end:
-        try:
-            p.produce(TOPIC, value, on_delivery=ack)
-        except BufferError:
-            p.poll(0.01)
-        p.poll(0)
+        _send(p, value, ack)
     p.flush(120)
     return done[0] / (time.monotonic() - t0)
 

@@ -161,9 +161,7 @@ def _heartbeat_child(bootstrap: str, conn) -> None:
     conn.send(None)
     while True:
         cmd, args = conn.recv()
-        if cmd == "worst":
-            conn.send(hb.worst(*args))
-        elif cmd == "latencies":
+        if cmd == "latencies":
             conn.send(hb.latencies(*args))
         elif cmd == "wait_acked":
             hb.wait_acked(*args)
@@ -196,11 +194,10 @@ class HeartbeatProcess:
         self._conn.send((cmd, args))
         return self._conn.recv()
 
-    def worst(self, t0: float, t1: float) -> float:
-        return self._ask("worst", t0, t1)
-
     def latencies(self, t0: float, t1: float) -> list[float]:
         return self._ask("latencies", t0, t1)
+
+    worst = Heartbeat.worst
 
     def wait_acked(self, timeout: float = 60) -> None:
         self._ask("wait_acked", timeout)
@@ -590,13 +587,16 @@ FS_BURST_DIRS = 9000
 
 def op_fs_burst(b, st):
     """Another process creates --burst-dirs directories on the brokers' filesystem while the
-    producer writes: each append that grows a file takes a journal handle, and those wait
-    while the journal commits."""
+    producer writes: an append that allocates blocks takes a journal handle, which waits
+    while the journal commits (benchmarks/append_journal_wait.py)."""
     root = tempfile.mkdtemp(prefix="fs-burst-", dir=st["scratch"])
     st["burst_root"] = root
     child = multiprocessing.get_context("spawn").Process(target=metadata_burst, args=(root, st["burst_dirs"]))
     child.start()
     child.join(300)
+    if child.is_alive():
+        child.terminate()
+        child.join()
 
 
 def teardown_fs_burst(b, st):

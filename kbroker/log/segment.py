@@ -166,7 +166,6 @@ class LogSegment:
         # so offset translation never needs a batch header; known for what we wrote/scanned
         self.contiguous = create
         self._fill: fill_ahead.FillAhead | None = None   # space made ahead of the appends
-        self._allocated_ahead = False   # blocks may be allocated past the end (released at the trim)
 
     # -- identity -----------------------------------------------------------------------
     @property
@@ -378,7 +377,6 @@ class LogSegment:
             if self.handle.closed or not (fill_ahead.ZEROS if zeros else fill_ahead.ALLOCATE):
                 return
             fill = self._fill = fill_ahead.FillAhead(self.size, zeros)
-            self._allocated_ahead = self._allocated_ahead or not zeros
         fill.ahead(self.config.segment_bytes, self.handle.fileno())
 
     def _stop_fill(self) -> None:
@@ -579,7 +577,6 @@ class LogSegment:
     def make_active(self) -> None:
         """A reopened last segment becomes appendable: grow the indexes back."""
         self.active = True
-        self._allocated_ahead = fill_ahead.ALLOCATE   # (a crash may have left some: released at the trim)
         self.handle.pin()   # Kafka-like: the active segment's log stays open
         self.offset_index.make_writable(self.config.segment_index_bytes)
         self.time_index.make_writable(self.config.segment_index_bytes)
@@ -601,14 +598,13 @@ class LogSegment:
 
     def _trim_file(self) -> None:
         """The file to the log's length: cuts zeros written ahead, and releases blocks
-        allocated past the end (kbroker.log.fill_ahead), which a truncation to the same
-        length does."""
+        allocated past the end (kbroker.log.fill_ahead; a truncation to the same length does,
+        also those a crash left behind)."""
         if self.handle.closed:
             return
         fd = self.handle.fileno()
-        if self._allocated_ahead or os.fstat(fd).st_size != self.size:
+        if fill_ahead.ALLOCATE or os.fstat(fd).st_size != self.size:
             os.ftruncate(fd, self.size)
-            self._allocated_ahead = False
 
     def flush(self) -> None:
         if not self.handle.closed:
