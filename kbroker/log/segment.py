@@ -681,13 +681,14 @@ class LogSegment:
 
     def delete_files(self, defer=None) -> None:
         """Unlink the files. The log descriptor is left to the FileHandle's last reference
-        (regions in flight keep reading the unlinked file); the indexes close now.
+        (regions in flight keep reading the unlinked file), which hands it to a thread of its
+        own (``fd_cache.CLOSER``: that close frees the blocks); the indexes close now.
         ``defer(paths)``: the unlinks run later (a worker thread) instead of now."""
         self._stop_fill()
         self.offset_index.close()
         self.time_index.close()
         if not self.handle.closed:
-            self.handle.pin()   # regions in flight keep reading the unlinked file
+            self.handle.doom()   # regions in flight keep reading the unlinked file
         d, b, s = self.dir, self.base_offset, self.suffix
         paths = (log_file(d, b, s), index_file(d, b, s), time_index_file(d, b, s))
         if defer is not None:

@@ -3,6 +3,8 @@ the cache needs room; the active segment's log stays open; nothing read back cha
 
 import os
 import resource
+import threading
+import time
 
 import pytest
 
@@ -106,6 +108,47 @@ def test_deleted_segment_region_stays_readable(tmp_path, small_cache):
     assert log.log_start_offset > 0
     assert not os.path.exists(region.file.path)
     assert region.read() == want   # pinned before the unlink: the descriptor kept the file
+
+
+def _deleted_files_open() -> list[str]:
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.endswith(" (deleted)") and ".log" in target:
+            out.append(target)
+    return out
+
+
+def test_a_deleted_segments_last_close_runs_in_the_closer_thread(tmp_path, small_cache, monkeypatch):
+    # that close frees the file's blocks (with `discard`, a wait for the device): never on
+    # the thread that drops the last reference, which is the event loop's
+    closed_by: dict[int, str] = {}
+
+    def recording_close(fd):
+        closed_by[fd] = threading.current_thread().name
+        real_close(fd)
+
+    real_close = fd_cache._close_fd
+    monkeypatch.setattr(fd_cache, "_close_fd", recording_close)
+    log = PartitionLog.open(str(tmp_path / "a-0"), cfg(segment_bytes=2048, retention_bytes=2048), 0)
+    fill(log, 12)
+    region = log.read(0, 1 << 20).regions[0]   # a fetch in flight holds the first segment
+    want = region.read()
+    log.high_watermark = log.log_end_offset
+    assert log.delete_old_segments(0) > 1
+    doomed_fd = region.file.fd
+    assert region.read() == want
+    del region
+    deadline = time.monotonic() + 5
+    while (_deleted_files_open() or doomed_fd not in closed_by) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _deleted_files_open() == []
+    assert closed_by.get(doomed_fd) == "kbroker-fd-closer"
+    assert threading.current_thread().name not in closed_by.values()
+    log.close()
 
 
 def test_raise_open_file_limit_sets_soft_to_hard(monkeypatch):
