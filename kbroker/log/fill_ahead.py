@@ -149,6 +149,11 @@ class FillAhead:
         with self.lock:
             self.stopped = True
 
+    def retire(self) -> None:
+        """Event loop, at a roll: no more zeros or allocations, without waiting for one in
+        progress (``truncate_later`` queues the trim behind it on the same thread)."""
+        self.stopped = True
+
     def _fill(self, fd: int, start: int, end: int) -> int:
         """Worker thread: zeros over [start, end) where the log has not claimed it, each
         step followed by an fdatasync (the size and the blocks become durable before
@@ -198,6 +203,29 @@ class FillAhead:
             return end
         finally:
             os.close(fd)
+
+
+def truncate_later(fd: int, size: int) -> concurrent.futures.Future | None:
+    """Event loop: the file of ``fd`` (duplicated) truncated to ``size`` on the fill-ahead
+    thread, after every job queued before it. A truncation that releases blocks waits for
+    the device where the filesystem is mounted with ``discard`` (2-6 ms a roll of 8 MiB
+    segments on this machine's disk), so a roll does not do it on the loop. None: done
+    here (the interpreter is exiting)."""
+    dup = os.dup(fd)
+    try:
+        return _pool().submit(_truncate, dup, size)
+    except RuntimeError:   # no new threads at exit
+        _truncate(dup, size)
+        return None
+
+
+def _truncate(fd: int, size: int) -> None:
+    try:
+        os.ftruncate(fd, size)
+    except OSError as e:   # (the blocks stay allocated until the file is deleted)
+        log.warning("trimming a rolled segment failed: %s", e)
+    finally:
+        os.close(fd)
 
 
 def _report(err: BaseException, zeros: bool) -> None:

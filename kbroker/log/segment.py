@@ -12,6 +12,7 @@ everything else about a batch comes from ``kbroker.wire.records.RecordBatch``.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import struct
@@ -166,6 +167,7 @@ class LogSegment:
         # so offset translation never needs a batch header; known for what we wrote/scanned
         self.contiguous = create
         self._fill: fill_ahead.FillAhead | None = None   # space made ahead of the appends
+        self._trim_job: concurrent.futures.Future | None = None   # the roll's, on the fill-ahead thread
 
     # -- identity -----------------------------------------------------------------------
     @property
@@ -543,6 +545,7 @@ class LogSegment:
             return 0
         removed = self.size - pos
         self._stop_fill()   # (the next append starts a new one from ``pos``)
+        self.await_trim()
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         os.ftruncate(self.handle.fileno(), pos)
@@ -576,6 +579,7 @@ class LogSegment:
     # -- lifecycle ----------------------------------------------------------------------
     def make_active(self) -> None:
         """A reopened last segment becomes appendable: grow the indexes back."""
+        self.await_trim()   # (a rolled segment again the last after a truncation)
         self.active = True
         self.handle.pin()   # Kafka-like: the active segment's log stays open
         self.offset_index.make_writable(self.config.segment_index_bytes)
@@ -583,28 +587,45 @@ class LogSegment:
         if self.size and self.bytes_since_last_index_entry == 0:
             self._recompute_bytes_since_index()
 
-    def on_become_inactive(self) -> None:
+    def on_become_inactive(self, trim_later: bool = True) -> None:
         """Roll: record the segment's max timestamp in the time index (so retention and
-        ListOffsets find it after a restart), trim indexes and a preallocated file."""
+        ListOffsets find it after a restart), trim indexes and a preallocated file (the
+        file on the fill-ahead thread unless ``trim_later`` is False)."""
         if self.max_timestamp >= 0:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp,
                                          skip_full_check=True)
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
-        self._stop_fill()
-        self._trim_file()
+        if trim_later:
+            if self._fill is not None:
+                self._fill.retire()
+                self._fill = None
+        else:
+            self._stop_fill()
+        self._trim_file(trim_later)
         self.active = False
         self.handle.unpin()
 
-    def _trim_file(self) -> None:
+    def _trim_file(self, later: bool = False) -> None:
         """The file to the log's length: cuts zeros written ahead, and releases blocks
         allocated past the end (kbroker.log.fill_ahead; a truncation to the same length does,
-        also those a crash left behind)."""
+        also those a crash left behind). ``later``: on the fill-ahead thread (a roll)."""
+        self.await_trim()
         if self.handle.closed:
             return
         fd = self.handle.fileno()
         if fill_ahead.ALLOCATE or os.fstat(fd).st_size != self.size:
-            os.ftruncate(fd, self.size)
+            if later:
+                self._trim_job = fill_ahead.truncate_later(fd, self.size)
+            else:
+                os.ftruncate(fd, self.size)
+
+    def await_trim(self) -> None:
+        """Before the file is truncated again: the roll's trim has run (else it could
+        lengthen the file back over the new end)."""
+        job, self._trim_job = self._trim_job, None
+        if job is not None:
+            job.result()
 
     def flush(self) -> None:
         if not self.handle.closed:
@@ -634,9 +655,10 @@ class LogSegment:
         self._stop_fill()
         if self.active:
             try:
-                self.on_become_inactive()
+                self.on_become_inactive(trim_later=False)
             except OSError:  # pragma: no cover
                 pass
+        self.await_trim()
         self.offset_index.close_and_trim()
         self.time_index.close_and_trim()
         self.handle.close()

@@ -199,6 +199,62 @@ def test_a_truncation_stops_the_filler_and_appends_go_on_from_the_new_end(tmp_pa
     log.close()
 
 
+def _roll_first_segment(log):
+    first = log.active_segment
+    while log.active_segment is first:
+        log.append(make_batch(20, value=b"v" * 400), 0)
+    return first
+
+
+def test_a_roll_trims_the_file_on_the_fill_ahead_thread(tmp_path, small_chunks, monkeypatch):
+    # the truncation that releases blocks waits for the device's discard where the
+    # filesystem has it: not on the thread that appends (the event loop's)
+    trims = []
+    real = os.ftruncate
+    monkeypatch.setattr(os, "ftruncate", lambda fd, size: (
+        trims.append((os.readlink(f"/proc/self/fd/{fd}"), threading.current_thread().name)),
+        real(fd, size))[1])
+    log = open_log(tmp_path, cfg(segment_bytes=300_000))
+    first = _roll_first_segment(log)
+    log.append(make_batch(3), 0)
+    _wait_for_fill(log)        # (queued behind the trim, on the same thread)
+    on_first = [name for path, name in trims if path == first.path]
+    assert on_first and all(n.startswith("kbroker-fill-ahead") for n in on_first), trims
+    assert _allocated(first.path) <= _blocks_for(first.size)
+    log.close()
+
+
+@pytest.mark.parametrize("to", ["inside", "at the end"])
+def test_a_truncation_after_a_roll_waits_for_its_trim(tmp_path, small_chunks, monkeypatch, to):
+    # a late trim to the length at the roll would cut what the segment holds after a
+    # truncation made it the active one again, or lengthen it over the new end
+    real = fill_ahead._truncate
+    monkeypatch.setattr(fill_ahead, "_truncate", lambda fd, size: (time.sleep(0.3), real(fd, size)))
+    for zeros in (False, True):
+        d = tmp_path / str(zeros)
+        c = cfg(segment_bytes=1_000_000, flush_messages=1 if zeros else 1 << 62)
+        log = open_log(d, c)
+        for _ in range(6):
+            log.append(make_batch(20, value=b"v" * 400), 0)
+        first = log.active_segment
+        log.roll(0)
+        log.append(make_batch(20, value=b"x" * 400), 0)
+        assert first._trim_job is not None and not first._trim_job.done()
+        cut = 60 if to == "inside" else first.next_offset
+        assert log.truncate_to(cut)
+        assert log.active_segment is first and log.log_end_offset == cut
+        for _ in range(8):   # past the length it had at the roll
+            log.append(make_batch(20, value=b"w" * 400), 0)
+        expected = read_all(log)
+        fill_ahead._pool().submit(lambda: None).result(10)   # every queued job has run
+        assert os.path.getsize(first.path) == first.size
+        assert read_all(log) == expected
+        log.close()
+        again = open_log(d, c, had_clean_shutdown=True)
+        assert read_all(again) == expected
+        again.close()
+
+
 def test_the_filler_never_overwrites_what_the_log_wrote(tmp_path, monkeypatch):
     """Appends race a filler whose every step is slow: an append that reaches into the
     range being filled must not be overwritten by that step's zeros."""
