@@ -162,6 +162,13 @@ class _Index:
         self._prealloc = False
         self._last = None
 
+    def close_for_delete(self) -> None:
+        """``close`` for a file unlinked or about to be: the descriptor goes to the closer
+        thread (kbroker.log.fd_cache.CLOSER), since its close may be the one that frees
+        the blocks (a compaction's rename onto an older ``.deleted`` unlinks that file)."""
+        self._h.doomed = True
+        self.close()
+
     def close_and_trim(self) -> None:
         try:
             if self._loaded:

@@ -704,11 +704,12 @@ class LogSegment:
     def delete_files(self, defer=None) -> None:
         """Unlink the files. The log descriptor is left to the FileHandle's last reference
         (regions in flight keep reading the unlinked file), which hands it to a thread of its
-        own (``fd_cache.CLOSER``: that close frees the blocks); the indexes close now.
+        own (``fd_cache.CLOSER``: that close frees the blocks); the indexes' descriptors go
+        there now.
         ``defer(paths)``: the unlinks run later (a worker thread) instead of now."""
         self._stop_fill()
-        self.offset_index.close()
-        self.time_index.close()
+        self.offset_index.close_for_delete()
+        self.time_index.close_for_delete()
         if not self.handle.closed:
             self.handle.doom()   # regions in flight keep reading the unlinked file
         d, b, s = self.dir, self.base_offset, self.suffix

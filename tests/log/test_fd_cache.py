@@ -1,7 +1,10 @@
 """The bounded descriptor cache: old segments and index files open on demand and close when
 the cache needs room; the active segment's log stays open; nothing read back changes."""
 
+import collections
+import gc
 import os
+import random
 import resource
 import threading
 import time
@@ -10,7 +13,8 @@ import pytest
 
 from kbroker.log import fd_cache
 from kbroker.log.config import LogConfig
-from kbroker.log.fd_cache import DESCRIPTORS, raise_open_file_limit
+from kbroker.log.cleaner import LogCleaner
+from kbroker.log.fd_cache import DESCRIPTORS, FileHandle, raise_open_file_limit
 from kbroker.log.partition_log import PartitionLog
 
 from .helpers import concat, make_batch
@@ -148,6 +152,40 @@ def test_a_deleted_segments_last_close_runs_in_the_closer_thread(tmp_path, small
     assert _deleted_files_open() == []
     assert closed_by.get(doomed_fd) == "kbroker-fd-closer"
     assert threading.current_thread().name not in closed_by.values()
+    log.close()
+
+
+def test_no_descriptor_of_an_unlinked_file_closes_on_the_callers_thread(tmp_path, monkeypatch):
+    # two compactions within file.delete.delay.ms rename a segment of the same base offset
+    # onto the same ``.deleted`` name, which unlinks the older one's files while its
+    # descriptors are open: their close frees the blocks, so it must not be the caller's
+    from .test_cleaner import compact_cfg, fill
+
+    on_caller = []
+    real_close = os.close
+
+    def watching_close(fd):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            target = ""
+        if target.endswith(" (deleted)") and threading.current_thread() is threading.main_thread():
+            on_caller.append(target)
+        real_close(fd)
+
+    monkeypatch.setattr(os, "close", watching_close)
+    monkeypatch.setattr(FileHandle.__del__, "__defaults__", (watching_close,))
+    log = PartitionLog.open(str(tmp_path / "c-0"), compact_cfg(file_delete_delay_ms=60_000), 0)
+    rng = random.Random(3)
+    for now in (2000, 4000, 6000):
+        fill(log, rng, 200, now=now)
+        log.roll(now)
+        LogCleaner().clean(log, now)
+    pending = collections.Counter(s.base_offset for s in log._pending_deletes)
+    assert max(pending.values()) > 1     # (the precondition: renames onto a pending .deleted)
+    assert log.delete_pending(10 ** 9) > 0
+    gc.collect()
+    assert on_caller == []
     log.close()
 
 
