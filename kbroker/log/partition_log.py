@@ -943,6 +943,12 @@ class PartitionLog:
                 s.offset_index.trim_to_valid_size()
                 s.time_index.trim_to_valid_size()
                 s.active = False
+            # its log stays open from now on, and its last close is the closer thread's: a
+            # later compaction that renames a segment of the same base offset onto these
+            # ``.deleted`` names unlinks them, and were the file closed, that rename would
+            # free its blocks on the loop (with ``discard``, a wait for the device)
+            if not s.handle.closed:
+                s.handle.doom()
             try:
                 s.change_suffix(_seg.DELETED_SUFFIX, defer=defer)
             except FileNotFoundError:  # pragma: no cover - already gone
