@@ -24,7 +24,7 @@ issue's 1 GB is the default of a full run, 64 MB with --quick), and 500 classic-
 members (raw JoinGroup/SyncGroup/Heartbeat clients, ``RawMember``) joining one group at once
 until all hold an assignment of one generation (its time and generation are printed), and
 another process creating 9,000 partition-like directories on the filesystem that holds the
-brokers' logs, syncing it every 1,000 (the producer's appends then meet a busy journal).
+brokers' logs, syncing it every 1,000 (the producer's appends then meet busy metadata I/O).
 
 The machine may be shared: the producer's stalls are compared between brokers in the same
 run, never against fixed numbers. ``--pin`` runs the brokers on core 0 and this process (the
@@ -55,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from append_journal_wait import metadata_burst  # noqa: E402
+from append_alloc_wait import metadata_burst  # noqa: E402
 from peers import NAMES, cpu_seconds, make_broker, pin, rss_mb  # noqa: E402
 
 HB_TOPIC = "heartbeat"
@@ -244,11 +244,17 @@ def probe_held(log_path: Path, wall0: float, wall1: float) -> float:
     """The longest of kbroker's logged loop lags between two wall-clock times less the time
     its loop thread waited for a core in it (the machine's load, not the broker's work): how
     long the broker itself held its loop, by CPU, the GIL or a blocking call. 0 if none."""
-    worst = 0.0
+    return held_lags(log_path, wall0, wall1)[0]
+
+
+def held_lags(log_path: Path, wall0: float, wall1: float) -> tuple[float, float | None, int]:
+    """``probe_held`` with when the longest ended (wall clock; None if no lag) and how many
+    lags held the loop over 10 ms."""
+    worst, at, over = 0.0, None, 0
     try:
         text = log_path.read_text(errors="replace")
     except OSError:
-        return 0.0
+        return 0.0, None, 0
     for line in text.splitlines():
         m = _LAG.match(line)
         if not m:
@@ -256,8 +262,11 @@ def probe_held(log_path: Path, wall0: float, wall1: float) -> float:
         ts = datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").timestamp() + int(m.group(2)) / 1000
         if wall0 <= ts <= wall1 + 1:
             w = _WAIT.search(line)
-            worst = max(worst, float(m.group(3)) - (float(w.group(1)) if w else 0.0))
-    return worst
+            held = float(m.group(3)) - (float(w.group(1)) if w else 0.0)
+            over += held > 10
+            if held > worst:
+                worst, at = held, ts
+    return worst, at, over
 
 
 # ----------------------------------------------------------------------------- operations
@@ -587,8 +596,8 @@ FS_BURST_DIRS = 9000
 
 def op_fs_burst(b, st):
     """Another process creates --burst-dirs directories on the brokers' filesystem while the
-    producer writes: an append that allocates blocks takes a journal handle, which waits
-    while the journal commits (benchmarks/append_journal_wait.py)."""
+    producer writes: an append into a hole of its file waits on the inode's block-map lock
+    while write-back allocates blocks and waits for the disk (benchmarks/append_alloc_wait.py)."""
     root = tempfile.mkdtemp(prefix="fs-burst-", dir=st["scratch"])
     st["burst_root"] = root
     child = multiprocessing.get_context("spawn").Process(target=metadata_burst, args=(root, st["burst_dirs"]))
@@ -648,6 +657,7 @@ def main() -> None:
     os.environ["KBROKER_LOOP_LOG_MS"] = "10"
     brokers = {}
     beats = {}
+    whole: dict = {}
     results: dict[str, dict[str, dict]] = {}
     try:
         for k in kinds:
@@ -665,6 +675,7 @@ def main() -> None:
             for hb in beats.values():                   # the heartbeat producers' processes
                 pin(hb.proc.pid, {1})
         time.sleep(2)
+        run_w0 = time.time()
         for name, setup, op, teardown in SCENARIOS:
             if args.only and not any(o in name for o in args.only.split("|")):
                 continue
@@ -701,6 +712,10 @@ def main() -> None:
                 results[name][k] = row
                 print(f"{name:55s} {NAMES[k]:8s} {row}", flush=True)
         mem = {k: rss_mb(brokers[k].proc.pid) for k in kinds}
+        # kbroker's loop over the whole run: its rows cover its own operations only, and work
+        # it does later (segments deleted file.delete.delay.ms after a compaction), in the
+        # setups and teardowns, or during the other brokers' operations falls outside them
+        whole = {k: held_lags(brokers[k].log_path, run_w0, time.time()) for k in kinds if k.startswith("kbroker")}
     finally:
         for hb in beats.values():
             try:
@@ -713,10 +728,10 @@ def main() -> None:
             print(f"data and logs kept in {tmp}")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
-    report(results, kinds, mem, args)
+    report(results, kinds, mem, args, whole)
 
 
-def report(results, kinds, mem, args) -> None:
+def report(results, kinds, mem, args, whole=None) -> None:
     lines = [f"# Acknowledgement stalls during admin work ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
              f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}; "
              "shared with other jobs while it ran (load noise: compare columns, not runs)"
@@ -761,6 +776,11 @@ def report(results, kinds, mem, args) -> None:
         for k, r in row.items():
             if "error" in r:
                 lines.append(f"- {name}, {NAMES[k]}: {r['error']}")
+    for k, (held, at, over) in (whole or {}).items():
+        when = time.strftime("%H:%M:%S", time.localtime(at)) if at else "-"
+        lines += ["", f"{NAMES[k]}'s loop over the whole run (its operations, the setups and teardowns, "
+                      f"work due later such as deletions, the other brokers' operations): longest held "
+                      f"{held:.0f} ms (ending {when}); {over} lags held it over 10 ms."]
     lines += ["", "Resident memory at the end: " + ", ".join(f"{NAMES[k]} {v:.0f} MB" for k, v in mem.items())]
     text = "\n".join(lines) + "\n"
     print(text)

@@ -32,3 +32,5 @@ def test_benchmark_runs_and_reports(script, tmp_path):
     text = out.read_text()
     assert "| kbroker" in text or "| 1 process" in text or "| produce" in text
     assert "Errors:" not in text and "n/a" not in text, text
+    if script == "bench_stalls":
+        assert "loop over the whole run" in text, text

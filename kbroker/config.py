@@ -311,7 +311,7 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("log.allocate.ahead", "boolean", True,
               doc="Allocate disk blocks (fallocate, 64 KiB to 8 MiB, the file's length unchanged) past the "
                   "end of every other partition's active segment, from a worker thread, so an append on the "
-                  "event loop does not allocate them (which can wait for the filesystem's journal). They are "
+                  "event loop does not allocate them (which can wait for the filesystem's metadata I/O). They are "
                   "released at the segment's roll and at shutdown. On tmpfs they are memory: turn it off there"),
 ]
 

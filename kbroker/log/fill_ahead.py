@@ -1,12 +1,16 @@
 """Space made ahead of the active segment's appends by a worker thread, so that an append on
 the event loop writes into a file that already has room for it.
 
-Growing a file is a journaled change (ext4: the new size, and the blocks allocated for it),
-and a journaled change waits while the journal commits. Appends run on the event loop, so
-one that grows its file can hold every client: a plain loop of 16 KiB appends, beside
-another process creating 9,000 partition directories on the same ext4, saw single appends
-take 9.6-19 ms; with blocks allocated ahead, 0.1-4.4 ms (``benchmarks/results/stalls.md``,
-session 27). Two kinds of space, by the log's flush policy:
+An append into a hole of its file reserves a block for delayed allocation, under the inode's
+block-map lock (ext4's ``i_data_sem``, taken for writing in ``ext4_da_get_block_prep``).
+The kernel's write-back holds that lock while it allocates the file's earlier blocks, and
+that allocation waits for the filesystem's metadata I/O, which another process's bulk
+creations and syncs keep busy. Appends run on the event loop, so one that waits there holds
+every client: a plain loop of 16 KiB appends, beside another process creating 9,000
+partition directories on the same ext4, saw single appends take 9.6-19 ms, asleep on that
+lock (traced in session 28);
+with blocks allocated ahead, 0.1-4.4 ms (``benchmarks/results/stalls.md``, sessions 27-28).
+Two kinds of space, by the log's flush policy:
 
 - **Allocated** (every log): ``fallocate`` with ``FALLOC_FL_KEEP_SIZE`` allocates blocks from
   64 KiB up to 8 MiB past the log's end (a quarter of what the segment holds), and the next
@@ -162,7 +166,7 @@ class FillAhead:
         pos = start
         try:
             # the job's blocks first, outside the lock: a step that allocated its own held
-            # the lock (and an append that reached into it) while a busy journal committed.
+            # the lock (and an append that reached into it) while the allocator waited for the disk.
             # (Stopped meanwhile, this leaves at most one job's blocks past the end until
             # the file is truncated or deleted.)
             if not self.stopped and _fallocate is not None:

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""How long a single append waits when the filesystem's journal is busy, with no broker in
-the way.
+"""How long a single append waits while another process keeps the filesystem's metadata
+busy, with no broker in the way.
 
-    python benchmarks/append_journal_wait.py [--dir DIR] [--dirs 9000] [--rounds 2]
+    python benchmarks/append_alloc_wait.py [--dir DIR] [--dirs 9000] [--rounds 2]
 
 One thread appends 16 KiB every millisecond to a file, as kbroker's event loop appends to a
 partition's active segment, and times each ``pwrite``. Meanwhile another process creates
@@ -17,8 +17,10 @@ every 1,000, as a broker creating that many partitions does. Each file-space pol
 - ``allocated ahead``: a worker thread ``fallocate``s 64 KiB to 8 MiB ahead of the appends, a
   quarter of what the file holds (``kbroker.log.fill_ahead``, the default since session 27).
 
-An append that grows its file changes its size and allocates blocks: on ext4 both are
-journaled, and a journaled change waits while the journal commits. A machine measurement, not
+An append into a hole of its file reserves a delayed-allocation block under the inode's
+block-map lock (ext4's ``i_data_sem``), which the kernel's write-back holds while it allocates
+the file's earlier blocks and waits for the metadata I/O the burst keeps busy (traced in
+session 28 on this machine's ext4, which runs without a journal). A machine measurement, not
 a comparison: ``bench_stalls.py`` measures the brokers side by side.
 """
 
@@ -48,7 +50,7 @@ POLICIES = ("grow", "length ahead", "allocated ahead")
 def metadata_burst(root: str, dirs: int) -> None:
     """Partition-like directories under ``root`` (four files each, one with a few bytes),
     the filesystem synced every 1,000: what a broker creating that many partitions does to
-    the journal. (Also bench_stalls.py's scenario.)"""
+    the filesystem's metadata. (Also bench_stalls.py's scenario.)"""
     for i in range(dirs):
         d = os.path.join(root, f"t-{i}")
         os.mkdir(d)
@@ -104,7 +106,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
     results: dict[str, list[list[float]]] = {p: [] for p in POLICIES}
-    with tempfile.TemporaryDirectory(dir=args.dir, prefix="journal-wait-") as tmp:
+    with tempfile.TemporaryDirectory(dir=args.dir, prefix="alloc-wait-") as tmp:
         for _ in range(args.rounds):
             for policy in POLICIES:
                 results[policy].append(appends_during_burst(Path(tmp), policy, args.dirs))
