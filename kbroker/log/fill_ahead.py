@@ -8,9 +8,9 @@ that allocation waits for the filesystem's metadata I/O, which another process's
 creations and syncs keep busy. Appends run on the event loop, so one that waits there holds
 every client: a plain loop of 16 KiB appends, beside another process creating 9,000
 partition directories on the same ext4, saw single appends take 9.6-19 ms, asleep on that
-lock (traced in session 28);
-with blocks allocated ahead, 0.1-4.4 ms (``benchmarks/results/stalls.md``, sessions 27-28).
-Two kinds of space, by the log's flush policy:
+lock (traced in session 28); with blocks allocated ahead, 0.1-4.4 ms
+(``benchmarks/results/stalls.md``, sessions 27-28). Two kinds of space, by the log's flush
+policy:
 
 - **Allocated** (every log): ``fallocate`` with ``FALLOC_FL_KEEP_SIZE`` allocates blocks from
   64 KiB up to 8 MiB past the log's end (a quarter of what the segment holds), and the next
@@ -166,7 +166,8 @@ class FillAhead:
         pos = start
         try:
             # the job's blocks first, outside the lock: a step that allocated its own held
-            # the lock (and an append that reached into it) while the allocator waited for the disk.
+            # the lock (and an append that reached into it) while the allocator waited for
+            # the disk.
             # (Stopped meanwhile, this leaves at most one job's blocks past the end until
             # the file is truncated or deleted.)
             if not self.stopped and _fallocate is not None:
