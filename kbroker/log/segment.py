@@ -596,12 +596,11 @@ class LogSegment:
                                          skip_full_check=True)
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
-        if trim_later:
-            if self._fill is not None:
-                self._fill.retire()
-                self._fill = None
+        if trim_later and self._fill is not None and not self._fill.zeros:
+            self._fill.retire()   # (an allocation never changes the file's length)
+            self._fill = None
         else:
-            self._stop_fill()
+            self._stop_fill()     # zeros lengthen the file: none may land after the trim
         self._trim_file(trim_later)
         self.active = False
         self.handle.unpin()
@@ -609,12 +608,18 @@ class LogSegment:
     def _trim_file(self, later: bool = False) -> None:
         """The file to the log's length: cuts zeros written ahead, and releases blocks
         allocated past the end (kbroker.log.fill_ahead; a truncation to the same length does,
-        also those a crash left behind). ``later``: on the fill-ahead thread (a roll)."""
+        also those a crash left behind). ``later``: blocks past an end the file already has
+        are released on the fill-ahead thread (a roll)."""
         self.await_trim()
         if self.handle.closed:
             return
         fd = self.handle.fileno()
-        if fill_ahead.ALLOCATE or os.fstat(fd).st_size != self.size:
+        if os.fstat(fd).st_size != self.size:
+            # zeros or a preallocated length past the log: cut now, before the next segment
+            # takes appends, or a crash in between leaves a segment that ends in zeros ahead
+            # of the log's end, and recovery stops the log there
+            os.ftruncate(fd, self.size)
+        elif fill_ahead.ALLOCATE:
             if later:
                 self._trim_job = fill_ahead.truncate_later(fd, self.size)
             else:
