@@ -42,7 +42,7 @@ from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from benchmarks.bench_stalls import HB_TOPIC, HeartbeatProcess  # noqa: E402
-from benchmarks.peers import KafkaCluster  # noqa: E402
+from benchmarks.peers import KafkaCluster, produce_waiting  # noqa: E402
 from compat_tests.brokers import KBrokerCluster  # noqa: E402
 from compat_tests.cluster_faults.workload import wait_until  # noqa: E402
 
@@ -86,17 +86,6 @@ def _fast_producer(bootstrap: str, acks: str) -> Producer:
                      "enable.idempotence": acks == "all", "queue.buffering.max.messages": 1000000})
 
 
-def _send(p: Producer, value: bytes, ack) -> None:
-    """One record to TOPIC, waiting for room in the producer's local queue."""
-    while True:
-        try:
-            p.produce(TOPIC, value, on_delivery=ack)
-            break
-        except BufferError:
-            p.poll(0.01)
-    p.poll(0)
-
-
 def _throughput(bootstrap: str, acks: str, messages: int, size: int) -> float:
     p = _fast_producer(bootstrap, acks)
     value = b"x" * size
@@ -109,7 +98,8 @@ def _throughput(bootstrap: str, acks: str, messages: int, size: int) -> float:
     p.flush(30)
     t0 = time.monotonic()
     for _ in range(messages):
-        _send(p, value, ack)
+        produce_waiting(p, TOPIC, value, on_delivery=ack)
+        p.poll(0)
     p.flush(120)
     took = time.monotonic() - t0
     assert done[0] == messages + 1, f"{done[0] - 1} of {messages} acknowledged"
@@ -269,7 +259,8 @@ def _load_for(bootstrap: str, seconds: float, size: int) -> float:
     t0 = time.monotonic()
     end = t0 + seconds
     while time.monotonic() < end:
-        _send(p, value, ack)
+        produce_waiting(p, TOPIC, value, on_delivery=ack)
+        p.poll(0)
     p.flush(120)
     return done[0] / (time.monotonic() - t0)
 

@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from confluent_kafka import Consumer, Producer, TopicPartition, OFFSET_BEGINNING  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec  # noqa: E402
 
-from peers import axis_table, plot_axis, NAMES, make_broker, open_fds, rss_mb, write_report  # noqa: E402
+from peers import axis_table, plot_axis, NAMES, make_broker, open_fds, produce_waiting, rss_mb, write_report  # noqa: E402
 
 VALUE = os.urandom(1024)
 
@@ -100,12 +100,7 @@ def produce(b, topics, count, acks="1", extra: dict | None = None):
     t0 = time.perf_counter()
     for i in range(count):
         t, part = tps[i % len(tps)]
-        while True:
-            try:
-                p.produce(t, VALUE, partition=part)
-                break
-            except BufferError:
-                p.poll(0.001)
+        produce_waiting(p, t, VALUE, partition=part, wait_s=0.001)
         if not i % 10000:
             p.poll(0)
     left = p.flush(300)

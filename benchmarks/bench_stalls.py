@@ -56,7 +56,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from append_alloc_wait import metadata_burst  # noqa: E402
-from peers import NAMES, cpu_seconds, make_broker, pin, rss_mb  # noqa: E402
+from peers import NAMES, cpu_seconds, make_broker, pin, produce_waiting, rss_mb  # noqa: E402
 
 HB_TOPIC = "heartbeat"
 HB_INTERVAL = 0.002
@@ -435,12 +435,7 @@ def setup_compaction(b, st):
                   "queue.buffering.max.kbytes": 1 << 20})
     value = os.urandom(1024)
     for i in range(mb * 1024):
-        while True:
-            try:
-                p.produce("compact", value, key=b"k%06d" % (i % 5000))
-                break
-            except BufferError:
-                p.poll(0.01)
+        produce_waiting(p, "compact", value, key=b"k%06d" % (i % 5000))
         if i % 1000 == 0:
             p.poll(0)
     p.flush(120)

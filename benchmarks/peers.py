@@ -152,6 +152,17 @@ def make_broker(kind: str, data_dir: Path, kbroker_overrides: dict | None = None
     return b
 
 
+def produce_waiting(p, topic: str, value: bytes, *, wait_s: float = 0.01, **kwargs) -> None:
+    """``p.produce`` (a confluent-kafka Producer), serving delivery reports for ``wait_s`` and
+    trying again while the producer's local queue is full."""
+    while True:
+        try:
+            p.produce(topic, value, **kwargs)
+            return
+        except BufferError:
+            p.poll(wait_s)
+
+
 def write_report(lines: list[str], out: str = "") -> str:
     """Print a benchmark's markdown report and write it to ``out`` (if given)."""
     text = "\n".join(lines) + "\n"
