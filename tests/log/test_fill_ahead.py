@@ -268,7 +268,10 @@ def test_a_truncation_after_a_roll_waits_for_its_trim(tmp_path, small_chunks, mo
             log.append(make_batch(20, value=b"w" * 400), 0)
         expected = read_all(log)
         fill_ahead._pool().submit(lambda: None).result(10)   # every queued job has run
-        assert os.path.getsize(first.path) == first.size
+        if zeros:   # (active again: zeros may be written ahead of it)
+            assert os.path.getsize(first.path) >= first.size
+        else:
+            assert os.path.getsize(first.path) == first.size
         assert read_all(log) == expected
         log.close()
         again = open_log(d, c, had_clean_shutdown=True)
