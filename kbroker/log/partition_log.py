@@ -166,7 +166,9 @@ class PartitionLog:
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
         self._log_start_offset = 0
-        self.on_start_moved = None   # called after DeleteRecords / retention move the log start
+        # () -> callable or None (a weak method: its owner holds this log): called after
+        # DeleteRecords / retention move the log start
+        self.on_start_moved = None
         self._leo = 0
         self._recovery_point = 0
         self._high_watermark = 0
@@ -870,8 +872,9 @@ class PartitionLog:
             return False
         self._log_start_offset = min(new_start, self._leo)
         self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
-        if self.on_start_moved is not None:
-            self.on_start_moved()
+        moved = self.on_start_moved() if self.on_start_moved is not None else None
+        if moved is not None:
+            moved()
         return True
 
     def delete_old_segments(self, now_ms: int, max_segments: int | None = None) -> int:

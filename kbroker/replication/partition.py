@@ -17,6 +17,8 @@ partition), every append is committed at once: the high watermark follows the lo
 
 from __future__ import annotations
 
+import weakref
+
 import logging
 import os
 import uuid
@@ -64,7 +66,7 @@ class AppendResult:
 class Partition:
     __slots__ = ("topic", "index", "topic_id", "log", "producer_state", "leader_epoch",
                  "waiters", "config", "txns", "leader_id", "partition_epoch", "replicas",
-                 "isr", "leader_state", "hw_listeners")
+                 "isr", "leader_state", "hw_listeners", "__weakref__")
 
     def __init__(self, topic: str, index: int, topic_id: uuid.UUID, plog: Any,
                  producer_state: ProducerStateManager, leader_epoch: int, config: Any) -> None:
@@ -87,7 +89,10 @@ class Partition:
         self.isr: list[int] = []
         self.leader_state = None   # kbroker.replication.leader_state.LeaderState while leading
         self.hw_listeners: list = []  # called with the partition after the HW moves
-        plog.on_start_moved = self.wake   # a new log start is news for parked fetch sessions
+        # a new log start is news for parked fetch sessions; weakly held, so that a deleted
+        # partition and its log are no cycle: frozen out of the collector's reach
+        # (kbroker.gc_policy), a cycle would never be freed
+        plog.on_start_moved = weakref.WeakMethod(self.wake)
 
     # -- reads -------------------------------------------------------------------------------
 
