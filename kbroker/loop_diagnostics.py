@@ -11,12 +11,17 @@ The lag probe (kbroker.loop_probe) says how long the loop was held; these say by
   are timed together, and an iteration whose callbacks ran longer than N ms in all is logged
   with how many ran and the longest few. A lag is often no one callback but many middling
   ones in one iteration (a slice of sliced work, the connections' budget, woken requests).
+* ``log_slow_collections`` (``KBROKER_GC_LOG_MS=N``): every garbage collection longer than N ms
+  is logged with its generation, the objects it walked, the most common types among them and
+  the thread it ran on. Counting them doubles a collection's cost, but
+  outside the time it reports.
 """
 
 from __future__ import annotations
 
 import asyncio.base_events
 import asyncio.events
+import gc
 import logging
 import sys
 import threading
@@ -116,6 +121,34 @@ def log_slow_iterations(limit_ms: float, top: int = 5):
         asyncio.base_events.BaseEventLoop._run_once = run_once
     asyncio.events.Handle._run = timed_run
     asyncio.base_events.BaseEventLoop._run_once = timed_run_once
+    return undo
+
+
+def log_slow_collections(limit_ms: float, top: int = 12):
+    """Log every collection over ``limit_ms`` from now on; returns the function that stops it."""
+    walked: list = []    # (objects, their type counts, start time) of the collection running
+
+    def on_gc(phase: str, info: dict) -> None:
+        gen = info["generation"]
+        if phase == "start":
+            objects = [o for g in range(gen + 1) for o in gc.get_objects(g)]
+            types = Counter(type(o).__qualname__ for o in objects)
+            walked[:] = [len(objects), types, time.perf_counter()]
+            del objects
+        elif walked:
+            ms = (time.perf_counter() - walked[2]) * 1000.0
+            if ms > limit_ms:
+                n, types = walked[0], walked[1]
+                log.warning("garbage collection of generation %d took %.1f ms on thread %s: %d objects "
+                            "walked, %d collected, %d frozen%s", gen, ms, threading.current_thread().name,
+                            n, info["collected"], gc.get_freeze_count(),
+                            "; most: " + ", ".join(f"{t} {c}" for t, c in types.most_common(top)))
+            walked.clear()
+
+    def undo() -> None:
+        if on_gc in gc.callbacks:
+            gc.callbacks.remove(on_gc)
+    gc.callbacks.insert(0, on_gc)   # first: the probe's own timing starts after the count
     return undo
 
 

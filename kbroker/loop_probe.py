@@ -31,7 +31,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from kbroker.loop_diagnostics import StallSampler, log_slow_callbacks, log_slow_iterations
+from kbroker.loop_diagnostics import StallSampler, log_slow_callbacks, log_slow_collections, log_slow_iterations
 
 log = logging.getLogger("kbroker.loop")
 
@@ -85,6 +85,7 @@ class LoopLagProbe:
             StallSampler(self.overdue_ms) if os.environ.get("KBROKER_LOOP_STACKS") == "1" else None)
         self._untime = None         # stops the slow-callback timing
         self._untime_iterations = None   # ... the slow-iteration timing
+        self._untime_collections = None  # ... the slow-collection log
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -107,6 +108,9 @@ class LoopLagProbe:
         slow_iteration_ms = os.environ.get("KBROKER_SLOW_ITERATION_MS")
         if slow_iteration_ms and self._untime_iterations is None:
             self._untime_iterations = log_slow_iterations(float(slow_iteration_ms))
+        gc_log_ms = os.environ.get("KBROKER_GC_LOG_MS")
+        if gc_log_ms and self._untime_collections is None:
+            self._untime_collections = log_slow_collections(float(gc_log_ms))
         return self
 
     def stop(self) -> None:
@@ -120,6 +124,9 @@ class LoopLagProbe:
             self._sched_fd = None
         if self._sampler is not None:
             self._sampler.stop()
+        if self._untime_collections is not None:
+            self._untime_collections()
+            self._untime_collections = None
         if self._untime_iterations is not None:   # undone in the reverse order of start
             self._untime_iterations()
             self._untime_iterations = None

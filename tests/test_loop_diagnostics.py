@@ -136,3 +136,35 @@ def test_a_slow_slice_names_the_sliced_job_and_where_it_paused(monkeypatch, capl
         asyncio.run(main())
     slow = [r.getMessage() for r in caplog.records if r.getMessage().startswith("loop iteration took")]
     assert any("_Turns._run" in m and "a_walk_with_one_long_step test_loop_diagnostics.py:" in m for m in slow), slow
+
+
+class _NamedForTheCollectionLog:
+    """Objects in cycles that a full collection walks; their type is named in its log line."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_a_slow_collection_is_logged_with_what_it_walked_and_unlogged_after_stop(monkeypatch, caplog):
+    import gc
+    monkeypatch.setenv("KBROKER_GC_LOG_MS", "0")
+
+    async def main():
+        p = LoopLagProbe(interval_s=0.002).start()
+        keep = [_NamedForTheCollectionLog() for _ in range(50_000)]
+        gc.collect()
+        p.stop()
+        gc.collect()   # after stop: not logged
+        return keep
+    gc.disable()   # only the two collections asked for run
+    try:
+        with caplog.at_level(logging.WARNING, logger="kbroker.loop"):
+            asyncio.run(main())
+    finally:
+        gc.enable()
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("garbage collection")]
+    assert len(logged) == 1, logged
+    assert "generation 2" in logged[0] and "on thread MainThread" in logged[0]
+    walked = int(logged[0].split(": ", 1)[1].split(" objects walked")[0])
+    assert walked >= 50_000
+    assert "_NamedForTheCollectionLog 50000" in logged[0]
