@@ -109,3 +109,49 @@ def test_high_watermark_checkpoint_walks_the_partitions_in_steps(tmp_path, monke
     pauses, written = asyncio.run(run())
     assert pauses == 2
     assert written == {("t", i): i + 1 for i in range(5)}
+
+
+
+def test_removed_partitions_need_no_cycle_collection(tmp_path):
+    """A removed leader (an acks=all produce waiting on it) and a removed follower are never
+    left in reference cycles: the serving broker freezes partitions out of the collector's
+    reach (kbroker.gc_policy), where one in a cycle would stay for good. The follower goes at
+    once; the leader when the deadline heap lets go of its answered produce."""
+    import gc
+    import weakref
+
+    async def run():
+        lm = LogManager([str(tmp_path)], LogConfig())
+        image = MetadataImage()
+        rm = ReplicaManager(1, lm, image, lambda t: LogConfig(), lambda: 1000)
+        tid = random_uuid()
+        _apply(image, rm, TopicRecord(name="t", topic_id=tid))
+        for index, leader in ((0, 1), (1, 2)):
+            _apply(image, rm, PartitionRecord(partition_id=index, topic_id=tid, replicas=[1, 2], isr=[1, 2],
+                                              leader=leader, leader_epoch=0, partition_epoch=0,
+                                              removing_replicas=[], adding_replicas=[]))
+        lead, follow = rm.get("t", 0), rm.get("t", 1)
+        b = BatchBuilder(0)
+        b.append(value=b"v", timestamp=1)
+        res = rm.append(lead, bytearray(b.build()), 1000)
+        waiting = rm.await_replication([(lead, res.last_offset)], 30_000)
+        follower_log = weakref.ref(follow.log)
+        del lead, follow, res
+        gc.collect()
+        gc.disable()
+        try:
+            _apply(image, rm, RemoveTopicRecord(topic_id=tid))
+            await asyncio.wait_for(waiting, 1.0)
+            del waiting
+            await asyncio.sleep(0.05)
+            assert follower_log() is None
+            gc.set_debug(gc.DEBUG_SAVEALL)
+            gc.collect()
+            cyclic = [type(o).__name__ for o in gc.garbage if type(o).__module__.startswith("kbroker.")]
+            assert not cyclic, cyclic
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
+        lm.shutdown()
+    asyncio.run(run())
