@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import gc
+
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 
@@ -22,6 +24,16 @@ class LoopLagFamilies:
         yield GaugeMetricFamily("kbroker_event_loop_lag_max_seconds", "Largest lag since start", value=s.max_ms / 1000)
         yield CounterMetricFamily("kbroker_event_loop_stalls", f"Lags above {s.stall_ms:g} ms", value=s.stalls)
         yield CounterMetricFamily("kbroker_event_loop_lag_samples", "Probe samples taken", value=s.samples)
+        yield GaugeMetricFamily("kbroker_gc_pause_max_seconds",
+                                "Longest garbage-collector pause since start (any generation: every thread stops)",
+                                value=s.gc_max_ms / 1000)
+        yield CounterMetricFamily("kbroker_gc_pause_seconds", "Time spent in the garbage collector",
+                                  value=s.gc_ms_total / 1000)
+        # live objects the broker froze out of the collector's walk (kbroker.gc_policy): it
+        # falls as they are freed, so growth while no partitions are created means frozen
+        # objects in reference cycles, which nothing will ever free
+        yield GaugeMetricFamily("kbroker_gc_frozen_objects", "Live objects frozen out of the collector's walk",
+                                value=gc.get_freeze_count())
         t = self.probe.thread_seconds()
         if t is not None:   # rate(cpu) near 1: the one loop is the broker's ceiling
             yield CounterMetricFamily("kbroker_event_loop_cpu_seconds", "CPU time of the event loop's thread",

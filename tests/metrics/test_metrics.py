@@ -183,3 +183,27 @@ def test_connection_counts_per_listener(broker):  # noqa: F811
     assert m[("kafka_server_socket_server_metrics_connection_count", label)] == 2
     assert m[("kafka_server_socket_server_metrics_connection_creation_total", label)] == 3
     assert m[("kafka_server_socket_server_metrics_connection_close_total", label)] == 1
+
+
+def test_collector_pauses_and_frozen_objects_are_exported():
+    import asyncio
+    import gc
+
+    from kbroker.loop_probe import LoopLagProbe
+    from kbroker.metrics.loop_lag import LoopLagFamilies
+
+    async def run():
+        probe = LoopLagProbe().start()
+        keep = [[i] for i in range(20_000)]
+        gc.collect()
+        gc.freeze()
+        try:
+            got = {f.name: f.samples[0].value for f in LoopLagFamilies(probe).families() if f.name.startswith("kbroker_gc")}
+            frozen = gc.get_freeze_count()
+        finally:
+            gc.unfreeze()
+            probe.stop()
+        return got, frozen, keep
+    got, frozen, _ = asyncio.run(run())
+    assert got["kbroker_gc_frozen_objects"] == frozen >= 20_000
+    assert 0 < got["kbroker_gc_pause_max_seconds"] <= got["kbroker_gc_pause_seconds"]
