@@ -215,6 +215,7 @@ class HeartbeatProcess:
 _LAG = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})\].*event loop held for (\d+) ms")
 _CPU = re.compile(r"loop thread CPU: (\d+) ms")
 _WAIT = re.compile(r"waiting for a core: (\d+) ms")
+_OTHERS = re.compile(r"other threads without a core: (\d+) ms")
 
 
 def probe_lags(log_path: Path, wall0: float, wall1: float, with_cpu: bool = False):
@@ -247,14 +248,17 @@ def probe_held(log_path: Path, wall0: float, wall1: float) -> float:
     return held_lags(log_path, wall0, wall1)[0]
 
 
-def held_lags(log_path: Path, wall0: float, wall1: float) -> tuple[float, float | None, int]:
-    """``probe_held`` with when the longest ended (wall clock; None if no lag) and how many
-    lags held the loop over 10 ms."""
-    worst, at, over = 0.0, None, 0
+def held_lags(log_path: Path, wall0: float, wall1: float) -> tuple[float, float | None, int, float, int]:
+    """``probe_held`` with when the longest ended (wall clock; None if no lag), how many lags
+    held the loop over 10 ms, and the same two less the time kbroker's other threads waited
+    for a core in each lag (an upper bound of the loop's waits for a GIL whose holder had
+    no core): the longest such remainder and how many were over 10 ms, a lower bound of
+    what the broker itself held."""
+    worst, at, over, own_worst, own_over = 0.0, None, 0, 0.0, 0
     try:
         text = log_path.read_text(errors="replace")
     except OSError:
-        return 0.0, None, 0
+        return 0.0, None, 0, 0.0, 0
     for line in text.splitlines():
         m = _LAG.match(line)
         if not m:
@@ -266,7 +270,11 @@ def held_lags(log_path: Path, wall0: float, wall1: float) -> tuple[float, float 
             over += held > 10
             if held > worst:
                 worst, at = held, ts
-    return worst, at, over
+            o = _OTHERS.search(line)
+            own = max(0.0, held - (float(o.group(1)) if o else 0.0))
+            own_over += own > 10
+            own_worst = max(own_worst, own)
+    return worst, at, over, own_worst, own_over
 
 
 # ----------------------------------------------------------------------------- operations
@@ -771,11 +779,13 @@ def report(results, kinds, mem, args, whole=None) -> None:
         for k, r in row.items():
             if "error" in r:
                 lines.append(f"- {name}, {NAMES[k]}: {r['error']}")
-    for k, (held, at, over) in (whole or {}).items():
+    for k, (held, at, over, own, own_over) in (whole or {}).items():
         when = time.strftime("%H:%M:%S", time.localtime(at)) if at else "-"
         lines += ["", f"{NAMES[k]}'s loop over the whole run (its operations, the setups and teardowns, "
                       f"work due later such as deletions, the other brokers' operations): longest held "
-                      f"{held:.0f} ms (ending {when}); {over} lags held it over 10 ms."]
+                      f"{held:.0f} ms (ending {when}); {over} lags held it over 10 ms. Less the time "
+                      f"{NAMES[k]}'s other threads waited for a core in each (the most its loop can have "
+                      f"waited for a GIL whose holder had no core): longest {own:.0f} ms, {own_over} over 10 ms."]
     lines += ["", "Resident memory at the end: " + ", ".join(f"{NAMES[k]} {v:.0f} MB" for k, v in mem.items())]
     text = "\n".join(lines) + "\n"
     print(text)

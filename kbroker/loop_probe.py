@@ -15,6 +15,10 @@ since the previous sample: in a lag with little CPU the loop's thread was not ru
 not work on the loop. On Linux the log also gives the part of the lag the thread spent
 runnable but without a core (the scheduler's run-queue delay, from
 ``/proc/thread-self/schedstat``): what is left after CPU and that is the GIL or a blocking call.
+It also gives the run-queue delay of the process's other threads in the lag, by name: the
+loop's thread may have slept on the GIL while the thread holding it waited for a core. That
+time is an upper bound of such waits (a runnable thread holds the GIL or runs without it; one
+waiting for the GIL sleeps), so the lag less both waits is a lower bound of the broker's own hold.
 
 It reads ``loop.time()`` (the loop's own monotonic clock): it measures the runtime, it is not
 logic that schedules anything for clients.
@@ -34,6 +38,56 @@ from dataclasses import dataclass
 from kbroker.loop_diagnostics import StallSampler, log_slow_callbacks, log_slow_collections, log_slow_iterations
 
 log = logging.getLogger("kbroker.loop")
+
+
+class OtherThreadsWait:
+    """The run-queue delay of this process's Python threads other than the loop's, from each
+    one's ``/proc/self/task/<tid>/schedstat``, read at every tick (one pread a thread); the
+    thread list is refreshed every ``refresh_s``."""
+
+    def __init__(self, loop_tid: int, refresh_s: float = 1.0) -> None:
+        self._loop_tid = loop_tid
+        self._refresh_s = refresh_s
+        self._threads: dict[int, list] = {}   # native id -> [schedstat fd, name, run-queue delay ns]
+        self._refreshed = float("-inf")
+
+    def sample(self, now: float) -> dict[str, float]:
+        """ms each other thread (by name, summed) waited for a core since the last sample."""
+        if now - self._refreshed >= self._refresh_s:
+            self._refresh(now)
+        waited: dict[str, float] = {}
+        for tid, entry in list(self._threads.items()):
+            try:
+                delay = int(os.pread(entry[0], 96, 0).split()[1])
+            except (OSError, IndexError, ValueError):   # the thread ended
+                self._drop(tid)
+                continue
+            if delay > entry[2]:
+                waited[entry[1]] = waited.get(entry[1], 0.0) + (delay - entry[2]) / 1e6
+            entry[2] = delay
+        return waited
+
+    def _refresh(self, now: float) -> None:
+        self._refreshed = now
+        live = {t.native_id: t.name for t in threading.enumerate()
+                if t.native_id is not None and t.native_id != self._loop_tid}
+        for tid in [tid for tid in self._threads if tid not in live]:
+            self._drop(tid)
+        for tid, name in live.items():
+            if tid in self._threads:
+                continue
+            try:
+                fd = os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY)
+                self._threads[tid] = [fd, name, int(os.pread(fd, 96, 0).split()[1])]
+            except (OSError, IndexError, ValueError):
+                pass
+
+    def _drop(self, tid: int) -> None:
+        os.close(self._threads.pop(tid)[0])
+
+    def close(self) -> None:
+        for tid in list(self._threads):
+            self._drop(tid)
 
 
 @dataclass(frozen=True)
@@ -78,6 +132,7 @@ class LoopLagProbe:
         self._cpu = 0.0             # the loop thread's CPU time at the previous sample
         self._sched_fd: int | None = None   # the loop thread's schedstat (Linux), read with pread
         self._run_delay = 0         # its run-queue delay (ns) at the previous sample
+        self._others: OtherThreadsWait | None = None   # the other threads' run-queue delay
         # diagnosis, off by default (kbroker.loop_diagnostics): KBROKER_LOOP_STACKS=1 names
         # where a logged lag was held; KBROKER_SLOW_CALLBACK_MS=N logs callbacks over N ms;
         # KBROKER_SLOW_ITERATION_MS=N logs loop iterations whose callbacks took over N ms
@@ -95,6 +150,8 @@ class LoopLagProbe:
         try:
             self._sched_fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
             self._run_delay = self._read_run_delay()
+            self._others = OtherThreadsWait(threading.get_native_id())
+            self._others.sample(self._loop.time())
         except OSError:
             self._sched_fd = None
         self._schedule()
@@ -122,6 +179,9 @@ class LoopLagProbe:
         if self._sched_fd is not None:
             os.close(self._sched_fd)
             self._sched_fd = None
+        if self._others is not None:
+            self._others.close()
+            self._others = None
         if self._sampler is not None:
             self._sampler.stop()
         if self._untime_collections is not None:
@@ -178,12 +238,15 @@ class LoopLagProbe:
         gc_ms, self._gc_since_tick = self._gc_since_tick, 0.0
         cpu = time.thread_time()
         cpu_ms, self._cpu = (cpu - self._cpu) * 1000.0, cpu
-        wait_ms = None
+        wait_ms = others = None
         if self._sched_fd is not None:
             delay = self._read_run_delay()
             wait_ms, self._run_delay = (delay - self._run_delay) / 1e6, delay
-        lag_ms = (self._loop.time() - self._due) * 1000.0
-        self.record(lag_ms, gc_ms, cpu_ms, wait_ms)
+        now = self._loop.time()
+        if self._others is not None:
+            others = self._others.sample(now)
+        lag_ms = (now - self._due) * 1000.0
+        self.record(lag_ms, gc_ms, cpu_ms, wait_ms, others)
         if self._sampler is not None:
             self._sampler.report(lag_ms >= self.log_ms)
         self._schedule()
@@ -191,7 +254,7 @@ class LoopLagProbe:
     # -- readings ---------------------------------------------------------------------------
 
     def record(self, lag_ms: float, gc_ms: float = 0.0, cpu_ms: float | None = None,
-               wait_ms: float | None = None) -> None:
+               wait_ms: float | None = None, others: dict[str, float] | None = None) -> None:
         """One sample (public so tests can feed it without a loop)."""
         lag_ms = max(0.0, lag_ms)
         self.samples += 1
@@ -202,8 +265,9 @@ class LoopLagProbe:
             self.stalls += 1
             if lag_ms > self.log_ms:
                 log.warning("event loop held for %.0f ms (garbage collector: %.0f ms, loop thread CPU: %s ms, "
-                            "waiting for a core: %s ms)", lag_ms, gc_ms,
-                            "?" if cpu_ms is None else f"{cpu_ms:.0f}", "?" if wait_ms is None else f"{wait_ms:.0f}")
+                            "waiting for a core: %s ms%s)", lag_ms, gc_ms,
+                            "?" if cpu_ms is None else f"{cpu_ms:.0f}", "?" if wait_ms is None else f"{wait_ms:.0f}",
+                            "" if others is None else _others_text(others))
 
     def reset_max(self) -> float:
         """Return the largest lag so far and start over (per-operation measurements)."""
@@ -217,3 +281,11 @@ class LoopLagProbe:
             p50_ms=_pct(vals, 0.50), p99_ms=_pct(vals, 0.99), p999_ms=_pct(vals, 0.999),
             mean_ms=sum(vals) / len(vals) if vals else 0.0, stalls=self.stalls, stall_ms=self.stall_ms,
             gc_max_ms=self.gc_max_ms, gc_ms_total=self.gc_ms_total)
+
+
+def _others_text(others: dict[str, float], top: int = 3) -> str:
+    """', other threads without a core: 41 ms (log-admin_0 38, kbroker-fill-ahead_0 3)'"""
+    total = sum(others.values())
+    most = sorted(others.items(), key=lambda kv: -kv[1])[:top]
+    named = ", ".join(f"{name} {ms:.0f}" for name, ms in most if ms >= 0.5)
+    return f", other threads without a core: {total:.0f} ms" + (f" ({named})" if named else "")

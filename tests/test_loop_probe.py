@@ -160,3 +160,47 @@ def test_the_loop_threads_cpu_and_core_wait_are_exported():
     grew = after["kbroker_event_loop_cpu_seconds_total"] - before["kbroker_event_loop_cpu_seconds_total"]
     assert 0.045 <= grew < 0.2, grew
     assert after["kbroker_event_loop_core_wait_seconds_total"] >= before["kbroker_event_loop_core_wait_seconds_total"] >= 0
+
+
+def test_a_logged_lag_names_the_other_threads_that_waited_for_a_core(caplog):
+    """Two threads hashing without the GIL, pinned to one core, wait for it in turn; a lag
+    logged meanwhile gives that wait by thread name (Linux schedstat)."""
+    import hashlib
+    import logging
+    import os
+    import re
+    import threading
+
+    import pytest
+    if not os.path.exists("/proc/thread-self/schedstat"):
+        pytest.skip("no /proc/thread-self/schedstat (Linux with schedstats) to read run-queue delays from")
+    stop = threading.Event()
+    cpu = min(os.sched_getaffinity(0))
+    data = bytes(1 << 20)
+
+    def hash_on_one_core():
+        os.sched_setaffinity(threading.get_native_id(), {cpu})
+        while not stop.is_set():
+            hashlib.sha256(data).digest()   # releases the GIL: the two threads share a core, not the GIL
+
+    async def main():
+        p = LoopLagProbe(interval_s=0.002, log_ms=20).start()
+        await asyncio.sleep(0.01)
+        threads = [threading.Thread(target=hash_on_one_core, name=f"hasher-{i}") for i in range(2)]
+        for t in threads:
+            t.start()
+        await asyncio.sleep(1.1)     # the probe's thread list is refreshed every second
+        time.sleep(0.2)              # hold the loop while they run
+        await asyncio.sleep(0.01)
+        stop.set()
+        for t in threads:
+            t.join()
+        p.stop()
+    with caplog.at_level(logging.WARNING, logger="kbroker.loop"):
+        asyncio.run(main())
+    lines = [r.getMessage() for r in caplog.records if "other threads without a core" in r.getMessage()]
+    held = [m for m in lines if int(re.search(r"held for (\d+) ms", m).group(1)) >= 150]
+    assert held, lines
+    waited = re.search(r"other threads without a core: (\d+) ms \((.*)\)", held[0])
+    assert waited and int(waited.group(1)) >= 50, held[0]
+    assert "hasher-" in waited.group(2)
