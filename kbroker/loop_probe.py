@@ -15,10 +15,11 @@ since the previous sample: in a lag with little CPU the loop's thread was not ru
 not work on the loop. On Linux the log also gives the part of the lag the thread spent
 runnable but without a core (the scheduler's run-queue delay, from
 ``/proc/thread-self/schedstat``): what is left after CPU and that is the GIL or a blocking call.
-It also gives the run-queue delay of the process's other threads in the lag, by name: the
-loop's thread may have slept on the GIL while the thread holding it waited for a core. That
-time is an upper bound of such waits (a runnable thread holds the GIL or runs without it; one
-waiting for the GIL sleeps), so the lag less both waits is a lower bound of the broker's own hold.
+It also gives the process's other threads' CPU time and run-queue delay in the lag, by name:
+the loop's thread may have slept on the GIL while the thread holding it waited for a core.
+That delay is an upper bound of such waits (a runnable thread holds the GIL or runs without
+it; one waiting for the GIL sleeps), so the lag less both delays is a lower bound of the
+broker's own hold.
 
 It reads ``loop.time()`` (the loop's own monotonic clock): it measures the runtime, it is not
 logic that schedules anything for clients.
@@ -40,32 +41,34 @@ from kbroker.loop_diagnostics import StallSampler, log_slow_callbacks, log_slow_
 log = logging.getLogger("kbroker.loop")
 
 
-class OtherThreadsWait:
-    """The run-queue delay of this process's Python threads other than the loop's, from each
-    one's ``/proc/self/task/<tid>/schedstat``, read at every tick (one pread a thread); the
-    thread list is refreshed every ``refresh_s``."""
+class OtherThreads:
+    """The CPU time and run-queue delay of this process's Python threads other than the
+    loop's, from each one's ``/proc/self/task/<tid>/schedstat``, read at every tick (one pread
+    a thread); the thread list is refreshed every ``refresh_s``."""
 
     def __init__(self, loop_tid: int, refresh_s: float = 1.0) -> None:
         self._loop_tid = loop_tid
         self._refresh_s = refresh_s
-        self._threads: dict[int, list] = {}   # native id -> [schedstat fd, name, run-queue delay ns]
+        self._threads: dict[int, list] = {}   # native id -> [schedstat fd, name, run ns, run-queue delay ns]
         self._refreshed = float("-inf")
 
-    def sample(self, now: float) -> dict[str, float]:
-        """ms each other thread (by name, summed) waited for a core since the last sample."""
+    def sample(self, now: float) -> dict[str, tuple[float, float]]:
+        """{thread name: (ms of CPU, ms waiting for a core)} since the last sample (threads of
+        one name summed; those with neither left out)."""
         if now - self._refreshed >= self._refresh_s:
             self._refresh(now)
-        waited: dict[str, float] = {}
+        spent: dict[str, tuple[float, float]] = {}
         for tid, entry in list(self._threads.items()):
             try:
-                delay = int(os.pread(entry[0], 96, 0).split()[1])
-            except (OSError, IndexError, ValueError):   # the thread ended
+                run, delay = (int(v) for v in os.pread(entry[0], 96, 0).split()[:2])
+            except (OSError, ValueError):   # the thread ended
                 self._drop(tid)
                 continue
-            if delay > entry[2]:
-                waited[entry[1]] = waited.get(entry[1], 0.0) + (delay - entry[2]) / 1e6
-            entry[2] = delay
-        return waited
+            if run > entry[2] or delay > entry[3]:
+                cpu, wait = spent.get(entry[1], (0.0, 0.0))
+                spent[entry[1]] = (cpu + (run - entry[2]) / 1e6, wait + (delay - entry[3]) / 1e6)
+            entry[2], entry[3] = run, delay
+        return spent
 
     def _refresh(self, now: float) -> None:
         self._refreshed = now
@@ -78,9 +81,14 @@ class OtherThreadsWait:
                 continue
             try:
                 fd = os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY)
-                self._threads[tid] = [fd, name, int(os.pread(fd, 96, 0).split()[1])]
-            except (OSError, IndexError, ValueError):
-                pass
+            except OSError:
+                continue
+            try:
+                run, delay = (int(v) for v in os.pread(fd, 96, 0).split()[:2])
+            except (OSError, ValueError):
+                os.close(fd)
+                continue
+            self._threads[tid] = [fd, name, run, delay]
 
     def _drop(self, tid: int) -> None:
         os.close(self._threads.pop(tid)[0])
@@ -132,7 +140,7 @@ class LoopLagProbe:
         self._cpu = 0.0             # the loop thread's CPU time at the previous sample
         self._sched_fd: int | None = None   # the loop thread's schedstat (Linux), read with pread
         self._run_delay = 0         # its run-queue delay (ns) at the previous sample
-        self._others: OtherThreadsWait | None = None   # the other threads' run-queue delay
+        self._others: OtherThreads | None = None   # the other threads' CPU and run-queue delay
         # diagnosis, off by default (kbroker.loop_diagnostics): KBROKER_LOOP_STACKS=1 names
         # where a logged lag was held; KBROKER_SLOW_CALLBACK_MS=N logs callbacks over N ms;
         # KBROKER_SLOW_ITERATION_MS=N logs loop iterations whose callbacks took over N ms
@@ -150,7 +158,7 @@ class LoopLagProbe:
         try:
             self._sched_fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
             self._run_delay = self._read_run_delay()
-            self._others = OtherThreadsWait(threading.get_native_id())
+            self._others = OtherThreads(threading.get_native_id())
             self._others.sample(self._loop.time())
         except OSError:
             self._sched_fd = None
@@ -254,7 +262,7 @@ class LoopLagProbe:
     # -- readings ---------------------------------------------------------------------------
 
     def record(self, lag_ms: float, gc_ms: float = 0.0, cpu_ms: float | None = None,
-               wait_ms: float | None = None, others: dict[str, float] | None = None) -> None:
+               wait_ms: float | None = None, others: dict[str, tuple[float, float]] | None = None) -> None:
         """One sample (public so tests can feed it without a loop)."""
         lag_ms = max(0.0, lag_ms)
         self.samples += 1
@@ -283,9 +291,13 @@ class LoopLagProbe:
             gc_max_ms=self.gc_max_ms, gc_ms_total=self.gc_ms_total)
 
 
-def _others_text(others: dict[str, float], top: int = 3) -> str:
-    """', other threads without a core: 41 ms (log-admin_0 38, kbroker-fill-ahead_0 3)'"""
-    total = sum(others.values())
-    most = sorted(others.items(), key=lambda kv: -kv[1])[:top]
-    named = ", ".join(f"{name} {ms:.0f}" for name, ms in most if ms >= 0.5)
-    return f", other threads without a core: {total:.0f} ms" + (f" ({named})" if named else "")
+def _others_text(others: dict[str, tuple[float, float]], top: int = 3) -> str:
+    """', other threads without a core: 41 ms (log-admin_0 38, log-io_0 3), running: 2 ms
+    (log-io_0 2)': a thread that ran held the GIL or ran without it; one waiting for a core may
+    have held it"""
+    def part(i: int) -> str:
+        total = sum(v[i] for v in others.values())
+        most = sorted(others.items(), key=lambda kv: -kv[1][i])[:top]
+        named = ", ".join(f"{name} {v[i]:.0f}" for name, v in most if v[i] >= 0.5)
+        return f"{total:.0f} ms" + (f" ({named})" if named else "")
+    return f", other threads without a core: {part(1)}, running: {part(0)}"
