@@ -147,10 +147,13 @@ class ReplicaManager:
             # Producer state lives beside the log (Kafka's .snapshot files): reload the latest
             # snapshot, then replay the batches after it.
             psm = ProducerStateManager(plog.dir, producer_id_expiration_ms=self.producer_id_expiration_ms,
-                                       topic_partition=f"{topic}-{index}")
+                                       topic_partition=f"{topic}-{index}", scan=not plog.fresh)
             # The replay also rebuilds the aborted-transaction index entries of the replayed range.
-            txns = PartitionTxns(plog.dir, psm)
-            txns.recover(plog, now)
+            txns = PartitionTxns(plog.dir, psm, scan=not plog.fresh)
+            if plog.fresh:      # a directory made for it: no snapshot, no batch, nothing to replay
+                txns.attach(plog)
+            else:
+                txns.recover(plog, now)
             return psm, txns
 
         def install(plog, psm, txns) -> Partition:

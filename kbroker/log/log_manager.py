@@ -376,7 +376,7 @@ class LogManager:
                 try:
                     plog = PartitionLog.open(path, cfg, now_ms, had_clean_shutdown=True, topic=key[0],
                                              partition=key[1], topic_id=topic_id, io=io,
-                                             flush_stats=self.flush_stats)
+                                             flush_stats=self.flush_stats, new=True)
                     try:
                         done.append((item, (plog, prepare(plog) if prepare is not None else None), None))
                     except BaseException:

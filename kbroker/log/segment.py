@@ -122,7 +122,8 @@ class LogSegment:
     """A segment; owned by its PartitionLog (not thread-safe, like the rest of the log)."""
 
     def __init__(self, directory: str, base_offset: int, config: LogConfig, now_ms: int,
-                 *, suffix: str = "", create: bool = False, active: bool = False) -> None:
+                 *, suffix: str = "", create: bool = False, active: bool = False, fresh: bool = False) -> None:
+        # fresh (with create): the directory was made for this log, so it holds no stale files
         self.dir = directory
         self.base_offset = base_offset
         self.config = config
@@ -136,7 +137,7 @@ class LogSegment:
             # an old segment opens on first read (descriptor cache); the active one at once
             self.handle = FileHandle(path, pinned=active)
             fd = self.handle.fileno() if active else -1
-        if create:
+        if create and not fresh:
             for p in (index_file(directory, base_offset, suffix),
                       time_index_file(directory, base_offset, suffix)):
                 try:  # stale index files of an earlier segment at this offset
@@ -149,6 +150,8 @@ class LogSegment:
             except OSError:  # pragma: no cover
                 pass
             self.size = 0
+        elif create:
+            self.size = 0   # made by this O_EXCL open
         else:
             self.size = os.fstat(fd).st_size if fd >= 0 else os.stat(path).st_size
         self.offset_index = OffsetIndex(index_file(directory, base_offset, suffix), base_offset,

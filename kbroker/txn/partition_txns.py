@@ -36,9 +36,9 @@ class MarkerResult:
 
 
 class PartitionTxns:
-    def __init__(self, directory: str, producer_state: ProducerStateManager):
+    def __init__(self, directory: str, producer_state: ProducerStateManager, scan: bool = True):
         self.psm = producer_state
-        self.indexes = TxnIndexes(directory)
+        self.indexes = TxnIndexes(directory, scan)   # scan=False: a new directory, nothing in it
         # decided transactions whose marker is at or above the high watermark, by marker offset
         self._unreplicated: list[CompletedTxn] = []
 
@@ -155,11 +155,16 @@ class PartitionTxns:
             self.psm.load_from_batches(pending)
         return n
 
-    def recover(self, plog, now_ms: int) -> int:
-        """Open: reload the latest producer snapshot and replay the rest of the log. Also
-        registers this object as ``plog.txns``, which the log cleaner consults (first
-        unstable offset, aborted transactions, the cleaned segments' indexes)."""
+    def attach(self, plog) -> None:
+        """Registers this object as ``plog.txns``, which the log cleaner consults (first
+        unstable offset, aborted transactions, the cleaned segments' indexes): all a new
+        log needs (``plog.fresh``), which has nothing to recover."""
         plog.txns = self
+
+    def recover(self, plog, now_ms: int) -> int:
+        """Open: reload the latest producer snapshot and replay the rest of the log; attaches
+        this object to ``plog`` too."""
+        self.attach(plog)
         start = self.psm.truncate_and_reload(plog.log_start_offset, plog.log_end_offset, now_ms)
         if start < plog.log_end_offset:
             return self.replay(plog, start)

@@ -323,7 +323,8 @@ class ProducerStateManager:
 
     def __init__(self, log_dir: str | os.PathLike | None = None, *,
                  producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
-                 topic_partition: str = ""):
+                 topic_partition: str = "", scan: bool = True):
+        # scan=False: log_dir is new (a fresh partition log), so it holds no snapshots
         self.log_dir = Path(log_dir) if log_dir is not None else None
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.topic_partition = topic_partition
@@ -333,7 +334,7 @@ class ProducerStateManager:
         self._generation = 0
         self.map_end_offset = 0  # state reflects every batch below this offset
         self._last_snap_offset = 0
-        self._snapshots: dict[int, Path] = list_snapshots(self.log_dir) if self.log_dir else {}
+        self._snapshots: dict[int, Path] = list_snapshots(self.log_dir) if self.log_dir and scan else {}
 
     # ---- read access ------------------------------------------------------------------
 

@@ -139,10 +139,11 @@ class TransactionIndex:
 class TxnIndexes:
     """The transaction indexes of one partition directory, keyed by segment base offset."""
 
-    def __init__(self, directory: str):
+    def __init__(self, directory: str, scan: bool = True):
+        """``scan=False``: the directory is new (a fresh partition log) and holds no indexes."""
         self.directory = directory
         self._by_base: dict[int, TransactionIndex] = {}
-        for name in os.listdir(directory) if os.path.isdir(directory) else ():
+        for name in os.listdir(directory) if scan and os.path.isdir(directory) else ():
             stem = name[:-len(TXN_INDEX_SUFFIX)]
             if name.endswith(TXN_INDEX_SUFFIX) and stem.isdigit():
                 base = int(stem)

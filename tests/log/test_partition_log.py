@@ -825,3 +825,40 @@ def test_read_never_answers_a_cut_first_batch_alone(tmp_path):
     assert r.size == sizes[0] + 10 and offsets_of(r.to_bytes()[:sizes[0]]) == [(0, 4)]
     r = log.read(0, sizes[0], min_one_message=False)
     assert offsets_of(r.to_bytes()) == [(0, 4)]
+
+
+# ---------------------------------------------------------------------------- new partitions
+
+
+def test_a_new_partitions_log_reads_nothing_from_the_directory_it_makes(tmp_path, monkeypatch):
+    """open(new=True) makes the directory and so knows it is empty: no listing, no failed
+    opens of epoch or metadata files (each system call is a GIL hand-over in the thread
+    creating thousands of partitions)."""
+    from kbroker.txn.partition_txns import PartitionTxns
+    from kbroker.txn.producer_state import ProducerStateManager
+
+    def no_listing(*a, **k):
+        raise AssertionError("a new partition's directory was listed")
+    monkeypatch.setattr(os, "listdir", no_listing)
+    monkeypatch.setattr(os, "scandir", no_listing)
+    log = open_log(tmp_path, new=True, topic_id="AAAAAAAAAAAAAAAAAAAAAA")
+    assert log.fresh and log.log_end_offset == 0 and log.topic_id == "AAAAAAAAAAAAAAAAAAAAAA"
+    psm = ProducerStateManager(log.dir, scan=False)
+    PartitionTxns(log.dir, psm, scan=False).attach(log)
+    monkeypatch.undo()
+    log.append(make_batch(3), 1000)
+    assert offsets_of(read_all(log)) == [(0, 2)]
+    log.close()
+    again = open_log(tmp_path)            # and it reopens as any log
+    assert not again.fresh and again.log_end_offset == 3 and again.topic_id == "AAAAAAAAAAAAAAAAAAAAAA"
+    again.close()
+
+
+def test_new_on_a_directory_that_exists_opens_it_as_any_other(tmp_path):
+    log = open_log(tmp_path)
+    log.append(make_batch(5), 1000)
+    log.close()
+    reopened = open_log(tmp_path, new=True)
+    assert not reopened.fresh
+    assert reopened.log_end_offset == 5 and offsets_of(read_all(reopened)) == [(0, 4)]
+    reopened.close()
