@@ -143,7 +143,8 @@ class LoopLagProbe:
         self._others: OtherThreads | None = None   # the other threads' CPU and run-queue delay
         # diagnosis, off by default (kbroker.loop_diagnostics): KBROKER_LOOP_STACKS=1 names
         # where a logged lag was held; KBROKER_SLOW_CALLBACK_MS=N logs callbacks over N ms;
-        # KBROKER_SLOW_ITERATION_MS=N logs loop iterations whose callbacks took over N ms
+        # KBROKER_SLOW_ITERATION_MS=N logs loop iterations whose callbacks took over N ms;
+        # KBROKER_GC_LOG_MS=N logs garbage collections over N ms with what they walked
         self._sampler: StallSampler | None = (
             StallSampler(self.overdue_ms) if os.environ.get("KBROKER_LOOP_STACKS") == "1" else None)
         self._untime = None         # stops the slow-callback timing

@@ -218,8 +218,8 @@ class PartitionLog:
         ``high_watermark`` defaults to the log end offset (the replication layer owns it).
         ``new``: a new partition's log. If this call makes its directory, nothing is read
         from it (``log.fresh``; an empty directory holds nothing to recover, no epochs, no
-        topic id): the directory scans and failed opens of a partition's files were ~25 of
-        the ~35 system calls of creating one, each a GIL hand-over in the creating thread.
+        topic id): the directory scans and failed opens of a partition's files were ~30 of
+        the ~40 system calls of creating one, each a GIL hand-over in the creating thread.
         If the directory exists it opens as any other.
         """
         config = config or LogConfig()
