@@ -189,7 +189,7 @@ def test_a_logged_lag_names_the_other_threads_that_waited_for_a_core(caplog):
         threads = [threading.Thread(target=hash_on_one_core, name=f"hasher-{i}") for i in range(2)]
         for t in threads:
             t.start()
-        await asyncio.sleep(1.1)     # the probe's thread list is refreshed every second
+        await asyncio.sleep(1.5)     # the probe's thread list is refreshed every second
         time.sleep(0.2)              # hold the loop while they run
         await asyncio.sleep(0.01)
         stop.set()
