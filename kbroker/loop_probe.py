@@ -41,6 +41,13 @@ from kbroker.loop_diagnostics import StallSampler, log_slow_callbacks, log_slow_
 log = logging.getLogger("kbroker.loop")
 
 
+def read_schedstat(fd: int) -> tuple[int, int]:
+    """(run time ns, run-queue delay ns) from a thread's schedstat descriptor:
+    "<run time ns> <run-queue delay ns> <timeslices>"."""
+    run, wait = os.pread(fd, 96, 0).split()[:2]
+    return int(run), int(wait)
+
+
 class OtherThreads:
     """The CPU time and run-queue delay of this process's Python threads other than the
     loop's, from each one's ``/proc/self/task/<tid>/schedstat``, read at every tick (one pread
@@ -60,7 +67,7 @@ class OtherThreads:
         spent: dict[str, tuple[float, float]] = {}
         for tid, entry in list(self._threads.items()):
             try:
-                run, delay = (int(v) for v in os.pread(entry[0], 96, 0).split()[:2])
+                run, delay = read_schedstat(entry[0])
             except (OSError, ValueError):   # the thread ended
                 self._drop(tid)
                 continue
@@ -84,7 +91,7 @@ class OtherThreads:
             except OSError:
                 continue
             try:
-                run, delay = (int(v) for v in os.pread(fd, 96, 0).split()[:2])
+                run, delay = read_schedstat(fd)
             except (OSError, ValueError):
                 os.close(fd)
                 continue
@@ -203,20 +210,15 @@ class LoopLagProbe:
             self._untime()
             self._untime = None
 
-    def _schedstat(self) -> tuple[int, int]:
-        # "<run time ns> <run-queue delay ns> <timeslices>"
-        run, wait = os.pread(self._sched_fd, 96, 0).split()[:2]
-        return int(run), int(wait)
-
     def _read_run_delay(self) -> int:
-        return self._schedstat()[1]
+        return read_schedstat(self._sched_fd)[1]
 
     def thread_seconds(self) -> tuple[float, float] | None:
         """The loop thread's CPU time and its time runnable without a core, since it
         started (seconds), or None where the kernel does not say (no schedstat)."""
         if self._sched_fd is None:
             return None
-        run, wait = self._schedstat()
+        run, wait = read_schedstat(self._sched_fd)
         return run / 1e9, wait / 1e9
 
     def _on_gc(self, phase: str, info: dict) -> None:

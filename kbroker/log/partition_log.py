@@ -244,7 +244,7 @@ class PartitionLog:
         self.last_flush_ms = now_ms
         epochs = os.path.join(dir_path, LEADER_EPOCH_CHECKPOINT)
         if fresh:
-            self._start_empty(now_ms, log_start_offset if log_start_offset is not None else max(recovery_point, 0),
+            self._start_empty(now_ms, log_start_offset, recovery_point,
                               RecoveryReport(clean_shutdown=had_clean_shutdown), fresh=True)
             self.leader_epoch_cache = LeaderEpochCache(epochs, [])
             self.leader_epoch_cache.io = io
@@ -252,7 +252,7 @@ class PartitionLog:
         else:
             self._load(now_ms, recovery_point, log_start_offset, had_clean_shutdown)
             self.leader_epoch_cache = LeaderEpochCache.load(epochs)
-            self.leader_epoch_cache.io = io
+            self.leader_epoch_cache.io = io   # (before the trims below: they may write through it)
             # An epoch begun at the log end with nothing written yet (a leader of an idle
             # partition) is trimmed on every open; writing and fsyncing the file for it here cost
             # ~4 ms per partition at start-up (Kafka flushes this trim asynchronously).
@@ -332,8 +332,7 @@ class PartitionLog:
             self._segments.append(seg)
             self._bases.append(b)
         if not self._segments:
-            self._start_empty(now_ms, log_start_offset if log_start_offset is not None else max(recovery_point, 0),
-                              report)
+            self._start_empty(now_ms, log_start_offset, recovery_point, report)
             return
         # 4. recovery
         max_batch = self._max_batch_size()
@@ -398,9 +397,12 @@ class PartitionLog:
     def _max_batch_size(self) -> int:
         return max(self.config.max_message_bytes, 64 << 20)
 
-    def _start_empty(self, now_ms: int, start: int, report: RecoveryReport, fresh: bool = False) -> None:
-        """An empty log starting at ``start``: one new active segment (``fresh``: in a
-        directory this open made, where no stale index files can be)."""
+    def _start_empty(self, now_ms: int, log_start_offset: int | None, recovery_point: int,
+                     report: RecoveryReport, fresh: bool = False) -> None:
+        """An empty log starting at ``log_start_offset`` (else the recovery point): one new
+        active segment (``fresh``: in a directory this open made, where no stale index files
+        can be)."""
+        start = log_start_offset if log_start_offset is not None else max(recovery_point, 0)
         self._add_segment(LogSegment(self.dir, start, self.config, now_ms, create=True, active=True, fresh=fresh))
         self._log_start_offset = start
         self._leo = start

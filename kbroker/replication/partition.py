@@ -17,11 +17,10 @@ partition), every append is committed at once: the high watermark follows the lo
 
 from __future__ import annotations
 
-import weakref
-
 import logging
 import os
 import uuid
+import weakref
 from typing import Any
 
 from kbroker.log.errors import LogError

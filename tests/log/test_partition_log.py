@@ -831,9 +831,9 @@ def test_read_never_answers_a_cut_first_batch_alone(tmp_path):
 
 
 def test_a_new_partitions_log_reads_nothing_from_the_directory_it_makes(tmp_path, monkeypatch):
-    """open(new=True) makes the directory and so knows it is empty: no listing, no failed
-    opens of epoch or metadata files (each system call is a GIL hand-over in the thread
-    creating thousands of partitions)."""
+    """open(new=True) makes the directory and so knows it is empty: neither the log nor its
+    producer state and transaction indexes list it (each system call is a GIL hand-over in
+    the thread creating thousands of partitions)."""
     from kbroker.txn.partition_txns import PartitionTxns
     from kbroker.txn.producer_state import ProducerStateManager
 
