@@ -5,6 +5,7 @@ tiered (-5: none without tiered storage), and by timestamp."""
 from __future__ import annotations
 
 from kbroker.log.errors import LogError
+from kbroker.replication.leader_hints import not_served_here
 from kbroker.wire.errors import Errors
 from kbroker.wire.generated.list_offsets_response import ListOffsetsResponse
 
@@ -22,10 +23,12 @@ CONSUMER_REPLICA_ID = -1
 DEBUGGING_REPLICA_ID = -2   # the one caller a follower answers (tools); everyone else asks the leader
 
 
-def _one(part, p, read_committed: bool, leader_only: bool = True, from_client: bool = True) -> _Part:
+def _one(part, p, read_committed: bool, leader_only: bool = True, from_client: bool = True,
+         missing: int = Errors.UNKNOWN_TOPIC_OR_PARTITION) -> _Part:
+    """``missing``: the error when this broker has no such partition (``not_served_here``)."""
     idx = p.partition_index
     if part is None:
-        return _Part(partition_index=idx, error_code=Errors.UNKNOWN_TOPIC_OR_PARTITION)
+        return _Part(partition_index=idx, error_code=missing)
     if leader_only and part.leader_state is None:
         # a follower's high watermark lags the leader's: a client with stale metadata would see
         # the latest offset go backwards (Spark then reports data loss)
@@ -68,7 +71,13 @@ def handle(ctx, req):
     topics = []
     for t in req.topics:
         parts = replicas.topics.get(t.name)
-        out = [_one(parts.get(p.partition_index) if parts else None, p, read_committed, leader_only, from_client) for p in t.partitions]
+        # a partition the metadata has but this broker does not (its log still opening, or
+        # led elsewhere) is NOT_LEADER_OR_FOLLOWER, which clients retry, as in Kafka
+        out = []
+        for p in t.partitions:
+            part = parts.get(p.partition_index) if parts else None
+            missing = not_served_here(replicas.image, t.name, p.partition_index) if part is None else 0
+            out.append(_one(part, p, read_committed, leader_only, from_client, missing))
         if ctx.api_version < 4:   # leader_epoch is not ignorable before v4
             for r in out:
                 r.leader_epoch = -1

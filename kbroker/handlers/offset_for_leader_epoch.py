@@ -5,6 +5,7 @@ epoch at or below it with the start offset of the next one."""
 
 from __future__ import annotations
 
+from kbroker.replication.leader_hints import not_served_here
 from kbroker.wire.errors import Errors
 from kbroker.wire.generated.offset_for_leader_epoch_response import OffsetForLeaderEpochResponse
 
@@ -16,10 +17,11 @@ _Topic = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
 _Part = _Topic.EpochEndOffset
 
 
-def _one(part, p, version: int) -> _Part:
+def _one(replicas, topic: str, p, version: int) -> _Part:
     idx = p.partition
-    if part is None:
-        return _Part(error_code=Errors.UNKNOWN_TOPIC_OR_PARTITION, partition=idx)
+    part = replicas.get(topic, idx)
+    if part is None:   # NOT_LEADER_OR_FOLLOWER if the metadata has it (its log still opening ...)
+        return _Part(error_code=not_served_here(replicas.image, topic, idx), partition=idx)
     if part.leader_state is None:   # the leader's epoch cache is the one that counts
         return _Part(error_code=Errors.NOT_LEADER_OR_FOLLOWER, partition=idx)
     current = p.current_leader_epoch if version >= 2 else -1
@@ -37,5 +39,5 @@ def handle(ctx, req):
     replicas = ctx.broker.replicas
     v = ctx.api_version
     return OffsetForLeaderEpochResponse(throttle_time_ms=0, topics=[
-        _Topic(topic=t.topic, partitions=[_one(replicas.get(t.topic, p.partition), p, v) for p in t.partitions])
+        _Topic(topic=t.topic, partitions=[_one(replicas, t.topic, p, v) for p in t.partitions])
         for t in req.topics])
